@@ -1,0 +1,178 @@
+"""The ``kcheck`` command. Thin: parses options, calls the engine and the reporters.
+
+Exit codes follow ruff: 0 clean, 1 findings at or above the fail level, 2 usage, configuration
+or internal error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from kcheck import __version__
+from kcheck.catalog import catalog
+from kcheck.reporters import FORMATS, ReportContext, parse_spec, write_all
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _fail(message: str) -> None:
+    click.echo(f"kcheck: error: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+class _Progress:
+    """A one-line progress counter on stderr, only on a terminal and only when a scan takes a moment."""
+
+    def __init__(self, total: int) -> None:
+        import time
+
+        self.total, self.done, self.start, self.time = total, 0, time.monotonic(), time.monotonic
+        self.enabled = sys.stderr.isatty() and not os.environ.get("CI") and total > 50
+        self.shown = False
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.enabled and self.time() - self.start > 0.5:
+            self.shown = True
+            width = 30
+            filled = int(width * self.done / max(1, self.total))
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} files")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kcheck")
+def main() -> None:
+    """kcheck: find the mistakes that make a GPU kernel change look good while it is wrong or useless."""
+
+
+def _split(values: tuple[str, ...]) -> tuple[str, ...] | None:
+    if not values:
+        return None
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("-o", "--output-format", "formats", multiple=True, metavar="FORMAT[:FILE]",
+              help=f"Output format, optionally written to FILE; repeatable. One of: {', '.join(FORMATS)}.")
+@click.option("--select", multiple=True, help="Rules to enable (codes, prefixes, names, ALL); replaces the config's.")
+@click.option("--extend-select", multiple=True, help="Rules to enable on top of the selection.")
+@click.option("--ignore", multiple=True, help="Rules to disable.")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Use this configuration file instead of the nearest one.")
+@click.option("--fail-level", type=click.Choice(["info", "warning", "error"]),
+              help="Lowest severity that makes kcheck exit 1 (default: info, any finding).")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: all cores).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache (.kcheck_cache/).")
+@click.option("--no-shortcuts", is_flag=True,
+              help="Run every rule on every file: no prefilter, no gate, no cache (slow; for checking kcheck).")
+@click.option("--stdin-filename", help="The file name to report for source read from '-'.")
+@click.option("--force-exclude", is_flag=True, help="Apply exclude patterns to files named on the command line too.")
+@click.option("--statistics", is_flag=True, help="Print the number of findings per rule instead of the findings.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on stderr but errors.")
+def check(paths, formats, select, extend_select, ignore, config_file, fail_level, exit_zero, jobs, no_cache,
+          no_shortcuts, stdin_filename, force_exclude, statistics, quiet) -> None:
+    """Check PATHS (files or folders; '-' reads stdin) for serving-kernel mistakes."""
+    from kcheck.config import ConfigError
+    from kcheck.engine import discover, scan, scan_stdin
+
+    specs = [parse_spec(s) for s in formats] or [("concise", None)]
+    for name, _ in specs:
+        if name not in FORMATS:
+            _fail(f"unknown output format {name!r}; choose from: {', '.join(FORMATS)}")
+    overrides = {"select": _split(select), "extend_select": _split(extend_select), "ignore": _split(ignore),
+                 "fail_level": fail_level}
+    try:
+        if paths == ("-",):
+            text = sys.stdin.read()
+            result = scan_stdin(text, stdin_filename or "stdin.py", config_file)
+            root = Path.cwd()
+            config = None
+        else:
+            jobs_list, problems = discover(list(paths), config_file, force_exclude)
+            for p in problems:
+                click.echo(f"kcheck: {p}", err=True)
+            if problems and not jobs_list:
+                sys.exit(EXIT_ERROR)
+            jobs_list = [replace(j, config=j.config.with_overrides(**overrides)) for j in jobs_list]
+            progress = _Progress(len(jobs_list))
+            result = scan(jobs_list, jobs, shortcuts=not no_shortcuts, cache=not no_cache, progress=progress)
+            progress.close()
+            config = jobs_list[0].config if jobs_list else None
+            root = Path(jobs_list[0].root) if jobs_list else Path.cwd()
+    except ConfigError as exc:
+        _fail(str(exc))
+    if config is None:
+        from kcheck.config import config_for
+
+        try:
+            config = config_for(Path.cwd(), config_file).with_overrides(**overrides)
+        except ConfigError as exc:
+            _fail(str(exc))
+        if not paths == ("-",):
+            root = Path.cwd()
+        else:
+            from kcheck.config import project_root
+
+            root = config.root if config.source else project_root(Path.cwd())
+    for err in result.errors:
+        if not quiet or err.startswith("internal error"):
+            click.echo(f"kcheck: {err}", err=True)
+    findings = result.findings
+    active = [f for f in findings if f.suppressed is None]
+    ctx = ReportContext(root=root, docs_url=config.docs_url, files=result.files)
+    if statistics:
+        _print_statistics(active)
+    else:
+        write_all(specs, findings, ctx)
+    if result.internal_error:
+        sys.exit(EXIT_ERROR)
+    if exit_zero:
+        sys.exit(EXIT_CLEAN)
+    sys.exit(EXIT_FINDINGS if any(config.fails(f.severity) for f in active) else EXIT_CLEAN)
+
+
+def _print_statistics(findings) -> None:
+    from collections import Counter
+
+    counts = Counter((f.code, f.name) for f in findings)
+    for (code, name), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        click.echo(f"{n:>6}  {code}  {name}")
+    if not counts:
+        click.echo("no findings")
+
+
+@main.command("rule")
+@click.argument("key")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def rule_cmd(key: str, fmt: str) -> None:
+    """Explain a rule (by code or name): its docs, examples and catalog entries."""
+    from kcheck.explain import explain_rule
+
+    text = explain_rule(key, fmt)
+    if text is None:
+        _fail(f"no rule {key!r}; `kcheck rules` lists them")
+    click.echo(text)
+
+
+@main.command("rules")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def rules_cmd(fmt: str) -> None:
+    """List every rule."""
+    from kcheck.explain import list_rules
+
+    click.echo(list_rules(fmt))
+
+
+main.add_command(catalog)

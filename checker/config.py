@@ -1,0 +1,267 @@
+"""Configuration: ``[tool.kcheck]`` in pyproject.toml, or kcheck.toml.
+
+The nearest configuration file above a path wins; ``extend`` inherits from another file;
+``root = true`` marks the project root. Every file is validated against
+``schemas/config.schema.json`` and a bad key or value is a :class:`ConfigError` naming the
+file, the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from kcheck.finding import DEFAULT_DOCS_URL, severity_rank
+
+CONFIG_FILES = ("kcheck.toml", "pyproject.toml")
+
+DEFAULT_EXCLUDE = (
+    ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", ".kcheck_cache",
+    "build", "dist", "site", "node_modules", "*.egg-info", ".mypy_cache", ".pytest_cache",
+)
+DEFAULT_HOT_PATHS = (
+    "forward", "forward_cuda", "forward_hip", "forward_xpu", "_forward", "forward_impl",
+    "decode", "decode_step", "*_decode_step", "step", "execute_model", "build_metadata",
+    "prepare_decode", "sample",
+)
+
+
+class ConfigError(Exception):
+    """A configuration file that kcheck cannot use; the message names file and key."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Resolved settings for one project folder (immutable, hashable, picklable)."""
+
+    root: Path = field(default_factory=Path.cwd)
+    source: str = ""  # the file these settings came from, or "" for defaults
+    select: tuple[str, ...] = ("ALL",)
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    extend_exclude: tuple[str, ...] = ()
+    severity: tuple[tuple[str, str], ...] = ()
+    fail_level: str = "info"
+    kernel_paths: tuple[str, ...] = ()
+    hot_path_functions: tuple[str, ...] = DEFAULT_HOT_PATHS
+    library_ops: tuple[str, ...] = ()
+    fallback_announcers: tuple[str, ...] = ()
+    require_suppression_reason: bool = True
+    docs_url: str = DEFAULT_DOCS_URL
+
+    # -- rule selection -------------------------------------------------------------------
+
+    def is_enabled(self, code: str, name: str, path: str | None = None) -> bool:
+        """Whether a rule runs (for ``path``, when given, per-file-ignores apply too)."""
+        chosen = _matches_any(self.select, code, name) or _matches_any(self.extend_select, code, name)
+        if not chosen or _matches_any(self.ignore, code, name):
+            return False
+        if path is not None:
+            for pattern, selectors in self.per_file_ignores:
+                if _glob_match(path, pattern) and _matches_any(selectors, code, name):
+                    return False
+        return True
+
+    def severity_of(self, code: str, name: str, default: str) -> str:
+        for key, level in self.severity:
+            if key in (code, name):
+                return level
+        return default
+
+    def fails(self, severity: str) -> bool:
+        return severity_rank(severity) >= severity_rank(self.fail_level)
+
+    def is_excluded(self, rel_path: str, given: str = "") -> bool:
+        """Whether exclude patterns match ``rel_path``. ``given`` is a folder named on the command
+        line: patterns that match it (or its parents) do not apply below it, since the user asked for it."""
+        parts = rel_path.split("/")
+        skip = len(given.split("/")) if given and given != "." else 0
+        for pattern in self.exclude + self.extend_exclude:
+            if skip and _glob_match(given, pattern):
+                continue
+            if any(fnmatch.fnmatch(p, pattern) for p in parts[skip:]):
+                return True
+            if "/" in pattern.rstrip("/") and _glob_match(rel_path, pattern):
+                return True
+        return False
+
+    def is_hot_path(self, function_name: str) -> bool:
+        return any(fnmatch.fnmatchcase(function_name, p) for p in self.hot_path_functions)
+
+    def is_kernel_path(self, rel_path: str) -> bool:
+        return any(_glob_match(rel_path, p) for p in self.kernel_paths)
+
+    def fingerprint(self) -> str:
+        """A stable digest of everything that can change findings (for the result cache)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("root", "source")}
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def with_overrides(self, **changes) -> "Config":
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _matches_any(selectors: tuple[str, ...], code: str, name: str) -> bool:
+    for s in selectors:
+        if s == "ALL" or s == name or (s.startswith("KC") and code.startswith(s)):
+            return True
+    return False
+
+
+def _glob_match(rel_path: str, pattern: str) -> bool:
+    pattern = pattern.rstrip("/")
+    if fnmatch.fnmatch(rel_path, pattern) or fnmatch.fnmatch(rel_path, pattern + "/*"):
+        return True
+    if "/" not in pattern:  # a bare name matches at any depth, like .gitignore
+        return any(fnmatch.fnmatch(part, pattern) for part in rel_path.split("/"))
+    return False
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+
+def _read_table(path: Path) -> dict | None:
+    """The kcheck table of a config file, or None when a pyproject.toml has none."""
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    if path.name == "pyproject.toml":
+        return data.get("tool", {}).get("kcheck")
+    return data
+
+
+def _validate(table: dict, path: Path) -> None:
+    import jsonschema
+
+    from kcheck.paths import data_dir
+
+    schema = json.loads((data_dir("schemas") / "config.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(table), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return
+    lines = []
+    for err in errors:
+        key = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        if err.validator == "additionalProperties" and not err.absolute_path:
+            allowed = ", ".join(sorted(schema["properties"]))
+            unknown = sorted(set(table) - set(schema["properties"]))
+            lines.append(f"{path}: unknown key {', '.join(map(repr, unknown))}; allowed keys: {allowed}")
+            continue
+        sub = _subschema(schema, list(err.absolute_path))
+        hint = f" ({sub['description']})" if sub and "description" in sub else ""
+        lines.append(f"{path}: key {key!r}: {err.message}{hint}")
+    raise ConfigError("\n".join(lines))
+
+
+def _subschema(schema: dict, path: list) -> dict | None:
+    node = schema
+    for part in path:
+        if not isinstance(part, str):
+            continue
+        props = node.get("properties", {})
+        node = props.get(part) or node.get("additionalProperties")
+        if not isinstance(node, dict):
+            return None
+        if "$ref" in node:
+            ref = node["$ref"].split("/")[-1]
+            node = {**schema["$defs"][ref], **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _apply(config: Config, table: dict, path: Path) -> Config:
+    changes: dict = {"source": str(path)}
+    for key, value in table.items():
+        attr = key.replace("-", "_")
+        if key in ("root", "extend"):
+            continue
+        if key == "per-file-ignores":
+            value = tuple((glob, tuple(sel)) for glob, sel in value.items())
+        elif key == "severity":
+            value = tuple(value.items())
+        elif isinstance(value, list):
+            value = tuple(value)
+        changes[attr] = value
+    return replace(config, **changes)
+
+
+def load_file(path: Path, _seen: tuple[Path, ...] = ()) -> Config:
+    """Settings from one configuration file, following ``extend``."""
+    path = path.resolve()
+    if path in _seen:
+        raise ConfigError(f"{path}: 'extend' forms a cycle: {' -> '.join(map(str, _seen + (path,)))}")
+    table = _read_table(path)
+    if table is None:
+        raise ConfigError(f"{path}: has no [tool.kcheck] table")
+    _validate(table, path)
+    base = Config(root=path.parent)
+    if "extend" in table:
+        parent = (path.parent / os.path.expanduser(table["extend"])).resolve()
+        if not parent.is_file():
+            raise ConfigError(f"{path}: key 'extend': file {table['extend']!r} not found")
+        base = replace(load_file(parent, _seen + (path,)), root=path.parent)
+    return _apply(base, table, path)
+
+
+@lru_cache(maxsize=256)
+def find_config_file(directory: Path) -> Path | None:
+    """The nearest kcheck.toml or pyproject.toml with a [tool.kcheck] table at or above ``directory``."""
+    for folder in (directory, *directory.parents):
+        for name in CONFIG_FILES:
+            candidate = folder / name
+            if candidate.is_file() and (name == "kcheck.toml" or _has_table(candidate)):
+                return candidate
+    return None
+
+
+def _has_table(pyproject: Path) -> bool:
+    try:
+        return _read_table(pyproject) is not None
+    except ConfigError:
+        return True  # report the broken file when it is loaded
+
+
+@lru_cache(maxsize=256)
+def config_for(directory: Path, explicit: Path | None = None) -> Config:
+    """The settings that apply to files in ``directory`` (an explicit ``--config`` wins)."""
+    if explicit is not None:
+        return load_file(explicit)
+    found = find_config_file(directory.resolve())
+    if found is None:
+        return Config(root=project_root(directory))
+    return load_file(found)
+
+
+@lru_cache(maxsize=64)
+def project_root(directory: Path) -> Path:
+    """The folder report paths are relative to: a config with root = true, else the git top level, else the folder."""
+    directory = directory.resolve()
+    for folder in (directory, *directory.parents):
+        for name in CONFIG_FILES:
+            candidate = folder / name
+            if candidate.is_file():
+                try:
+                    table = _read_table(candidate)
+                except ConfigError:
+                    table = None
+                if table and table.get("root") is True:
+                    return folder
+        if (folder / ".git").exists():
+            return folder
+    return directory

@@ -1,0 +1,411 @@
+"""The scan: paths -> files -> prefilter -> ast gate -> one libcst parse -> model -> rules ->
+suppressions -> findings.
+
+Speed is designed in: a text prefilter and an ``ast`` summary decide which files need libcst at
+all; libcst positions are computed only for files that report something; results are cached by
+content hash in ``.kcheck_cache/``; files are spread over a process pool. ``shortcuts=False``
+turns the prefilter, the gates and the cache off (the tests check the findings are the same).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kcheck import __version__
+from kcheck.config import Config, config_for, project_root
+from kcheck.finding import Finding, rule_url
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+CACHE_DIR = ".kcheck_cache"
+
+
+@dataclass
+class FileResult:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # internal errors and notices, for stderr
+    parsed: bool = False  # whether libcst parsed it
+    cached: bool = False
+
+
+@dataclass
+class ScanResult:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    internal_error: bool = False
+    files: int = 0
+    parsed: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Job:
+    path: str  # as found
+    rel: str  # relative to the project root: what reports show
+    config: Config
+    config_rel: str = ""  # relative to the configuration file's folder: what its patterns match
+    root: str = ""  # the project root ``rel`` is relative to
+
+
+# -- discovery ---------------------------------------------------------------------------------
+
+
+def _git_files(folder: Path) -> list[Path] | None:
+    """Python files under ``folder`` that git tracks or would track (ignored ones left out)."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.py", "*.pyi"],
+            cwd=folder, capture_output=True, timeout=60, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [folder / p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def _walk(folder: Path, config: Config, root: Path) -> list[Path]:
+    found: list[Path] = []
+    given = _rel(folder, root)
+    for dirpath, dirnames, filenames in os.walk(folder):  # never follows symlinked folders: no loops
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not config.is_excluded(_rel(here / d, root), given))
+        found.extend(here / f for f in sorted(filenames) if f.endswith((".py", ".pyi")))
+    return found
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return Path(os.path.relpath(path.resolve(), root)).as_posix()
+
+
+def discover(paths: list[str], explicit_config: Path | None = None, force_exclude: bool = False) -> tuple[list[Job], list[str]]:
+    """The files to scan with their settings, and messages about paths that do not exist."""
+    jobs: list[Job] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    for raw in paths or ["."]:
+        path = Path(raw)
+        if not path.exists():
+            problems.append(f"{raw}: no such file or folder")
+            continue
+        folder = path if path.is_dir() else path.parent
+        root = project_root(folder.resolve())
+        given = _rel(path, root) if path.is_dir() else ""
+        if path.is_dir():
+            in_git = (root / ".git").exists()
+            files = (_git_files(path) if in_git else None)
+            if files is None:
+                files = _walk(path, config_for(folder.resolve(), explicit_config), root)
+            explicit = False
+        else:
+            files, explicit = [path], True
+        for f in files:
+            try:
+                resolved = f.resolve()
+            except (OSError, RuntimeError):  # a symlink loop
+                problems.append(f"{f}: cannot resolve (symlink loop?)")
+                continue
+            key = str(resolved)
+            if key in seen:
+                continue
+            seen.add(key)
+            config = config_for(resolved.parent, explicit_config)
+            base = config.root if config.source else root
+            config_rel = _rel(resolved, base)
+            if (not explicit or force_exclude) and config.is_excluded(config_rel, _rel(path, base) if given else ""):
+                continue
+            jobs.append(Job(str(f), _rel(resolved, root), config, config_rel, str(root)))
+    return jobs, problems
+
+
+# -- one file ----------------------------------------------------------------------------------
+
+
+def _meta_finding(code: str, message: str, rel: str, line: int, column: int, config: Config, source_line: str = "") -> Finding:
+    from kcheck.registry import find_rule
+
+    rule = find_rule(code)
+    return Finding(
+        code=code, name=rule.NAME, message=message, severity=config.severity_of(code, rule.NAME, rule.SEVERITY),
+        path=rel, line=line, column=column, end_line=line, end_column=column + 1,
+        knowledge=tuple(rule.KNOWLEDGE), url=rule_url(rule.NAME, config.docs_url), source_line=source_line.strip(),
+    )
+
+
+def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, config_rel: str = "") -> FileResult:
+    """Every finding in one file's text (never raises for bad input).
+
+    ``rel`` is the path reports show; ``config_rel`` (default ``rel``) is the path the
+    configuration's per-file patterns match.
+    """
+    from kcheck import suppress
+    from kcheck.registry import all_rules
+
+    result = FileResult()
+    match = config_rel or rel
+    rules = [r for r in all_rules() if r.family() != "meta" and config.is_enabled(r.CODE, r.NAME, match)]
+    meta_on = {r.CODE for r in all_rules() if r.family() == "meta" and config.is_enabled(r.CODE, r.NAME, match)}
+    if shortcuts:
+        rules = [r for r in rules if r.prefilter(source)]
+    directives = suppress.parse_directives(source)
+    if not rules and not directives and "KC900" not in meta_on:
+        return result
+    try:
+        tree = ast.parse(source, filename=rel)
+    except SyntaxError as exc:
+        if "KC900" in meta_on:
+            result.findings.append(_meta_finding(
+                "KC900", f"cannot parse: {exc.msg}", rel, exc.lineno or 1, exc.offset or 1, config, exc.text or ""))
+        return result
+    except (ValueError, RecursionError, MemoryError) as exc:
+        if "KC900" in meta_on:
+            result.findings.append(_meta_finding("KC900", f"cannot parse: {exc}", rel, 1, 1, config))
+        return result
+    if shortcuts and rules:
+        from kcheck.gate import summarize
+
+        summary = summarize(tree)
+        rules = [r for r in rules if r.gate(summary, config)]
+    lines = source.splitlines()
+    raw: list[Finding] = []
+    if rules:
+        raw, parse_problem = _run_rules(source, rel, config, rules, lines, result)
+        if parse_problem is not None and "KC900" in meta_on:
+            result.findings.append(_meta_finding("KC900", parse_problem, rel, 1, 1, config))
+            return result
+    spans = suppress.statement_spans(tree) if directives else []
+    suppress.attach(directives, spans)
+    for finding in raw:
+        directive = suppress.match(directives, spans, finding.code, finding.name, finding.line)
+        if directive is None:
+            result.findings.append(finding)
+        else:
+            result.findings.append(_with(finding, suppressed=directive.reason or "(no reason given)"))
+    result.findings.extend(_meta_findings(directives, rel, config, meta_on, lines))
+    return result
+
+
+def _with(finding: Finding, **changes) -> Finding:
+    data = finding.to_dict()
+    data.update(changes)
+    return Finding.from_dict(data)
+
+
+def _run_rules(source, rel, config, rules, lines, result) -> tuple[list[Finding], str | None]:
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from kcheck.model import build_model
+    from kcheck.rule import FileContext
+
+    try:
+        module = cst.parse_module(source)
+    except (cst.ParserSyntaxError, RecursionError) as exc:
+        return [], f"libcst cannot parse this file: {str(exc).splitlines()[0]}"
+    result.parsed = True
+    model = build_model(module, config, rel)
+    context = FileContext(rel, source, module, model, config)
+    visitors = []
+    for rule in rules:
+        try:
+            visitors.append(rule(context))
+        except Exception:  # noqa: BLE001 - a rule's bug is reported, the scan goes on
+            result.errors.append(f"internal error: {rule.CODE} failed to start on {rel}:\n{traceback.format_exc()}")
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    try:
+        wrapper.visit_batched(visitors)
+    except Exception:  # noqa: BLE001
+        result.errors.append(f"internal error while checking {rel}:\n{traceback.format_exc()}")
+        return [], None
+    reports = [r for v in visitors for r in v.reports]
+    if not reports:
+        return [], None
+    positions = wrapper.resolve(PositionProvider)
+    out: list[Finding] = []
+    seen: set[tuple] = set()
+    for rep in reports:
+        pos = positions.get(rep.node)
+        if pos is None:
+            continue
+        key = (rep.rule.CODE, pos.start.line, pos.start.column, rep.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        rule = rep.rule
+        out.append(Finding(
+            code=rule.CODE, name=rule.NAME, message=rep.message,
+            severity=config.severity_of(rule.CODE, rule.NAME, rule.SEVERITY), path=rel,
+            line=pos.start.line, column=pos.start.column + 1, end_line=pos.end.line, end_column=pos.end.column + 1,
+            knowledge=tuple(rule.KNOWLEDGE), url=rule_url(rule.NAME, config.docs_url), context=rep.context,
+            source_line=lines[pos.start.line - 1].strip() if pos.start.line <= len(lines) else "",
+        ))
+    return out, None
+
+
+def _meta_findings(directives, rel, config, meta_on, lines) -> list[Finding]:
+    from kcheck.registry import all_rules, find_rule
+
+    out = []
+    known = {r.CODE for r in all_rules()}
+    for d in directives:
+        text = lines[d.line - 1] if d.line <= len(lines) else ""
+        if not d.selectors and "KC903" in meta_on:
+            out.append(_meta_finding("KC903", "blanket suppression: name the rules it hides, e.g. "
+                                     "`# kcheck: ignore[KC201] reason`", rel, d.line, d.column, config, text))
+        if not d.reason and config.require_suppression_reason and "KC902" in meta_on:
+            out.append(_meta_finding("KC902", f"suppression of {d.text or 'every rule'} gives no reason", rel,
+                                     d.line, d.column, config, text))
+        if "KC901" in meta_on and d.selectors:
+            for sel in d.selectors:
+                rule = find_rule(sel)
+                is_prefix = sel.startswith("KC") and any(c.startswith(sel) for c in known)
+                if rule is None and not is_prefix:
+                    out.append(_meta_finding("KC901", f"suppression names unknown rule {sel!r}", rel, d.line,
+                                             d.column, config, text))
+                    continue
+                if rule is not None and (rule.family() == "meta" or not config.is_enabled(rule.CODE, rule.NAME)):
+                    continue
+                if not any(code == sel or code.startswith(sel) or (rule and code == rule.CODE) for code in d.used):
+                    out.append(_meta_finding("KC901", f"unused suppression of {sel}: nothing here is reported",
+                                             rel, d.line, d.column, config, text))
+    return out
+
+
+def _read(job: Job) -> tuple[str | None, bytes, Finding | None]:
+    try:
+        size = os.path.getsize(job.path)
+        if size > MAX_FILE_BYTES:
+            return None, b"", None
+        with open(job.path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        return None, b"", _meta_finding("KC900", f"cannot read file: {exc.strerror or exc}", job.rel, 1, 1, job.config)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        return None, data, _meta_finding("KC900", f"not UTF-8 (byte {exc.start}: {exc.reason})", job.rel, line, 1, job.config)
+    return text, data, None
+
+
+def check_job(job: Job, shortcuts: bool, cache_root: str | None) -> FileResult:
+    text, data, problem = _read(job)
+    if problem is not None:
+        return FileResult(findings=[problem] if job.config.is_enabled("KC900", "unparsable-file", job.config_rel) else [])
+    if text is None:
+        return FileResult(errors=[f"{job.rel}: skipped: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"])
+    key = None
+    if cache_root and shortcuts:
+        key = hashlib.sha256(b"\0".join([__version__.encode(), job.config.fingerprint().encode(),
+                                          job.rel.encode(), data])).hexdigest()
+        cached = _cache_get(cache_root, key)
+        if cached is not None:
+            return FileResult(findings=[Finding.from_dict(d) for d in cached], cached=True)
+    try:
+        result = check_source(text, job.rel, job.config, shortcuts, job.config_rel)
+    except Exception:  # noqa: BLE001 - never let one file stop the scan
+        return FileResult(errors=[f"internal error while checking {job.rel}:\n{traceback.format_exc()}"])
+    if key is not None and not result.errors:
+        _cache_put(cache_root, key, [f.to_dict() for f in result.findings])
+    return result
+
+
+def _check_chunk(chunk: list[Job], shortcuts: bool, cache_root: str | None) -> list[FileResult]:
+    return [check_job(job, shortcuts, cache_root) for job in chunk]
+
+
+# -- cache -------------------------------------------------------------------------------------
+
+
+def _cache_get(cache_root: str, key: str) -> list | None:
+    try:
+        with open(os.path.join(cache_root, key[:2], key), encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _cache_put(cache_root: str, key: str, findings: list) -> None:
+    folder = os.path.join(cache_root, key[:2])
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f".{key}.{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(findings, fh)
+        os.replace(tmp, os.path.join(folder, key))  # atomic: a reader never sees half a file
+    except OSError:
+        pass
+
+
+def cache_dir_for(root: Path) -> str:
+    folder = root / CACHE_DIR / __version__
+    if not (root / CACHE_DIR).exists():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (root / CACHE_DIR / ".gitignore").write_text("# created by kcheck\n*\n")
+        except OSError:
+            pass
+    return str(folder)
+
+
+# -- the scan ----------------------------------------------------------------------------------
+
+
+def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cache: bool = True,
+         progress=None) -> ScanResult:
+    """Check every job, in parallel when it pays, and collect sorted findings."""
+    start = time.perf_counter()
+    result = ScanResult(files=len(jobs))
+    cache_root = None
+    if cache and shortcuts and jobs:
+        cache_root = cache_dir_for(jobs[0].config.root if jobs[0].config.source else project_root(Path(jobs[0].path).resolve().parent))
+    n = jobs_n or os.cpu_count() or 1
+    file_results: list[FileResult] = []
+    if n > 1 and len(jobs) >= 32:
+        size = max(4, min(64, len(jobs) // (n * 8) or 1))
+        chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+        with ProcessPoolExecutor(max_workers=n) as pool:
+            for chunk_result in pool.map(_check_chunk, chunks, [shortcuts] * len(chunks), [cache_root] * len(chunks)):
+                file_results.extend(chunk_result)
+                if progress:
+                    progress(len(chunk_result))
+    else:
+        for job in jobs:
+            file_results.append(check_job(job, shortcuts, cache_root))
+            if progress:
+                progress(1)
+    for fr in file_results:
+        result.findings.extend(fr.findings)
+        result.errors.extend(fr.errors)
+        result.internal_error |= any(e.startswith("internal error") for e in fr.errors)
+        result.parsed += fr.parsed
+        result.cached += fr.cached
+    result.findings.sort(key=lambda f: (f.path, f.line, f.column, f.code))
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def scan_stdin(text: str, filename: str, explicit_config: Path | None = None) -> ScanResult:
+    folder = Path(filename).resolve().parent
+    config = config_for(folder if folder.exists() else Path.cwd(), explicit_config)
+    root = config.root if config.source else project_root(Path.cwd())
+    rel = _rel(Path(filename), root)
+    fr = check_source(text, rel, config)
+    return ScanResult(findings=sorted(fr.findings, key=lambda f: (f.line, f.column, f.code)), errors=fr.errors,
+                      internal_error=any(e.startswith("internal error") for e in fr.errors), files=1,
+                      parsed=int(fr.parsed))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use the kcheck command")

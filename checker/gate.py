@@ -1,0 +1,107 @@
+"""The cheap first pass: an ``ast`` summary that tells the engine which files need libcst.
+
+``ast.parse`` costs a fraction of a libcst parse, so the engine parses every candidate file with
+``ast`` first, builds this summary, and asks each enabled rule's ``gate`` whether it could fire.
+Only files some rule wants are parsed with libcst. The summary is deliberately coarse: a gate may
+let through a file that then yields nothing, but must never turn away a file a rule would flag
+(``kcheck check --no-shortcuts`` runs every rule on every file, and the tests compare the two).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FunctionSummary:
+    name: str
+    names: set[str] = field(default_factory=set)  # every identifier and attribute name in the body
+    decorators: set[str] = field(default_factory=set)  # last component of each decorator
+
+
+@dataclass
+class Summary:
+    """What the gates look at: functions with the names they use, classes, imports."""
+
+    functions: list[FunctionSummary]
+    module_names: set[str]  # identifiers and attributes used outside any function
+    all_names: set[str]
+    class_names: set[str]
+    base_names: set[str]  # last component of each base class
+    imports: set[str]  # imported modules and names, dotted
+
+    def scopes(self) -> list[FunctionSummary]:
+        """The functions plus the module's top level, as a pseudo-function ``<module>``."""
+        return [*self.functions, FunctionSummary("<module>", self.module_names)]
+
+    def function_names(self) -> set[str]:
+        return {f.name for f in self.functions}
+
+    def any_function(self, pred) -> bool:
+        return any(pred(f) for f in self.functions)
+
+    def reaches(self, f: FunctionSummary, wanted: set[str], depth: int = 3) -> bool:
+        """Whether ``f`` or a same-module function it names (to ``depth``) uses a name in ``wanted``."""
+        by_name = {g.name: g for g in self.functions}
+        seen, frontier = {f.name}, [f]
+        for _ in range(depth + 1):
+            nxt = []
+            for g in frontier:
+                if g.names & wanted:
+                    return True
+                for callee in g.names & by_name.keys():
+                    if callee not in seen:
+                        seen.add(callee)
+                        nxt.append(by_name[callee])
+            frontier = nxt
+        return False
+
+
+def _names(node: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            out.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            out.add(sub.attr)
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and len(sub.value) <= 12:
+            out.add(sub.value)
+    return out
+
+
+def _last(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+def summarize(tree: ast.Module) -> Summary:
+    functions: list[FunctionSummary] = []
+    classes: set[str] = set()
+    bases: set[str] = set()
+    imports: set[str] = set()
+    module_names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.append(FunctionSummary(node.name, _names(node), {_last(d) for d in node.decorator_list}))
+        elif isinstance(node, ast.ClassDef):
+            classes.add(node.name)
+            bases.update(_last(b) for b in node.bases)
+        elif isinstance(node, ast.Import):
+            imports.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            mod = "." * node.level + (node.module or "")
+            imports.add(mod)
+            imports.update(f"{mod}.{a.name}" for a in node.names)
+    for stmt in tree.body:
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            module_names |= _names(stmt)
+    all_names = set(module_names)
+    for f in functions:
+        all_names |= f.names
+    return Summary(functions, module_names, all_names, classes, bases, imports)

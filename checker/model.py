@@ -1,0 +1,452 @@
+"""The module model: computed once per file and shared by every rule.
+
+Like ruff's semantic model, it answers the questions several rules ask, so no rule walks the
+tree for them on its own and no rule pays for libcst's scope or qualified-name providers:
+
+- **names**: import aliases resolved to qualified names (``import torch.nn.functional as F``,
+  ``from torch import matmul as mm``) through the module's own import table;
+- **structure**: each node's parent, enclosing function or class, and the same-module functions
+  by name (the local call graph: a timed region that calls a helper sees the helper's body);
+- **timed regions**: CUDA-event windows, callables given to ``do_bench``-style timers, host-timer
+  windows, ``torch.cuda.graph`` capture blocks, and per-step hot paths (configured names);
+- **kernel claims** and **launch sites**: ``@triton.jit`` functions and Triton launches, filled
+  in by :mod:`kcheck.claims` for the rules that need them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import libcst as cst
+
+from kcheck.config import Config
+
+FunctionNode = cst.FunctionDef
+
+HOST_TIMERS = {
+    "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
+    "time.monotonic_ns", "timeit.default_timer",
+}
+BENCH_TIMERS = {"do_bench", "do_bench_cudagraph", "bench_gpu_time", "benchmark_fn"}
+SYNC_FUNCTIONS = {
+    "torch.cuda.synchronize": "torch.cuda.synchronize()",
+    "torch.accelerator.synchronize": "torch.accelerator.synchronize()",
+    "torch.cuda.current_stream().synchronize": "stream synchronize()",
+    "torch.cuda.default_stream().synchronize": "stream synchronize()",
+    "torch.nonzero": "torch.nonzero() (waits for the result size)",
+    "torch.unique": "torch.unique() (waits for the result size)",
+    "torch.masked_select": "torch.masked_select() (waits for the result size)",
+    "torch.repeat_interleave": None,  # a sync only without output_size; handled below
+}
+SYNC_METHODS = {
+    "item": ".item()",
+    "cpu": ".cpu()",
+    "tolist": ".tolist()",
+    "numpy": ".numpy()",
+    "nonzero": ".nonzero() (waits for the result size)",
+}
+LOG_METHODS = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
+LOGGER_NAMES = {"logger", "log", "logging", "LOGGER", "_logger", "_LOGGER", "LOG"}
+COMPILERS = {
+    "torch.compile": "torch.compile()",
+    "torch._dynamo.optimize": "torch._dynamo.optimize()",
+    "triton.compile": "triton.compile()",
+    "torch.utils.cpp_extension.load_inline": "load_inline()",
+    "torch.utils.cpp_extension.load": "cpp_extension.load()",
+}
+CPU_TENSOR_FACTORIES = {"torch.tensor", "torch.as_tensor", "torch.from_numpy"}
+
+
+@dataclass
+class TimedRegion:
+    """Code whose cost lands in a measurement or in every serving step.
+
+    ``nodes`` are the statements (or the lambda body) inside the region; ``exempt`` are nodes
+    in it that belong to the measurement itself (the synchronize before a host timer's stop).
+    """
+
+    kind: str  # event-window | bench-callable | host-timer | graph-capture | hot-path
+    label: str
+    nodes: list[cst.CSTNode]
+    function: cst.CSTNode | None = None
+    exempt: set[int] = field(default_factory=set)  # ids of exempt nodes
+    synced_before_stop: bool = True
+
+
+@dataclass
+class ModuleModel:
+    config: Config
+    path: str
+    imports: dict[str, str] = field(default_factory=dict)
+    parents: dict[int, cst.CSTNode] = field(default_factory=dict)
+    functions: dict[str, list[cst.FunctionDef]] = field(default_factory=dict)
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
+    scope_names: dict[int, str] = field(default_factory=dict)  # id(def) -> dotted name
+    timed_regions: list[TimedRegion] = field(default_factory=list)
+    triton_kernels: list[cst.FunctionDef] = field(default_factory=list)
+    cpu_names: dict[int, set[str]] = field(default_factory=dict)  # id(function) -> names bound to CPU tensors
+
+    # -- names ---------------------------------------------------------------------------------
+
+    def dotted(self, node: cst.CSTNode) -> str | None:
+        """``a.b.c`` for a Name/Attribute chain; calls in the chain print as ``f()``."""
+        if isinstance(node, cst.Name):
+            return node.value
+        if isinstance(node, cst.Attribute):
+            base = self.dotted(node.value)
+            return f"{base}.{node.attr.value}" if base else None
+        if isinstance(node, cst.Call):
+            base = self.dotted(node.func)
+            return f"{base}()" if base else None
+        return None
+
+    def qualname(self, node: cst.CSTNode) -> str | None:
+        """The dotted name with its first component resolved through the import table."""
+        name = self.dotted(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        bare = head[:-2] if head.endswith("()") else head
+        if bare in self.imports:
+            resolved = self.imports[bare] + ("()" if head.endswith("()") else "")
+            return f"{resolved}.{rest}" if rest else resolved
+        return name
+
+    def call_name(self, call: cst.Call) -> str | None:
+        return self.qualname(call.func)
+
+    # -- structure -------------------------------------------------------------------------------
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(id(node))
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        current = self.parents.get(id(node))
+        while current is not None:
+            yield current
+            current = self.parents.get(id(current))
+
+    def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.FunctionDef):
+                return anc
+        return None
+
+    def context_of(self, node: cst.CSTNode) -> str:
+        """The dotted name of the innermost function or class around ``node`` ("" at module level)."""
+        if id(node) in self.scope_names:
+            return self.scope_names[id(node)]
+        for anc in self.ancestors(node):
+            if id(anc) in self.scope_names:
+                return self.scope_names[id(anc)]
+        return ""
+
+    def local_function(self, name: str) -> cst.FunctionDef | None:
+        defs = self.functions.get(name)
+        return defs[-1] if defs else None
+
+    def callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The same-module function a call reaches: ``helper(...)`` or ``self.helper(...)``."""
+        func = call.func
+        if isinstance(func, cst.Name) and func.value not in self.imports:
+            return self.local_function(func.value)
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+            return self.local_function(func.attr.value)
+        return None
+
+    def calls_in(self, nodes: list[cst.CSTNode], depth: int = 3) -> Iterator[tuple[cst.Call, cst.Call | None]]:
+        """Every call under ``nodes``, and in the same-module helpers they call (to ``depth``).
+
+        Yields ``(call, via)``: ``via`` is the call site inside ``nodes`` that led into a helper,
+        or None for a call written directly in the region. Nested function and class bodies
+        are not entered (they do not run where they are defined).
+        """
+        seen: set[int] = set()
+
+        def walk(roots, via, level):
+            for root in roots:
+                for call in _calls_under(root):
+                    yield call, via
+                    target = self.callee(call)
+                    if target is not None and level < depth and id(target) not in seen:
+                        seen.add(id(target))
+                        yield from walk([target.body], via or call, level + 1)
+
+        yield from walk(nodes, None, 0)
+
+    # -- classification ---------------------------------------------------------------------------
+
+    def sync_kind(self, call: cst.Call, function: cst.CSTNode | None = None) -> str | None:
+        """What host sync a call is, or None. ``function`` scopes the known-CPU names."""
+        name = self.call_name(call)
+        if name in SYNC_FUNCTIONS:
+            if name == "torch.repeat_interleave":
+                if any(a.keyword and a.keyword.value == "output_size" for a in call.args):
+                    return None
+                return "torch.repeat_interleave() without output_size"
+            return SYNC_FUNCTIONS[name]
+        if name == "torch.where" and len([a for a in call.args if not a.keyword]) == 1:
+            return "one-argument torch.where() (waits for the result size)"
+        func = call.func
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method == "synchronize" and name and not name.startswith("torch.cuda.synchronize"):
+                return "synchronize()"
+            if method in SYNC_METHODS:
+                if call.args and method in ("cpu", "numpy", "item", "tolist"):
+                    return None  # not the tensor method (e.g. a custom API)
+                receiver = func.value
+                if self._on_cpu(receiver, function):
+                    return None
+                return SYNC_METHODS[method]
+            if method == "to" and call.args and _is_str(call.args[0].value, "cpu"):
+                if self._on_cpu(func.value, function):
+                    return None
+                return ".to('cpu')"
+        return None
+
+    def _on_cpu(self, receiver: cst.CSTNode, function: cst.CSTNode | None) -> bool:
+        if isinstance(receiver, cst.Call):
+            inner = receiver.func
+            if isinstance(inner, cst.Attribute) and inner.attr.value in ("cpu", "numpy", "tolist"):
+                return True
+            if self.is_cpu_factory(receiver):
+                return True
+            # a method of a CPU tensor (counts.sum()) gives a CPU tensor
+            return isinstance(inner, cst.Attribute) and self._on_cpu(inner.value, function)
+        if isinstance(receiver, cst.Name) and function is not None:
+            return receiver.value in self.cpu_names.get(id(function), set())
+        return False
+
+    def is_cpu_factory(self, call: cst.Call) -> bool:
+        name = self.call_name(call)
+        device = next((a.value for a in call.args if a.keyword and a.keyword.value == "device"), None)
+        if device is not None:
+            return _is_str(device, "cpu") or (
+                isinstance(device, cst.Call) and self.call_name(device) == "torch.device" and device.args
+                and _is_str(device.args[0].value, "cpu")
+            )
+        if name in CPU_TENSOR_FACTORIES:
+            return True
+        func = call.func
+        return isinstance(func, cst.Attribute) and func.attr.value in ("cpu", "numpy")
+
+    def log_kind(self, call: cst.Call) -> str | None:
+        """``print()`` or a logging call, or None. Device-side prints (tl.device_print) are not."""
+        func = call.func
+        if isinstance(func, cst.Name) and func.value == "print" and "print" not in self.functions:
+            return "print()"
+        name = self.call_name(call) or ""
+        if name in ("warnings.warn", "tqdm.write", "pprint.pprint"):
+            return f"{name}()"
+        if isinstance(func, cst.Attribute) and func.attr.value in LOG_METHODS:
+            base = self.dotted(func.value) or ""
+            head = base.split(".")[-1]
+            if head in LOGGER_NAMES or base.startswith("logging") or self.qualname(func.value) == "logging":
+                return f"{base}.{func.attr.value}()"
+        return None
+
+    def compile_kind(self, call: cst.Call) -> str | None:
+        return COMPILERS.get(self.call_name(call) or "")
+
+
+def _is_str(node: cst.CSTNode, value: str) -> bool:
+    return isinstance(node, cst.SimpleString) and node.evaluated_value == value
+
+
+def _calls_under(root: cst.CSTNode) -> Iterator[cst.Call]:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            yield node
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not root:
+            continue
+        stack.extend(reversed(node.children))
+
+
+# -- building the model ------------------------------------------------------------------------
+
+
+class _Builder(cst.CSTVisitor):
+    def __init__(self, model: ModuleModel) -> None:
+        self.model = model
+        self.stack: list[cst.CSTNode] = []
+        self.scopes: list[str] = []
+        self.functions: list[cst.FunctionDef] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            self.model.parents[id(node)] = self.stack[-1]
+        self.stack.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.stack.pop()
+
+    # imports
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = self.model.dotted(alias.name) or ""
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.model.imports[alias.asname.name.value] = full
+            else:
+                head = full.split(".")[0]
+                self.model.imports[head] = head
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if isinstance(node.names, cst.ImportStar):
+            return
+        module = "." * len(node.relative) + (self.model.dotted(node.module) if node.module else "" or "")
+        for alias in node.names:
+            name = self.model.dotted(alias.name) or ""
+            local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
+            self.model.imports[local] = f"{module}.{name}" if module and not module.endswith(".") else f"{module}{name}"
+
+    # scopes
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.append(node.name.value)
+        self.model.classes[node.name.value] = node
+        self.model.scope_names[id(node)] = ".".join(self.scopes)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.scopes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(node.name.value)
+        self.model.scope_names[id(node)] = ".".join(self.scopes)
+        self.model.functions.setdefault(node.name.value, []).append(node)
+        self.functions.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+        self.functions.pop()
+
+    # CPU-known names, per function
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if not self.functions or not isinstance(node.value, cst.Call):
+            return
+        if self.model.is_cpu_factory(node.value):
+            names = self.model.cpu_names.setdefault(id(self.functions[-1]), set())
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    names.add(target.target.value)
+
+
+def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
+    model = ModuleModel(config=config, path=path)
+    module.visit(_Builder(model))
+    _find_timed_regions(model, module)
+    from kcheck.claims import find_claims
+
+    find_claims(model, module)
+    return model
+
+
+# -- timed regions -----------------------------------------------------------------------------
+
+
+def _statement_calls(stmt: cst.CSTNode) -> Iterator[cst.Call]:
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return iter(())
+    return _calls_under(stmt)
+
+
+def _is_record(model: ModuleModel, call: cst.Call) -> bool:
+    func = call.func
+    return isinstance(func, cst.Attribute) and func.attr.value == "record" and len(call.args) <= 1 and not (
+        (model.qualname(func) or "").startswith("torch.cuda.memory")
+    )
+
+
+def _is_host_timer(model: ModuleModel, call: cst.Call) -> bool:
+    return (model.call_name(call) or "") in HOST_TIMERS
+
+
+def _blocks(module: cst.Module) -> Iterator[tuple[cst.CSTNode | None, list[cst.CSTNode]]]:
+    """Every statement list in the module with its enclosing function (None at module level)."""
+    stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(module, None)]
+    while stack:
+        node, function = stack.pop()
+        body = getattr(node, "body", None)
+        if isinstance(node, cst.FunctionDef):
+            function = node
+        if isinstance(body, (list, tuple)):
+            yield function, list(body)
+        elif isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            yield function, list(body.body)
+        for child in node.children:
+            if isinstance(child, (cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, cst.ExceptHandler,
+                                  cst.Finally, cst.BaseSuite)) or isinstance(child, cst.Module):
+                stack.append((child, function))
+
+
+def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
+    config = model.config
+    for function, stmts in _blocks(module):
+        records = [i for i, s in enumerate(stmts) if any(_is_record(model, c) for c in _statement_calls(s))]
+        if len(records) >= 2 and records[-1] - records[0] > 1:
+            model.timed_regions.append(TimedRegion(
+                "event-window", "a CUDA-event window (start.record() ... end.record())",
+                stmts[records[0] + 1:records[-1]], function))
+        timers = [i for i, s in enumerate(stmts) if any(_is_host_timer(model, c) for c in _statement_calls(s))]
+        if len(timers) >= 2 and timers[-1] - timers[0] > 1:
+            start, stop = timers[0], timers[-1]
+            inner = stmts[start + 1:stop]
+            exempt: set[int] = set()
+            j = len(inner) - 1
+            while j >= 0 and _is_sync_statement(model, inner[j], function):
+                exempt.add(id(inner[j]))
+                j -= 1
+            synced = bool(exempt) or any(model.sync_kind(c, function) for c in _statement_calls(stmts[stop]))
+            model.timed_regions.append(TimedRegion(
+                "host-timer", "a host-timer window (perf_counter() ... perf_counter())",
+                inner, function, exempt, synced))
+        for stmt in stmts:
+            if isinstance(stmt, cst.With):
+                for item in stmt.items:
+                    call = item.item
+                    if isinstance(call, cst.Call) and (model.call_name(call) or "") in (
+                        "torch.cuda.graph", "torch.cuda.graphs.graph"
+                    ):
+                        model.timed_regions.append(TimedRegion(
+                            "graph-capture", "a CUDA-graph capture (with torch.cuda.graph(...))",
+                            [stmt.body], function))
+            for call in _statement_calls(stmt):
+                name = model.call_name(call) or ""
+                if name.split(".")[-1] in BENCH_TIMERS:
+                    target = _bench_target(model, call)
+                    if target is not None:
+                        model.timed_regions.append(TimedRegion(
+                            "bench-callable", f"the callable timed by {name.split('.')[-1]}()",
+                            [target], function))
+    for defs in model.functions.values():
+        for fn in defs:
+            if config.is_hot_path(fn.name.value):
+                model.timed_regions.append(TimedRegion(
+                    "hot-path", f"the per-step hot path {model.scope_names.get(id(fn), fn.name.value)}()",
+                    [fn.body], fn))
+
+
+def _is_sync_statement(model: ModuleModel, stmt: cst.CSTNode, function) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    calls = list(_statement_calls(stmt))
+    return bool(calls) and all(model.sync_kind(c, function) for c in calls if not _is_record(model, c))
+
+
+def _bench_target(model: ModuleModel, call: cst.Call) -> cst.CSTNode | None:
+    arg = next((a.value for a in call.args if a.keyword and a.keyword.value in ("fn", "func")), None)
+    if arg is None:
+        positional = [a.value for a in call.args if not a.keyword]
+        arg = positional[0] if positional else None
+    if isinstance(arg, cst.Call) and (model.call_name(arg) or "").endswith("partial") and arg.args:
+        arg = arg.args[0].value
+    if isinstance(arg, cst.Lambda):
+        return arg.body
+    if isinstance(arg, cst.Name):
+        target = model.local_function(arg.value)
+        return target.body if target is not None else None
+    return None
