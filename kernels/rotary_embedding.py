@@ -1,0 +1,241 @@
+"""Rotary position embedding applied in place to query and key, NeoX and GPT-J layouts.
+
+For token t at position p = positions[t], with ``cos, sin = cos_sin_cache[p, :D/2], cos_sin_cache[p, D/2:]``,
+each pair (a, b) of a head becomes ``(a·cos_i − b·sin_i, b·cos_i + a·sin_i)``. The pairs are
+(i, i + D/2) in the NeoX layout and (2i, 2i + 1) in the GPT-J layout
+(norm-rope/rotary-embedding-layouts). Query and key may have different head counts (grouped
+queries), any token and head strides (for example views into a fused QKV projection), and are
+rotated in place unless ``query_out``/``key_out`` are given. Products and sums in fp32.
+
+bytes = 2·T·(Hq + Hk)·D·s + T·D·c + 8·T (q and k read and written, one cache row of D
+elements of size c per token, int64 positions); FLOPs ≈ 3·T·(Hq + Hk)·D.
+
+Catalog: norm-rope/rotary-embedding-layouts, triton-cuda/fp32-accumulation, triton-cuda/int64-offsets,
+triton-cuda/masks-on-tail-blocks, triton-cuda/constexpr-block-sizes, triton-cuda/autotune-keys,
+triton-cuda/declared-fallbacks.
+
+Declared fallbacks (to :func:`reference`, announced once): dtypes other than bf16/fp16/fp32,
+a head dimension that is not unit-stride, a rotary dimension smaller than the head size
+(partial rotary), devices without a Triton backend.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kcheck.kernels._launch import configs, device_reason, fallback, token_bucket
+from kcheck.kernels.harness import Case, KernelSpec
+from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
+
+
+@triton.jit
+def _rotate(
+    x_ptr, o_ptr, stride_h, stride_oh, H, cos, sin, i,
+    HALF: tl.constexpr, BLOCK_H: tl.constexpr, IS_NEOX: tl.constexpr,
+):
+    """Rotate the [H, D] heads of one token from x_ptr into o_ptr (which may be x_ptr)."""
+    h = tl.arange(0, BLOCK_H)[:, None]
+    # NeoX pairs element i with i + D/2; GPT-J pairs 2i with 2i + 1.
+    first = i * 2 if not IS_NEOX else i
+    second = first + (HALF if IS_NEOX else 1)
+    mask = (h < H) & (i < HALF)
+    a = tl.load(x_ptr + h * stride_h + first, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(x_ptr + h * stride_h + second, mask=mask, other=0.0).to(tl.float32)
+    ty = o_ptr.dtype.element_ty
+    tl.store(o_ptr + h * stride_oh + first, (a * cos - b * sin).to(ty), mask=mask)
+    tl.store(o_ptr + h * stride_oh + second, (b * cos + a * sin).to(ty), mask=mask)
+
+
+@triton.autotune(
+    configs=configs(
+        triton.Config({}, num_warps=4),
+        triton.Config({}, num_warps=1),
+        triton.Config({}, num_warps=2),
+        triton.Config({}, num_warps=8),
+    ),
+    key=["HQ", "HK", "HALF", "TOKEN_BUCKET"],
+    restore_value=["q_ptr", "k_ptr"],  # tuning runs must not rotate in-place inputs repeatedly
+)
+@triton.jit
+def _rotary_embedding_kernel(
+    pos_ptr,  # [T] int positions
+    q_ptr,  # [T, HQ, D] query
+    k_ptr,  # [T, HK, D] key
+    qo_ptr,  # [T, HQ, D] rotated query (may alias q)
+    ko_ptr,  # [T, HK, D] rotated key (may alias k)
+    cache_ptr,  # [max_position, D]: cos in the first half of each row, sin in the second
+    stride_qt, stride_qh,  # query strides (token, head), in elements
+    stride_kt, stride_kh,
+    stride_qot, stride_qoh,
+    stride_kot, stride_koh,
+    stride_cache,  # elements between cache rows
+    HQ,  # query heads
+    HK,  # key heads
+    TOKEN_BUCKET,  # autotune key only: the token-count regime
+    HALF: tl.constexpr,  # D / 2
+    BLOCK_HALF: tl.constexpr,  # next power of two >= D / 2
+    BLOCK_HQ: tl.constexpr,  # next power of two >= HQ
+    BLOCK_HK: tl.constexpr,  # next power of two >= HK
+    IS_NEOX: tl.constexpr,  # pair layout
+):
+    t = tl.program_id(0).to(tl.int64)  # int64: t * stride exceeds 2^31 for long prefills of wide QKV
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    i = tl.arange(0, BLOCK_HALF)[None, :]
+    cos = tl.load(cache_ptr + pos * stride_cache + i, mask=i < HALF, other=0.0).to(tl.float32)
+    sin = tl.load(cache_ptr + pos * stride_cache + HALF + i, mask=i < HALF, other=0.0).to(tl.float32)
+    _rotate(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh, HQ, cos, sin, i, HALF, BLOCK_HQ, IS_NEOX)
+    _rotate(k_ptr + t * stride_kt, ko_ptr + t * stride_kot, stride_kh, stride_koh, HK, cos, sin, i, HALF, BLOCK_HK, IS_NEOX)
+
+
+def _rotate_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> torch.Tensor:
+    xf = x.float()
+    half = cos.shape[-1]
+    a, b = (xf[..., :half], xf[..., half:]) if is_neox else (xf[..., 0::2], xf[..., 1::2])
+    c, s = cos[:, None, :], sin[:, None, :]
+    o1, o2 = a * c - b * s, b * c + a * s
+    out = torch.cat([o1, o2], dim=-1) if is_neox else torch.stack([o1, o2], dim=-1).flatten(-2)
+    return out.to(x.dtype)
+
+
+def reference(positions, query, key, cos_sin_cache, is_neox=True, query_out=None, key_out=None):
+    """Plain torch, upcast to fp32; returns new tensors (never rotates its arguments)."""
+    rot = cos_sin_cache.shape[-1]
+    cos, sin = cos_sin_cache[positions].float().split(rot // 2, dim=-1)
+    rq = _rotate_reference(query[..., :rot], cos, sin, is_neox)
+    rk = _rotate_reference(key[..., :rot], cos, sin, is_neox)
+    if rot < query.shape[-1]:  # partial rotary: the remaining dimensions pass through
+        rq = torch.cat([rq, query[..., rot:]], dim=-1)
+        rk = torch.cat([rk, key[..., rot:]], dim=-1)
+    return rq, rk
+
+
+def rotary_embedding(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool = True,
+    query_out: torch.Tensor | None = None,
+    key_out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate ``query`` [T, Hq, D] and ``key`` [T, Hk, D] by ``positions`` [T]; in place unless outputs are given."""
+    query_out = query if query_out is None else query_out
+    key_out = key if key_out is None else key_out
+    if query.dim() != 3 or key.dim() != 3 or query.shape[0] != key.shape[0] or query.shape[2] != key.shape[2]:
+        raise ValueError(f"rotary_embedding: query {tuple(query.shape)} and key {tuple(key.shape)} must be [T, H, D] with equal T and D")
+    if positions.shape != query.shape[:1] or positions.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"rotary_embedding: positions {tuple(positions.shape)} {positions.dtype} must be int [T={query.shape[0]}]")
+    if query_out.shape != query.shape or key_out.shape != key.shape or key.dtype != query.dtype:
+        raise ValueError("rotary_embedding: outputs must match the query and key shapes, and key the query dtype")
+    T, HQ, D = query.shape
+    HK = key.shape[1]
+    rot = cos_sin_cache.shape[-1]
+    if cos_sin_cache.dim() != 2 or rot % 2 or rot > D:
+        raise ValueError(f"rotary_embedding: cos_sin_cache {tuple(cos_sin_cache.shape)} must be [max_position, rot ≤ {D}], rot even")
+    reason = (
+        f"dtype {query.dtype}" if query.dtype not in SUPPORTED_DTYPES
+        else "head dimension not unit-stride" if any(t.stride(-1) != 1 for t in (query, key, query_out, key_out, cos_sin_cache))
+        else f"partial rotary ({rot} of {D})" if rot != D
+        else device_reason(query, (8, 0))
+    )
+    if reason is not None:
+        fallback("rotary_embedding", reason)
+        rq, rk = reference(positions, query, key, cos_sin_cache, is_neox)
+        return query_out.copy_(rq), key_out.copy_(rk)
+    if T == 0:
+        return query_out, key_out
+    _rotary_embedding_kernel[(T,)](
+        positions, query, key, query_out, key_out, cos_sin_cache,
+        query.stride(0), query.stride(1), key.stride(0), key.stride(1),
+        query_out.stride(0), query_out.stride(1), key_out.stride(0), key_out.stride(1),
+        cos_sin_cache.stride(0), HQ, HK, token_bucket(T),
+        HALF=D // 2, BLOCK_HALF=triton.next_power_of_2(D // 2),
+        BLOCK_HQ=triton.next_power_of_2(HQ), BLOCK_HK=triton.next_power_of_2(HK), IS_NEOX=is_neox,
+    )
+    return query_out, key_out
+
+
+# --------------------------------------------------------------------------- specification
+
+
+def cos_sin_cache(max_position: int, rot: int, base: float = 1e6, dtype=torch.float32, device=None) -> torch.Tensor:
+    """[max_position, rot] cache: cos of each position's angles, then sin (angles in float64)."""
+    inv_freq = base ** (-torch.arange(0, rot, 2, dtype=torch.float64, device=device) / rot)
+    angles = torch.arange(max_position, dtype=torch.float64, device=device)[:, None] * inv_freq
+    return torch.cat([angles.cos(), angles.sin()], dim=-1).to(dtype)
+
+
+def make_inputs(shape, dtype, device, gen, is_neox=True, qkv_view=False, out_of_place=False, scale=1.0,
+                max_position=40960, cache_dtype=torch.float32) -> dict:
+    """Random q, k (optionally views of one fused QKV buffer), positions uniform in [0, max_position)."""
+    T, HQ, HK, D = shape["tokens"], shape["q_heads"], shape["kv_heads"], shape["head_size"]
+    lim = torch.finfo(dtype).max / 2  # a rotation can grow one component by up to √2
+
+    def rand(*size):
+        return (torch.randn(*size, generator=gen, device=device) * scale).clamp(-lim, lim).to(dtype)
+
+    if qkv_view:  # q and k as strided views into a [T, (HQ + 2·HK)·D] projection output
+        qkv = rand(T, (HQ + 2 * HK) * D)
+        q, k = qkv[:, : HQ * D].view(T, HQ, D), qkv[:, HQ * D : (HQ + HK) * D].view(T, HK, D)
+    else:
+        q, k = rand(T, HQ, D), rand(T, HK, D)
+    positions = torch.randint(0, max_position, (T,), generator=gen, device=device)
+    cache = cos_sin_cache(max_position, D, dtype=cache_dtype, device=device)
+    inputs = {"positions": positions, "query": q, "key": k, "cos_sin_cache": cache, "is_neox": is_neox}
+    if out_of_place:
+        inputs["query_out"], inputs["key_out"] = torch.empty_like(q), torch.empty_like(k)
+    return inputs
+
+
+def _liger(inputs: dict):
+    try:
+        from liger_kernel.ops.rope import LigerRopeFunction
+    except ImportError:
+        return None
+    if not inputs["is_neox"]:
+        return None
+    q, k = inputs["query"], inputs["key"]
+    D = q.shape[-1]
+    # Liger takes per-token cos and sin of full width, gathered up front (Hugging Face layout),
+    # and q, k as [batch, heads, seq, D] views of [batch, seq, heads, D] storage; built outside the timing.
+    cos, sin = inputs["cos_sin_cache"][inputs["positions"]].split(D // 2, dim=-1)
+    cos, sin = (torch.cat([c, c], dim=-1)[None].to(q.dtype).contiguous() for c in (cos, sin))
+    q4, k4 = q.unsqueeze(0).transpose(1, 2), k.unsqueeze(0).transpose(1, 2)
+    return lambda: LigerRopeFunction.apply(q4, k4, cos, sin)
+
+
+QWEN3_8B = {"q_heads": 32, "kv_heads": 8, "head_size": 128}
+
+SPEC = KernelSpec(
+    name="rotary_embedding",
+    impl=rotary_embedding,
+    reference=reference,
+    make_inputs=make_inputs,
+    cases=(
+        Case("one-token", "decode step: one program, T=1", {"tokens": 1, **QWEN3_8B}),
+        Case("gptj", "GPT-J layout: interleaved pairs (2i, 2i+1)", {"tokens": 17, **QWEN3_8B}, {"is_neox": False}),
+        Case("out-of-place", "separate outputs, poisoned before the run", {"tokens": 9, **QWEN3_8B}, {"out_of_place": True}),
+        Case("qkv-view", "q and k strided views into one fused QKV buffer", {"tokens": 11, **QWEN3_8B}, {"qkv_view": True}),
+        Case("odd-heads", "non-power-of-two head counts and head size 80: masked heads and pairs", {"tokens": 6, "q_heads": 12, "kv_heads": 3, "head_size": 80}),
+        Case("gptj-odd", "GPT-J layout with masked heads and pairs", {"tokens": 5, "q_heads": 12, "kv_heads": 3, "head_size": 80}, {"is_neox": False}),
+        Case("bf16-cache", "cos/sin cache stored in the model dtype, as some engines keep it", {"tokens": 8, **QWEN3_8B}, {"cache_dtype": torch.bfloat16}),
+        Case("near-limit", "|q|, |k| up to a quarter of the dtype maximum; far positions (up to 131071)", {"tokens": 4, **QWEN3_8B}, {"scale": 1e4, "max_position": 131072}),
+        Case("largest", "largest benchmark shape, T=16384", {"tokens": 16384, **QWEN3_8B}, large=True),
+    ),
+    bench_shapes=tuple({"tokens": t, **QWEN3_8B} for t in TOKENS),
+    tolerances=TOLERANCES,
+    bytes=lambda s, dt: (2 * s["tokens"] * (s["q_heads"] + s["kv_heads"]) * s["head_size"] * dt.itemsize
+                         + s["tokens"] * s["head_size"] * 4 + 8 * s["tokens"]),
+    flops=lambda s: 3 * s["tokens"] * (s["q_heads"] + s["kv_heads"]) * s["head_size"],
+    catalog=(
+        "norm-rope/rotary-embedding-layouts", "triton-cuda/fp32-accumulation", "triton-cuda/int64-offsets",
+        "triton-cuda/masks-on-tail-blocks", "triton-cuda/constexpr-block-sizes", "triton-cuda/autotune-keys",
+        "triton-cuda/declared-fallbacks",
+    ),
+    fallbacks=("dtype not bf16/fp16/fp32", "head dimension not unit-stride", "partial rotary (rot < head size)",
+               "no Triton backend for the device"),
+    out_args=("query_out", "key_out"),
+    peers={"liger": _liger},
+)
