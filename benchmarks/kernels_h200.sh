@@ -5,15 +5,28 @@
 #   KCHECK_COMMIT=$(git rev-parse HEAD) benchmarks/kernels_h200.sh [RESULTS_JSON] [LOG]
 #
 # Wheels in .whl/ (for example liger-kernel, a benchmark peer) are installed first when present.
-set -euo pipefail
+# Verification and benchmark run as two processes, so a failure in one still leaves the other's
+# output; their JSON is merged into RESULTS_JSON at the end.
+set -uo pipefail
 results=${1:-kernels/results/h200.json}
 log=${2:-${results%.json}.log}
 site=$(mktemp -d)
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl
 fi
-python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target "$site" .
+python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target "$site" . || exit 2
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export KCHECK_COMMIT=${KCHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$log"
-python3 -m kcheck.kernels all --out "$results" 2>&1 | tee -a "$log"
+python3 -m kcheck.kernels verify --out "$results.verify" 2>&1 | tee -a "$log"
+python3 -m kcheck.kernels bench --out "$results.bench" 2>&1 | tee -a "$log"
+python3 - "$results" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+parts = [json.load(open(p)) for p in (out + ".verify", out + ".bench") if os.path.exists(p)]
+merged = {**parts[0], **{k: v for p in parts for k, v in p.items() if k in ("ceilings", "date") and p.get("rows")}}
+merged["verify"] = [c for p in parts for c in p["verify"]]
+merged["rows"] = [r for p in parts for r in p["rows"]]
+json.dump(merged, open(out, "w"), indent=1)
+PY
+rm -f "$results.verify" "$results.bench"

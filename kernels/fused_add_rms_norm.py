@@ -36,7 +36,6 @@ from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKE
         triton.Config({"ROWS": 1}, num_warps=8),
         triton.Config({"ROWS": 1}, num_warps=4),
         triton.Config({"ROWS": 1}, num_warps=16),
-        triton.Config({"ROWS": 2}, num_warps=8),
         triton.Config({"ROWS": 4}, num_warps=16),
     ),
     key=["N", "TOKEN_BUCKET"],

@@ -53,7 +53,6 @@ def _round_to_e4m3(v):
         triton.Config({"ROWS": 1}, num_warps=8),
         triton.Config({"ROWS": 1}, num_warps=4),
         triton.Config({"ROWS": 1}, num_warps=16),
-        triton.Config({"ROWS": 2}, num_warps=8),
         triton.Config({"ROWS": 4}, num_warps=16),
     ),
     key=["N", "TOKEN_BUCKET"],

@@ -51,7 +51,6 @@ def _rotate(
 @triton.autotune(
     configs=configs(
         triton.Config({}, num_warps=4),
-        triton.Config({}, num_warps=1),
         triton.Config({}, num_warps=2),
         triton.Config({}, num_warps=8),
     ),

@@ -29,8 +29,6 @@ from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
         triton.Config({"BLOCK_I": 2048}, num_warps=4),
         triton.Config({"BLOCK_I": 2048}, num_warps=8),
         triton.Config({"BLOCK_I": 4096}, num_warps=8),
-        triton.Config({"BLOCK_I": 4096}, num_warps=16),
-        triton.Config({"BLOCK_I": 512}, num_warps=2),
     ),
     key=["I", "TOKEN_BUCKET"],
 )
