@@ -265,3 +265,10 @@ def project_root(directory: Path) -> Path:
         if (folder / ".git").exists():
             return folder
     return directory
+
+
+def clear_caches() -> None:
+    """Forget discovered configuration files (for long-lived processes and tests)."""
+    find_config_file.cache_clear()
+    config_for.cache_clear()
+    project_root.cache_clear()

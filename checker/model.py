@@ -72,6 +72,7 @@ class TimedRegion:
     function: cst.CSTNode | None = None
     exempt: set[int] = field(default_factory=set)  # ids of exempt nodes
     synced_before_stop: bool = True
+    stop: cst.CSTNode | None = None  # the statement that ends the region (host timers)
 
 
 @dataclass
@@ -403,7 +404,7 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
             synced = bool(exempt) or any(model.sync_kind(c, function) for c in _statement_calls(stmts[stop]))
             model.timed_regions.append(TimedRegion(
                 "host-timer", "a host-timer window (perf_counter() ... perf_counter())",
-                inner, function, exempt, synced))
+                inner, function, exempt, synced, stmts[stop]))
         for stmt in stmts:
             if isinstance(stmt, cst.With):
                 for item in stmt.items:

@@ -45,3 +45,13 @@ def run_kcheck():
         return result.exit_code, result.stdout, result.stderr
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _fresh_config_caches():
+    """Each test sees the configuration files as they are now."""
+    from kcheck.config import clear_caches
+
+    clear_caches()
+    yield
+    clear_caches()

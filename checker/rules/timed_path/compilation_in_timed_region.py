@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.timed_path import COMPILE_NAMES, TIMED, TIMER_TEXT, hot_gate, report_calls, timed_gate
+
+
+class CompilationInTimedRegion(Rule):
+    """Compiling inside a measured region or a per-step path.
+
+    ## What it does
+    Finds `torch.compile(...)`, `torch._dynamo.optimize(...)`, `triton.compile(...)` and
+    `torch.utils.cpp_extension.load_inline/load(...)` called inside a CUDA-event window, a
+    callable given to `do_bench`, a host-timer window, or a per-step hot path.
+
+    ## Why is this bad?
+    Compilation takes seconds; inside a timed region it swamps the kernel's microseconds, and a
+    warm-up that ran a different callable does not help. In a `forward` it rebuilds the
+    compiled wrapper on every call, so the cache lookup or the compile runs every step.
+
+    ## Example
+    ```python
+    start.record()
+    out = torch.compile(rms_norm)(x, w)
+    end.record()
+    ```
+
+    ## Use instead
+    ```python
+    compiled = torch.compile(rms_norm)
+    compiled(x, w)  # warm-up: compile outside the window
+    start.record()
+    out = compiled(x, w)
+    end.record()
+    ```
+    """
+
+    CODE = "KC205"
+    NAME = "compilation-in-timed-region"
+    MESSAGE = "{what}{helper} in {region}: compilation lands in the measurement"
+    SEVERITY = "error"
+    KNOWLEDGE = ("measuring/warmup-and-compilation", "measuring/keep-timed-path-clean")
+    VALID = [
+        """
+import torch
+def bench(fn, x):
+    compiled = torch.compile(fn)
+    compiled(x)
+    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    compiled(x)
+    end.record()
+""",
+    ]
+    INVALID = [
+        """
+import torch
+def bench(fn, x):
+    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    y = torch.compile(fn)(x)
+    end.record()
+""",
+        """
+import torch
+class Block(torch.nn.Module):
+    def forward(self, x):
+        return torch.compile(self.mlp)(x)
+""",
+    ]
+    PREFILTER = (r"compile|optimize|load_inline|cpp_extension",)
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return timed_gate(summary, COMPILE_NAMES) or hot_gate(summary, config, COMPILE_NAMES)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        report_calls(self, TIMED + ("hot-path",), self.model.compile_kind, self.MESSAGE)

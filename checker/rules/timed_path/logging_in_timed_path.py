@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.timed_path import LOG_NAMES, TIMED, graph_gate, hot_gate, region_calls, timed_gate
+
+
+class LoggingInTimedPath(Rule):
+    """Printing or logging inside a measured region, a graph capture, or tensors in a hot path.
+
+    ## What it does
+    Finds `print()`, `logging`/`logger` calls and `warnings.warn` inside a CUDA-event window, a
+    callable given to `do_bench`, a host-timer window or a `torch.cuda.graph` capture, and, in
+    per-step hot paths (`forward`, decode and step functions), `print()` anywhere and logging
+    calls that format a tensor argument of the function. Device-side prints
+    (`tl.device_print`) are not reported.
+
+    ## Why is this bad?
+    Formatting a tensor copies it to the host and synchronizes; even a plain string costs
+    microseconds of host time per call, which a benchmark then reports as kernel time. In a
+    hot path it runs every step; inside a graph capture it runs once at capture and never again,
+    so the log lies about what replays do.
+
+    ## Example
+    ```python
+    def forward(self, x, residual):
+        logger.debug("residual: %s", residual)
+        return fused_add_rms_norm(x, residual, self.weight, self.eps)
+    ```
+
+    ## Use instead
+    ```python
+    def forward(self, x, residual):
+        return fused_add_rms_norm(x, residual, self.weight, self.eps)
+    ```
+    """
+
+    CODE = "KC204"
+    NAME = "logging-in-timed-path"
+    MESSAGE = "{what}{helper} in {region}: host work and, for tensors, a sync on the measured path"
+    SEVERITY = "warning"
+    KNOWLEDGE = ("measuring/keep-timed-path-clean",)
+    VALID = [
+        """
+import logging, torch
+logger = logging.getLogger(__name__)
+def bench(fn, x):
+    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn(x)
+    end.record()
+    torch.cuda.synchronize()
+    logger.info("took %.3f ms", start.elapsed_time(end))
+""",
+        """
+import logging, torch
+logger = logging.getLogger(__name__)
+class Layer(torch.nn.Module):
+    def forward(self, x):
+        logger.debug("running layer %s", self.name)
+        return x * 2
+""",
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def kernel(x_ptr):
+    tl.device_print("x", tl.load(x_ptr))
+""",
+    ]
+    INVALID = [
+        """
+import torch
+def bench(fn, x):
+    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(10):
+        y = fn(x)
+        print(i, y)
+    end.record()
+""",
+        """
+import logging, torch
+logger = logging.getLogger(__name__)
+class Layer(torch.nn.Module):
+    def forward(self, x, residual):
+        logger.debug("residual: %s", residual)
+        return x + residual
+""",
+    ]
+    PREFILTER = (r"print|log|warn|write",)
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return timed_gate(summary, LOG_NAMES) or graph_gate(summary, LOG_NAMES) or hot_gate(summary, config, LOG_NAMES)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        model = self.model
+        for region, call, via in region_calls(model, TIMED + ("graph-capture", "hot-path")):
+            what = model.log_kind(call)
+            if not what:
+                continue
+            if region.kind == "hot-path" and what != "print()" and not self._formats_argument(call, region.function):
+                continue
+            where = via if via is not None else call
+            helper = f" (inside {model.dotted(via.func)}())" if via is not None else ""
+            self.report(where, what=what, helper=helper, region=region.label)
+
+    @staticmethod
+    def _formats_argument(call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """Whether a logging call passes one of the function's parameters (a tensor, in a forward)."""
+        if function is None:
+            return False
+        params = {p.name.value for p in function.params.params if p.name.value not in ("self", "cls")}
+        for arg in call.args:
+            value = arg.value
+            if isinstance(value, cst.Name) and value.value in params:
+                return True
+            if isinstance(value, cst.FormattedString):
+                for part in value.parts:
+                    if isinstance(part, cst.FormattedStringExpression) and isinstance(part.expression, cst.Name) \
+                            and part.expression.value in params:
+                        return True
+        return False

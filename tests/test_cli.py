@@ -1,0 +1,119 @@
+"""The kcheck command: exit codes, output formats, stdin, rule docs, parse errors."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import REPO
+
+BENCH = """import torch
+def bench(fn, x):
+    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn(x).item()
+    end.record()
+"""
+
+
+def test_exit_codes_follow_ruff(tmp_path, run_kcheck, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "clean.py").write_text("import torch\nx = torch.ones(3)\n")
+    (tmp_path / "bench.py").write_text(BENCH)
+    assert run_kcheck("check", "clean.py")[0] == 0
+    assert run_kcheck("check", "bench.py")[0] == 1
+    assert run_kcheck("check", "--exit-zero", "bench.py")[0] == 0
+    assert run_kcheck("check", "--fail-level", "error", "bench.py")[0] == 1
+    assert run_kcheck("check", "--ignore", "KC201", "bench.py")[0] == 0
+    assert run_kcheck("check", "-o", "nonsense", "bench.py")[0] == 2
+    code, _, err = run_kcheck("check", "missing.py")
+    assert code == 2 and "missing.py: no such file" in err
+
+
+def test_concise_line_format(tmp_path, run_kcheck, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.py").write_text(BENCH)
+    _, out, _ = run_kcheck("check", "bench.py")
+    assert out.splitlines()[0].startswith("bench.py:5:5: KC201 [host-sync-in-timed-region] .item() in a CUDA-event window")
+
+
+def test_full_format_shows_source_and_links(tmp_path, run_kcheck, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.py").write_text(BENCH)
+    _, out, _ = run_kcheck("check", "-o", "full", "bench.py")
+    assert ">     5 |     fn(x).item()" in out
+    assert "rules/host-sync-in-timed-region/" in out
+    assert "catalog/measuring/host-syncs/" in out
+
+
+def test_json_has_ruff_fields(tmp_path, run_kcheck, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.py").write_text(BENCH)
+    _, out, _ = run_kcheck("check", "-o", "json", "bench.py")
+    (item,) = json.loads(out)
+    assert item["code"] == "KC201" and item["name"] == "host-sync-in-timed-region"
+    assert item["filename"] == "bench.py"
+    assert item["location"] == {"row": 5, "column": 5}
+    assert item["end_location"]["row"] == 5
+    assert item["url"].endswith("/rules/host-sync-in-timed-region/")
+    assert item["severity"] == "error" and len(item["fingerprint"]) == 16
+
+
+def test_several_formats_in_one_run(tmp_path, run_kcheck, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.py").write_text(BENCH)
+    code, out, _ = run_kcheck("check", "-o", "json:out/report.json", "-o", "concise", "bench.py")
+    assert code == 1 and "KC201" in out
+    assert json.loads((tmp_path / "out" / "report.json").read_text())[0]["code"] == "KC201"
+
+
+def test_stdin_with_filename(tmp_path, run_kcheck, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_kcheck("check", "-", "--stdin-filename", "pkg/bench.py", input=BENCH)
+    assert code == 1 and out.startswith("pkg/bench.py:5:5: KC201")
+
+
+def test_parse_error_and_bad_encoding_are_findings_not_crashes(tmp_path, run_kcheck, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.py").write_text("def forward(self, x)\n    return x\n")
+    (tmp_path / "latin.py").write_bytes(b"x = '\xe9'\n")
+    (tmp_path / "empty.py").write_text("")
+    (tmp_path / "bench.py").write_text(BENCH)
+    code, out, err = run_kcheck("check", "--no-cache", ".")
+    assert code == 1, err
+    lines = out.splitlines()
+    assert any(l.startswith("broken.py:1:") and "KC900" in l for l in lines)
+    assert any(l.startswith("latin.py:1:") and "KC900" in l and "not UTF-8" in l for l in lines)
+    assert any(l.startswith("bench.py:5:5: KC201") for l in lines)
+    assert not any(l.startswith("empty.py") for l in lines)
+
+
+def test_statistics_counts_per_rule(tmp_path, run_kcheck, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text(BENCH)
+    (tmp_path / "b.py").write_text(BENCH)
+    _, out, _ = run_kcheck("check", "--statistics", ".")
+    assert out.split() == ["2", "KC201", "host-sync-in-timed-region"]
+
+
+def test_rule_and_rules_commands(run_kcheck):
+    code, out, _ = run_kcheck("rule", "KC201")
+    assert code == 0 and "## What it does" in out and "measuring/host-syncs" in out
+    code, out, _ = run_kcheck("rule", "host-sync-in-timed-region", "--format", "json")
+    assert json.loads(out)["code"] == "KC201"
+    assert run_kcheck("rule", "KC777")[0] == 2
+    code, out, _ = run_kcheck("rules", "--format", "json")
+    codes = [r["code"] for r in json.loads(out)]
+    assert codes == sorted(codes) and "KC201" in codes and "KC900" in codes
+
+
+def test_repository_is_clean_under_its_own_checker(run_kcheck, monkeypatch):
+    monkeypatch.chdir(REPO)
+    code, out, err = run_kcheck("check", "--no-cache", ".")
+    assert code == 0, out + err
+
+
+def test_example_tree_has_findings_in_every_family(run_kcheck, monkeypatch):
+    monkeypatch.chdir(REPO)
+    code, out, _ = run_kcheck("check", "--no-cache", "--exit-zero", "-o", "json", "examples")
+    families = {item["code"][:3] for item in json.loads(out)}
+    assert {"KC1", "KC2", "KC3", "KC4", "KC5"} <= families, families
