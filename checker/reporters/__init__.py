@@ -2,6 +2,10 @@
 
 ``--output-format NAME[:FILE]`` may be given several times; :func:`write_all` renders each
 format once and writes it to its file (atomically) or to stdout.
+
+Reporters receive every finding the scan produced, in-source suppressed ones included (marked
+by ``Finding.suppressed``); findings hidden by the diff filter or the baseline are not among them
+but in ``ReportContext.hidden``, each with the reason it is hidden.
 """
 
 from __future__ import annotations
@@ -20,7 +24,18 @@ FORMATS = {
     "concise": "text",
     "full": "text",
     "json": "json",
+    "json-lines": "json",
+    "sarif": "sarif",
+    "github": "github",
+    "rdjson": "rdjson",
+    "rdjsonl": "rdjson",
+    "markdown": "markdown",
+    "junit": "junit",
 }
+
+# Why a finding is in ReportContext.hidden.
+OUTSIDE_DIFF = "outside-diff"
+BASELINED = "baselined"
 
 
 @dataclass
@@ -31,8 +46,9 @@ class ReportContext:
     cwd: Path = field(default_factory=Path.cwd)
     docs_url: str = DEFAULT_DOCS_URL
     files: int = 0
-    hidden: list[Finding] = field(default_factory=list)  # found, but outside the diff or baselined
+    hidden: list[tuple[Finding, str]] = field(default_factory=list)  # (finding, OUTSIDE_DIFF or BASELINED)
     format: str = "concise"
+    _repo_root: Path | None = field(default=None, repr=False)
 
     def display_path(self, finding: Finding) -> str:
         """The path as the user should click it: relative to the current folder."""
@@ -41,6 +57,32 @@ class ReportContext:
             return os.path.relpath(absolute, self.cwd)
         except ValueError:
             return str(absolute)
+
+    @property
+    def repo_root(self) -> Path:
+        """The top of the git work tree that holds ``root`` (``root`` itself outside git)."""
+        if self._repo_root is None:
+            from kcheck.diff import git_toplevel
+
+            self._repo_root = git_toplevel(self.root) or self.root
+        return self._repo_root
+
+    def repo_path(self, finding: Finding) -> str:
+        """The path relative to the repository's top, forward slashes: what GitHub, SARIF and
+        reviewdog expect (the project root may be a subfolder of the repository)."""
+        if self.repo_root == self.root:
+            return finding.path
+        return Path(os.path.relpath(self.root / finding.path, self.repo_root)).as_posix()
+
+    def source_lines(self, finding: Finding) -> list[str]:
+        """The lines of the finding's file (empty when it cannot be read); cached per path."""
+        cache = self.__dict__.setdefault("_lines", {})
+        if finding.path not in cache:
+            try:
+                cache[finding.path] = (self.root / finding.path).read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                cache[finding.path] = []
+        return cache[finding.path]
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:

@@ -1,4 +1,10 @@
-"""``json``: a list of objects (suppressed findings left out) with ruff's fields, plus ``severity``, ``fingerprint`` and the catalog ids."""
+"""``json`` (a list) and ``json-lines`` (one object a line): ruff's fields, plus ``severity``,
+``fingerprint`` and the catalog ids.
+
+In-source suppressed findings are left out. Findings hidden by ``--diff-base`` or ``--baseline``
+follow the others, each with ``"hidden": "outside-diff"`` or ``"baselined"``; they never count
+for the exit code. ``kcheck comment`` reads this list back (:func:`load`).
+"""
 
 from __future__ import annotations
 
@@ -26,5 +32,58 @@ def as_object(f: Finding, ctx) -> dict:
     }
 
 
+def objects(findings: list[Finding], ctx) -> list[dict]:
+    out = [as_object(f, ctx) for f in findings if f.suppressed is None]
+    for f, why in ctx.hidden:
+        out.append({**as_object(f, ctx), "hidden": why})
+    return out
+
+
 def render(findings: list[Finding], ctx) -> str:
-    return json.dumps([as_object(f, ctx) for f in findings if f.suppressed is None], indent=2) + "\n"
+    items = objects(findings, ctx)
+    if ctx.format == "json-lines":
+        return "".join(json.dumps(item) + "\n" for item in items)
+    return json.dumps(items, indent=2) + "\n"
+
+
+def from_object(item: dict) -> Finding:
+    """The finding an object of :func:`as_object` describes (``url`` and ``fingerprint`` kept)."""
+    return Finding(
+        code=item["code"], name=item["name"], message=item["message"], severity=item["severity"],
+        path=item["filename"], line=item["location"]["row"], column=item["location"]["column"],
+        end_line=item["end_location"]["row"], end_column=item["end_location"]["column"],
+        knowledge=tuple(k["id"] if isinstance(k, dict) else k for k in item.get("knowledge", ())),
+        url=item.get("url", ""), context=item.get("context", ""), source_line=item.get("source_line", ""),
+        fingerprint=item.get("fingerprint", ""),
+    )
+
+
+def load(text: str, name: str = "<results>") -> tuple[list[Finding], list[tuple[Finding, str]]]:
+    """(shown, hidden) findings from ``json`` or ``json-lines`` output; ValueError names the
+    file and line of anything malformed."""
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{name}:{getattr(exc, 'lineno', 1)}: not valid JSON: {getattr(exc, 'msg', exc)}") from None
+        numbered = [(1, item) for item in items]
+    else:
+        numbered = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    numbered.append((n, json.loads(line)))
+                except ValueError as exc:
+                    raise ValueError(f"{name}:{n}: not valid JSON: {getattr(exc, 'msg', exc)}") from None
+    shown, hidden = [], []
+    for n, item in numbered:
+        try:
+            f = from_object(item)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{name}:{n}: not a kcheck finding (missing {exc})") from None
+        if isinstance(item, dict) and item.get("hidden"):
+            hidden.append((f, str(item["hidden"])))
+        else:
+            shown.append(f)
+    return shown, hidden

@@ -1,0 +1,126 @@
+"""``sarif``: SARIF 2.1.0 for GitHub code scanning and other SARIF viewers.
+
+Every rule is described in ``tool.driver.rules`` (its docs as ``help.markdown``, its page as
+``helpUri``); each result carries the level from its severity, a path relative to the
+repository's top, and ``partialFingerprints`` from the finding's line-number-free fingerprint so
+alerts follow code that moves. In-source suppressed findings are included with a
+``suppressions`` entry holding their justification, as the format intends.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kcheck import __version__
+from kcheck.finding import Finding
+
+SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+LEVELS = {"error": "error", "warning": "warning", "info": "note"}
+FINGERPRINT_KEY = "kcheck/v1"
+
+
+def _catalog():
+    try:
+        from kcheck.catalog import load_catalog
+
+        return load_catalog()
+    except Exception:  # noqa: BLE001 - titles are a nicety; links still work without them
+        return None
+
+
+def catalog_title(cat, entry_id: str) -> str:
+    if cat is None:
+        return entry_id
+    try:
+        return str(cat.get(entry_id).get("title") or entry_id)
+    except KeyError:
+        return entry_id
+
+
+def catalog_url(entry_id: str, docs_url: str) -> str:
+    return f"{docs_url.rstrip('/')}/catalog/{entry_id}/"
+
+
+def help_markdown(rule, docs_url: str, cat) -> str:
+    """The rule's docs as Markdown: its sections, then its catalog entries as links."""
+    docs = rule.docs()
+    parts = [docs.get("summary", "")]
+    for section, text in docs.items():
+        if section != "summary":
+            parts.append(f"## {section}\n\n{text}")
+    if rule.KNOWLEDGE:
+        links = "\n".join(f"- [{catalog_title(cat, k)}]({catalog_url(k, docs_url)})" for k in rule.KNOWLEDGE)
+        parts.append(f"## References\n\n{links}")
+    return "\n\n".join(p for p in parts if p)
+
+
+def rule_descriptor(rule, docs_url: str, cat) -> dict:
+    from kcheck.explain import rule_record
+
+    record = rule_record(rule, docs_url)
+    docs = record["docs"]
+    summary = docs.get("summary", "").splitlines()[0] if docs.get("summary") else rule.NAME
+    full = " ".join(docs.get("What it does", summary).split())
+    markdown = help_markdown(rule, docs_url, cat)
+    return {
+        "id": rule.CODE,
+        "name": rule.NAME,
+        "shortDescription": {"text": summary},
+        "fullDescription": {"text": full},
+        "help": {"text": f"{full}\n\nDocs: {record['url']}", "markdown": markdown},
+        "helpUri": record["url"],
+        "defaultConfiguration": {"level": LEVELS[rule.SEVERITY]},
+        "properties": {"tags": ["kcheck", record["family"]], "knowledge": list(rule.KNOWLEDGE)},
+    }
+
+
+def result(f: Finding, index: int | None, ctx) -> dict:
+    region = {"startLine": f.line, "startColumn": f.column}
+    if (f.end_line, f.end_column) > (f.line, f.column):
+        region.update(endLine=f.end_line, endColumn=f.end_column)
+    out = {
+        "ruleId": f.code,
+        "level": LEVELS.get(f.severity, "warning"),
+        "message": {"text": f"{f.message} ({f.name})"},
+        "locations": [{
+            "physicalLocation": {
+                "artifactLocation": {"uri": ctx.repo_path(f), "uriBaseId": "%SRCROOT%"},
+                "region": region,
+            },
+        }],
+        "partialFingerprints": {FINGERPRINT_KEY: f.fingerprint},
+    }
+    if index is not None:
+        out["ruleIndex"] = index
+    if f.context:
+        out["locations"][0]["logicalLocations"] = [{"fullyQualifiedName": f.context}]
+    if f.suppressed is not None:
+        out["suppressions"] = [{"kind": "inSource", "justification": f.suppressed}]
+    return out
+
+
+def document(findings: list[Finding], ctx) -> dict:
+    from kcheck.registry import all_rules
+
+    cat = _catalog()
+    rules = list(all_rules())
+    index = {r.CODE: i for i, r in enumerate(rules)}
+    return {
+        "$schema": SCHEMA_URI,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "kcheck",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": ctx.docs_url,
+                "rules": [rule_descriptor(r, ctx.docs_url, cat) for r in rules],
+            }},
+            "columnKind": "unicodeCodePoints",
+            "results": [result(f, index.get(f.code), ctx) for f in findings],
+        }],
+    }
+
+
+def render(findings: list[Finding], ctx) -> str:
+    return json.dumps(document(findings, ctx), indent=2, ensure_ascii=False) + "\n"
