@@ -36,6 +36,9 @@ from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKE
         triton.Config({"ROWS": 1}, num_warps=8),
         triton.Config({"ROWS": 1}, num_warps=4),
         triton.Config({"ROWS": 1}, num_warps=16),
+        triton.Config({"ROWS": 2}, num_warps=4),
+        triton.Config({"ROWS": 2}, num_warps=8),
+        triton.Config({"ROWS": 4}, num_warps=8),
         triton.Config({"ROWS": 4}, num_warps=16),
     ),
     key=["N", "TOKEN_BUCKET"],
@@ -65,12 +68,12 @@ def _fused_add_rms_norm_kernel(
     mask = (rows < M) & (cols < N)
     x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
     r = tl.load(r_ptr + rows * stride_rm + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # in flight with x and r
     # Round the sum to the storage dtype first, so the norm sees exactly the stored residual.
     s = (x + r).to(rout_ptr.dtype.element_ty)
     tl.store(rout_ptr + rows * stride_rom + cols, s, mask=mask)
     sf = s.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(sf * sf, axis=1) / N + eps)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows * stride_om + cols, (sf * rstd[:, None] * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -32,6 +32,9 @@ MAX_HIDDEN = 65536
         triton.Config({"ROWS": 1}, num_warps=8),
         triton.Config({"ROWS": 1}, num_warps=4),
         triton.Config({"ROWS": 1}, num_warps=16),
+        triton.Config({"ROWS": 2}, num_warps=4),
+        triton.Config({"ROWS": 2}, num_warps=8),
+        triton.Config({"ROWS": 4}, num_warps=8),
         triton.Config({"ROWS": 4}, num_warps=16),
     ),
     key=["N", "TOKEN_BUCKET"],
@@ -55,9 +58,9 @@ def _rms_norm_kernel(
     cols = tl.arange(0, BLOCK_N)[None, :]
     mask = (rows < M) & (cols < N)
     x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # in flight with x, not after the sum
     # fp32 sum of squares: bf16 would lose the small terms, fp16 would overflow at |x| > 256.
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     y = x * rstd[:, None] * w
     tl.store(out_ptr + rows * stride_om + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 

@@ -31,26 +31,27 @@ from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
 
 @triton.jit
-def _rotate(
-    x_ptr, o_ptr, stride_h, stride_oh, H, cos, sin, i,
-    HALF: tl.constexpr, BLOCK_H: tl.constexpr, IS_NEOX: tl.constexpr,
-):
-    """Rotate the [H, D] heads of one token from x_ptr into o_ptr (which may be x_ptr)."""
+def _pairs(x_ptr, stride_h, H, i, HALF: tl.constexpr, BLOCK_H: tl.constexpr, IS_NEOX: tl.constexpr):
+    """Offsets of the two halves of each rotation pair in [H, D] heads, and their mask."""
     h = tl.arange(0, BLOCK_H)[:, None]
     # NeoX pairs element i with i + D/2; GPT-J pairs 2i with 2i + 1.
-    first = i * 2 if not IS_NEOX else i
+    first = h * stride_h + (i if IS_NEOX else i * 2)
     second = first + (HALF if IS_NEOX else 1)
-    mask = (h < H) & (i < HALF)
-    a = tl.load(x_ptr + h * stride_h + first, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(x_ptr + h * stride_h + second, mask=mask, other=0.0).to(tl.float32)
+    return first, second, (h < H) & (i < HALF)
+
+
+@triton.jit
+def _rotate(a, b, o_ptr, first, second, mask, cos, sin):
+    """Store the rotated pairs (a, b) at o_ptr, in o_ptr's dtype."""
     ty = o_ptr.dtype.element_ty
-    tl.store(o_ptr + h * stride_oh + first, (a * cos - b * sin).to(ty), mask=mask)
-    tl.store(o_ptr + h * stride_oh + second, (b * cos + a * sin).to(ty), mask=mask)
+    tl.store(o_ptr + first, (a * cos - b * sin).to(ty), mask=mask)
+    tl.store(o_ptr + second, (b * cos + a * sin).to(ty), mask=mask)
 
 
 @triton.autotune(
     configs=configs(
         triton.Config({}, num_warps=4),
+        triton.Config({}, num_warps=1),
         triton.Config({}, num_warps=2),
         triton.Config({}, num_warps=8),
     ),
@@ -82,10 +83,20 @@ def _rotary_embedding_kernel(
     t = tl.program_id(0).to(tl.int64)  # int64: t * stride exceeds 2^31 for long prefills of wide QKV
     pos = tl.load(pos_ptr + t).to(tl.int64)
     i = tl.arange(0, BLOCK_HALF)[None, :]
+    # Issue the q and k loads before the cache loads, whose address waits on the position.
+    qf, qs, qm = _pairs(q_ptr, stride_qh, HQ, i, HALF, BLOCK_HQ, IS_NEOX)
+    kf, ks, km = _pairs(k_ptr, stride_kh, HK, i, HALF, BLOCK_HK, IS_NEOX)
+    q_row, k_row = q_ptr + t * stride_qt, k_ptr + t * stride_kt
+    qa = tl.load(q_row + qf, mask=qm, other=0.0).to(tl.float32)
+    qb = tl.load(q_row + qs, mask=qm, other=0.0).to(tl.float32)
+    ka = tl.load(k_row + kf, mask=km, other=0.0).to(tl.float32)
+    kb = tl.load(k_row + ks, mask=km, other=0.0).to(tl.float32)
     cos = tl.load(cache_ptr + pos * stride_cache + i, mask=i < HALF, other=0.0).to(tl.float32)
     sin = tl.load(cache_ptr + pos * stride_cache + HALF + i, mask=i < HALF, other=0.0).to(tl.float32)
-    _rotate(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh, HQ, cos, sin, i, HALF, BLOCK_HQ, IS_NEOX)
-    _rotate(k_ptr + t * stride_kt, ko_ptr + t * stride_kot, stride_kh, stride_koh, HK, cos, sin, i, HALF, BLOCK_HK, IS_NEOX)
+    qof, qos, _ = _pairs(qo_ptr, stride_qoh, HQ, i, HALF, BLOCK_HQ, IS_NEOX)
+    kof, kos, _ = _pairs(ko_ptr, stride_koh, HK, i, HALF, BLOCK_HK, IS_NEOX)
+    _rotate(qa, qb, qo_ptr + t * stride_qot, qof, qos, qm, cos, sin)
+    _rotate(ka, kb, ko_ptr + t * stride_kot, kof, kos, km, cos, sin)
 
 
 def _rotate_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> torch.Tensor:

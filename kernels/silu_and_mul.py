@@ -25,10 +25,13 @@ from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
 @triton.autotune(
     configs=configs(
+        triton.Config({"BLOCK_I": 2048}, num_warps=8),
         triton.Config({"BLOCK_I": 1024}, num_warps=4),
         triton.Config({"BLOCK_I": 2048}, num_warps=4),
-        triton.Config({"BLOCK_I": 2048}, num_warps=8),
         triton.Config({"BLOCK_I": 4096}, num_warps=8),
+        triton.Config({"BLOCK_I": 4096}, num_warps=16),
+        triton.Config({"BLOCK_I": 8192}, num_warps=16),
+        triton.Config({"BLOCK_I": 16384}, num_warps=16),
     ),
     key=["I", "TOKEN_BUCKET"],
 )
