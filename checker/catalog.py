@@ -355,7 +355,7 @@ def _integrity(catalog: Catalog, docs: dict[Path, _Document], rules: Iterable[ty
             seen_topics.add(topic.get("id"))
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
         if folder.name not in catalog.topics:
-            problems.append(Problem(_rel(folder, root), 1, "", f"topic folder {folder.name!r} is not listed in {INDEX_FILE}"))
+            report(index_path, ["topics"], f"topic folder {folder.name!r} has no entry here")
     for body in sorted(root.glob("*/*.md")):
         if not body.with_suffix(".yaml").is_file():
             problems.append(Problem(_rel(body, root), 1, "", f"Markdown body without an entry {body.stem}.yaml beside it"))
@@ -370,8 +370,9 @@ def _integrity(catalog: Catalog, docs: dict[Path, _Document], rules: Iterable[ty
             report(sources_path, ["sources", i, "id"], f"duplicate source id {sid!r}")
         seen_sources.add(sid)
 
-    # Entries.
+    # Entries. Measured facts name their results file, registered as a `measurement` source.
     used_sources: set[str] = set()
+    measurements = {s.get("path"): sid for sid, s in catalog.sources.items() if s.get("kind") == "measurement"}
     facts_by_key: dict[str, set[str]] = {
         eid: {f.get("key") for f in e.get("facts", []) if isinstance(f, dict) and f.get("key")}
         for eid, e in catalog.entries.items()
@@ -387,7 +388,7 @@ def _integrity(catalog: Catalog, docs: dict[Path, _Document], rules: Iterable[ty
                 report(path, ["id"], f"duplicate id {declared!r} (also in {_rel(ids_seen[declared], root)})")
             ids_seen.setdefault(declared, path)
         topic = entry_id.split("/")[0]
-        if entry.get("topic") != topic:
+        if entry.get("topic") in catalog.topics and entry.get("topic") != topic:
             report(path, ["topic"], f"topic {entry.get('topic')!r} does not match its folder {topic!r}")
         for i, other in enumerate(entry.get("related") or []):
             if other == entry_id:
@@ -399,16 +400,19 @@ def _integrity(catalog: Catalog, docs: dict[Path, _Document], rules: Iterable[ty
             if sid not in catalog.sources:
                 report(path, ["sources", i], f"unknown source {sid!r}")
             used_sources.add(sid)
-        cited = set()
+        cited: set[str] = set()
+        cited_unlisted: set[str] = set()
         for i, fact in enumerate(entry.get("facts") or []):
             if not isinstance(fact, dict):
                 continue
             sid = fact.get("source")
             if isinstance(sid, str):
                 cited.add(sid)
+                used_sources.add(sid)
                 if sid not in catalog.sources:
                     report(path, ["facts", i, "source"], f"unknown source {sid!r}")
-                elif sid not in listed:
+                elif sid not in listed and sid not in cited_unlisted:
+                    cited_unlisted.add(sid)
                     report(path, ["facts", i, "source"], f"source {sid!r} is cited here but not listed in sources")
             for j, ref in enumerate(fact.get("inputs") or []):
                 match = _FACT_REF.match(str(ref))
@@ -417,6 +421,11 @@ def _integrity(catalog: Catalog, docs: dict[Path, _Document], rules: Iterable[ty
                 elif match and match["key"] not in facts_by_key.get(match["id"], set()):
                     report(path, ["facts", i, "inputs", j], f"entry {match['id']!r} has no fact with key {match['key']!r}")
             if fact.get("evidence") == "measured" and fact.get("results"):
+                sid = measurements.get(fact["results"])
+                if sid is None:
+                    report(path, ["facts", i, "results"],
+                           f"results file {fact['results']!r} is not registered as a measurement source")
+                used_sources.add(sid)
                 message = _check_measured(root, fact)
                 if message:
                     report(path, ["facts", i, "results"], message)
