@@ -1,15 +1,97 @@
 """Kernel claims and launch sites: the part of the module model the KC1xx and KC3xx rules read.
 
-A *kernel claim* is code presented as a kernel: a ``@triton.jit`` function, a ``ModelNew``
-beside a ``Model``, a registered custom op, a ``CustomOp``-style class, a function under a
-configured kernel path, a leaderboard-style ``custom_kernel``.
+A *kernel claim* is code presented as a kernel: a ``ModelNew`` beside a ``Model``, a registered
+custom op (``torch.library.custom_op``, ``Library.impl``, ``direct_register_custom_op``), the
+``forward_cuda`` of a ``CustomOp``-style class, a function under a configured kernel path, a
+leaderboard-style ``custom_kernel``. ``@triton.jit`` functions are kept apart as
+``model.triton_kernels``.
+
+A *launch site* is a call that hands work to a specialised kernel: a Triton launch
+``kernel[grid](...)``, a ``torch.ops.<namespace>.<op>(...)`` call outside ``aten``, a call into an
+extension built with ``load_inline``/``load``, or a call into a known kernel module
+(``vllm._custom_ops``, ``sgl_kernel``, ``*._C``).
+
+:func:`compute_calls` answers the question the KC1xx rules ask of a claim: what does its body
+(and the same-module helpers it calls) hand its work to — a library op the baseline also uses,
+a kernel launch, or something this file cannot see.
 """
 
 from __future__ import annotations
 
+import builtins
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from typing import Iterator
+
 import libcst as cst
 
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
+
+# The library ops a baseline typically already calls, by family. Keys are qualified names or
+# fnmatch patterns over them; config ``library-ops`` adds more (family "configured").
+LIBRARY_OPS: dict[str, str] = {
+    "torch.matmul": "gemm", "torch.mm": "gemm", "torch.bmm": "gemm", "torch.addmm": "gemm",
+    "torch.baddbmm": "gemm", "torch.addbmm": "gemm", "torch.einsum": "gemm", "torch.linalg.matmul": "gemm",
+    "torch.nn.functional.linear": "gemm", "torch._C._nn.linear": "gemm", "torch.nn.functional.bilinear": "gemm",
+    "torch.nn.Linear": "gemm", "torch.nn.Bilinear": "gemm",
+    "torch.nn.functional.scaled_dot_product_attention": "attention", "torch.nn.MultiheadAttention": "attention",
+    "torch.nn.functional.multi_head_attention_forward": "attention",
+    "flash_attn.*": "attention", "flash_attn": "attention", "flashinfer.*": "attention",
+    "torch.conv*": "conv", "torch.nn.functional.conv*": "conv", "torch.nn.Conv*": "conv",
+    "torch.nn.ConvTranspose*": "conv",
+    "torch.softmax": "softmax", "torch.log_softmax": "softmax", "torch.nn.functional.softmax": "softmax",
+    "torch.nn.functional.log_softmax": "softmax", "torch.nn.Softmax": "softmax", "torch.special.softmax": "softmax",
+    "torch.ops.aten.*": "aten",
+}
+# Tensor methods that are the same library ops (``a.matmul(b)``, ``x.softmax(-1)``).
+LIBRARY_METHODS = {"matmul": "gemm", "mm": "gemm", "bmm": "gemm", "addmm": "gemm", "baddbmm": "gemm",
+                   "__matmul__": "gemm", "softmax": "softmax", "log_softmax": "softmax"}
+# Families heavy enough to be "the main op" next to an elementwise or data-movement kernel.
+HEAVY_FAMILIES = {"gemm", "attention", "conv", "baseline", "configured"}
+# Calls into these modules do no hidden kernel work of their own (torch ops outside LIBRARY_OPS
+# are elementwise or plumbing; the rest is host code).
+NEUTRAL_MODULES = ("torch", "math", "numpy", "triton", "typing", "functools", "itertools", "operator",
+                   "einops", "dataclasses", "collections", "os", "logging", "warnings")
+# Modules whose calls launch compiled kernels.
+KERNEL_MODULES = ("*_custom_ops.*", "*._C.*", "_C.*", "sgl_kernel.*", "*.sgl_kernel.*")
+# tl ops that make a Triton kernel more than an elementwise or data-movement side job.
+COMPUTE_TL = {"dot", "dot_scaled", "sum", "max", "min", "reduce", "argmax", "argmin", "cumsum", "cumprod",
+              "associative_scan", "xor_sum", "histogram", "atomic_add", "atomic_max", "atomic_min",
+              "atomic_cas", "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "sort"}
+CUDA_COMPUTE = re.compile(r"\bfor\s*\(|\bwhile\s*\(|atomic\w*\(|__shfl|\bmma\b|wmma|cublas|cutlass|__syncthreads")
+# Registration helpers that are graph or export plumbing, not a kernel.
+PLUMBING = ("register_fake", "impl_abstract", "register_autograd", "register_meta", "register_torch_dispatch",
+            "register_vmap", "fake_impl", "abstract")
+REFERENCE_NAME = re.compile(
+    r"^(ref|reference|naive|torch|native|baseline|fake|meta)(_|$)|_(ref|reference|naive|torch|native|baseline|fake|meta)$"
+)
+BUILTINS = frozenset(dir(builtins))
+
+
+@dataclass
+class Launch:
+    """A call that hands work to a specialised kernel."""
+
+    kind: str  # triton | torch-ops | extension | kernel-module
+    call: cst.Call
+    name: str  # what is launched, as written (``_rms_kernel``, ``torch.ops._C.rms_norm``)
+    side_job: bool = False  # known to do only elementwise or data-movement work (no dot, reduction, loop)
+
+
+@dataclass
+class Claim:
+    """Code presented as a kernel, and the function that holds its compute."""
+
+    kind: str  # model-new | custom-op | custom-op-class | kernel-path | custom-kernel
+    label: str  # "ModelNew.forward", "custom op fused_gemm"
+    function: cst.FunctionDef
+    owner: cst.ClassDef | None = None
+    baseline: cst.FunctionDef | None = None  # Model.forward, forward_native: what it claims to beat
+    attrs: dict[str, tuple] = field(default_factory=dict)  # self.<attr> -> kind (see _attr_kind)
+
+
+# -- small helpers ----------------------------------------------------------------------------
 
 
 def decorator_names(model, fn: cst.FunctionDef) -> list[str]:
@@ -20,8 +102,395 @@ def decorator_names(model, fn: cst.FunctionDef) -> list[str]:
     return out
 
 
+def is_reference_name(name: str) -> bool:
+    """``ref_*``, ``*_reference``, ``torch_*``, ``forward_native``, fake/meta impls: baselines, not kernels."""
+    return bool(REFERENCE_NAME.search(name.lstrip("_")))
+
+
+def library_family(name: str | None, config=None) -> str | None:
+    """The library family of a qualified call name, or None."""
+    if not name:
+        return None
+    if name in LIBRARY_OPS:
+        return LIBRARY_OPS[name]
+    for pattern, family in LIBRARY_OPS.items():
+        if "*" in pattern and fnmatch.fnmatchcase(name, pattern):
+            return family
+    for extra in getattr(config, "library_ops", ()) or ():
+        if name == extra or fnmatch.fnmatchcase(name, extra) or name.endswith("." + extra):
+            return "configured"
+    return None
+
+
+def _string_value(node: cst.CSTNode | None, consts: dict[str, str]) -> str | None:
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.Name):
+        return consts.get(node.value)
+    if isinstance(node, (cst.List, cst.Tuple)):
+        parts = [_string_value(e.value, consts) for e in node.elements]
+        return "\n".join(parts) if parts and all(p is not None for p in parts) else None
+    return None
+
+
+def _kwarg(call: cst.Call, name: str) -> cst.CSTNode | None:
+    return next((a.value for a in call.args if a.keyword and a.keyword.value == name), None)
+
+
+def _walk(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Pre-order walk that does not enter nested functions, classes or lambdas."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        if node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(reversed(node.children))
+
+
+# -- finding claims and launches -----------------------------------------------------------------
+
+
 def find_claims(model, module: cst.Module) -> None:
+    """Fill ``model.triton_kernels``, ``model.launch_sites`` and ``model.kernel_claims``."""
     for defs in model.functions.values():
         for fn in defs:
             if any(name in TRITON_DECORATORS for name in decorator_names(model, fn)):
                 model.triton_kernels.append(fn)
+    consts, extensions = _module_bindings(model, module)
+    ext_attrs = _extension_attrs(model, module, extensions)
+    _find_launches(model, module, consts, extensions, ext_attrs)
+    _find_kernel_claims(model, module, extensions)
+
+
+def _module_bindings(model, module: cst.Module) -> tuple[dict[str, str], dict[str, str | None]]:
+    """Module-level string constants, and names bound to ``load_inline``/``load`` extensions
+    (with their CUDA source when this file holds it)."""
+    consts: dict[str, str] = {}
+    extensions: dict[str, str | None] = {}
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+                continue
+            target = small.targets[0].target
+            if not isinstance(target, cst.Name):
+                continue
+            text = _string_value(small.value, consts)
+            if text is not None:
+                consts[target.value] = text
+            elif isinstance(small.value, cst.Call) and _is_extension_build(model, small.value):
+                extensions[target.value] = _string_value(_kwarg(small.value, "cuda_sources"), consts)
+    return consts, extensions
+
+
+def _is_extension_build(model, call: cst.Call) -> bool:
+    return (model.call_name(call) or "") in ("torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load")
+
+
+def _extension_attrs(model, module, extensions) -> set[str]:
+    """``self.<attr>`` names bound to an extension (``self.ext = load_inline(...)`` or a module name)."""
+    out: set[str] = set()
+    for node in _walk(module):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target = node.targets[0].target
+            if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
+                value = node.value
+                if (isinstance(value, cst.Name) and value.value in extensions) or (
+                    isinstance(value, cst.Call) and _is_extension_build(model, value)
+                ):
+                    out.add(target.attr.value)
+    return out
+
+
+def _find_launches(model, module, consts, extensions, ext_attrs) -> None:
+    local_kernels = {fn.name.value: fn for fn in model.triton_kernels}
+    side_cache: dict[int, bool] = {}
+    for node in _walk_all(module):
+        if not isinstance(node, cst.Call):
+            continue
+        func = node.func
+        if isinstance(func, cst.Subscript):
+            base = model.dotted(func.value) or ""
+            last = base.split(".")[-1]
+            kernel = local_kernels.get(base)
+            if kernel is not None:
+                if id(kernel) not in side_cache:
+                    side_cache[id(kernel)] = _triton_side_job(model, kernel)
+                model.launch_sites[id(node)] = Launch("triton", node, base, side_cache[id(kernel)])
+            elif "kernel" in last.lower():
+                model.launch_sites[id(node)] = Launch("triton", node, base)
+            continue
+        name = model.call_name(node) or ""
+        parts = name.split(".")
+        if name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims"):
+            model.launch_sites[id(node)] = Launch("torch-ops", node, name)
+        elif parts[0] in extensions and len(parts) >= 2 and parts[0] not in model.imports:
+            source = extensions[parts[0]]
+            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
+        elif parts[0] == "self" and len(parts) >= 3 and parts[1] in ext_attrs:
+            source = next((s for s in extensions.values() if s), None) if len(extensions) == 1 else None
+            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
+        elif parts[0] in model.imports and any(fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES):
+            model.launch_sites[id(node)] = Launch("kernel-module", node, name)
+
+
+def _walk_all(module: cst.Module) -> Iterator[cst.CSTNode]:
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children)
+
+
+def _triton_side_job(model, kernel: cst.FunctionDef) -> bool:
+    """Whether a Triton kernel only moves or scales data: no loop, no ``tl.dot``, no reduction."""
+    for node in _walk(kernel.body):
+        if isinstance(node, (cst.For, cst.While)):
+            return False
+        if isinstance(node, cst.Call):
+            name = model.call_name(node) or ""
+            if name.startswith("triton.language.") and name.split(".")[-1] in COMPUTE_TL:
+                return False
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in COMPUTE_TL and not name.startswith("triton"):
+                return False  # x.sum(), acc.max(): tensor-method reductions inside the kernel
+    return True
+
+
+def _cuda_side_job(source: str | None) -> bool:
+    """Whether inline CUDA source only does per-element work: no loop, atomics, shuffles or MMA."""
+    return source is not None and "__global__" in source and not CUDA_COMPUTE.search(source)
+
+
+def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
+    claimed: set[int] = set()
+
+    def add(claim: Claim) -> None:
+        if id(claim.function) not in claimed and not is_reference_name(claim.function.name.value):
+            claimed.add(id(claim.function))
+            model.kernel_claims.append(claim)
+
+    classes = model.classes
+    for cls in classes.values():
+        methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}
+        bases = {(model.dotted(b.value) or "").split(".")[-1] for b in cls.bases}
+        if cls.name.value == "ModelNew" and "forward" in methods:
+            baseline_cls = classes.get("Model")
+            baseline = _method(baseline_cls, "forward")
+            add(Claim("model-new", "ModelNew.forward", methods["forward"], cls, baseline,
+                      _class_attrs(model, cls, extensions)))
+        elif "forward_cuda" in methods and ("CustomOp" in bases or "forward_native" in methods):
+            add(Claim("custom-op-class", f"{cls.name.value}.forward_cuda", methods["forward_cuda"], cls,
+                      methods.get("forward_native"), _class_attrs(model, cls, extensions)))
+    for defs in model.functions.values():
+        for fn in defs:
+            kind = _registration(model, fn)
+            if kind:
+                add(Claim("custom-op", f"custom op {fn.name.value}", fn))
+            elif fn.name.value == "custom_kernel" and model.context_of(fn) == "custom_kernel":
+                add(Claim("custom-kernel", "custom_kernel", fn))
+    for fn in _registered_by_call(model, module):
+        add(Claim("custom-op", f"custom op {fn.name.value}", fn))
+    if model.config.kernel_paths and model.config.is_kernel_path(model.path):
+        for defs in model.functions.values():
+            for fn in defs:
+                owner = model.parent(model.parent(fn)) if model.parent(fn) is not None else None
+                if model.enclosing_function(fn) is None and not fn.name.value.startswith("__") and (
+                    fn not in model.triton_kernels
+                ):
+                    cls = owner if isinstance(owner, cst.ClassDef) else None
+                    if cls is not None and cls.name.value == "Model":
+                        continue
+                    add(Claim("kernel-path", model.context_of(fn), fn, cls,
+                              attrs=_class_attrs(model, cls, extensions) if cls is not None else {}))
+
+
+def _method(cls: cst.ClassDef | None, name: str) -> cst.FunctionDef | None:
+    if cls is None:
+        return None
+    return next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+
+
+def _registration(model, fn: cst.FunctionDef) -> bool:
+    """Whether a decorator registers ``fn`` as a custom op's real implementation."""
+    for dec in fn.decorators:
+        node = dec.decorator
+        target = node.func if isinstance(node, cst.Call) else node
+        name = model.qualname(target) or ""
+        last = name.split(".")[-1]
+        if any(p in name for p in PLUMBING):
+            continue
+        if last == "custom_op" or last == "register_kernel":
+            return True
+        if last == "impl" and isinstance(node, cst.Call):
+            keys = [_string_value(a.value, {}) or "" for a in node.args]
+            if not any("meta" in k.lower() or "fake" in k.lower() for k in keys):
+                return True
+    return False
+
+
+def _registered_by_call(model, module: cst.Module) -> Iterator[cst.FunctionDef]:
+    """Functions registered by a call: ``lib.impl("op", fn, "CUDA")``, ``direct_register_custom_op(op_func=fn)``."""
+    for node in _walk_all(module):
+        if not isinstance(node, cst.Call) or not isinstance(node.func, (cst.Attribute, cst.Name)):
+            continue
+        last = node.func.attr.value if isinstance(node.func, cst.Attribute) else node.func.value
+        target = None
+        if last == "impl" and len(node.args) >= 2 and isinstance(node.args[0].value, (cst.SimpleString, cst.Name)):
+            keys = [_string_value(a.value, {}) or "" for a in node.args[2:]]
+            if not any("meta" in k.lower() or "fake" in k.lower() for k in keys):
+                target = node.args[1].value
+        elif last.endswith("register_custom_op"):
+            target = _kwarg(node, "op_func")
+            if target is None and len(node.args) >= 2 and not node.args[1].keyword:
+                target = node.args[1].value
+        if isinstance(target, cst.Name):
+            fn = model.local_function(target.value)
+            if fn is not None:
+                yield fn
+
+
+def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:
+    """What each ``self.<attr> = ...`` in the class binds: see :func:`_attr_kind`."""
+    out: dict[str, tuple] = {}
+    for node in _walk_all(cls):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target = node.targets[0].target
+            if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
+                out[target.attr.value] = _attr_kind(model, node.value, extensions)
+    return out
+
+
+def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
+    """("library", name, family) | ("extension",) | ("neutral",) | ("unknown", text)."""
+    if isinstance(value, cst.Name) and value.value in extensions:
+        return ("extension",)
+    if isinstance(value, cst.Call):
+        name = model.call_name(value) or ""
+        if _is_extension_build(model, value):
+            return ("extension",)
+        if name == "torch.compile" and value.args:
+            inner = value.args[0].value
+            inner_kind = _attr_kind(model, inner, extensions)
+            if inner_kind[0] == "library":
+                return ("library", f"torch.compile({inner_kind[1]})", inner_kind[2])
+            inner_name = model.qualname(inner) or ""
+            family = library_family(inner_name, model.config)
+            if family:
+                return ("library", f"torch.compile({inner_name})", family)
+            return ("unknown", "torch.compile(...)")
+        if name == "Model":
+            return ("library", "the baseline Model", "baseline")
+        family = library_family(name, model.config)
+        if family:
+            return ("library", name, family)
+        if name.startswith("torch.ops."):
+            return ("unknown", name)
+        if name.split(".")[0] in ("torch", "math", "numpy") or name in BUILTINS:
+            return ("neutral",)
+        return ("unknown", name)
+    name = model.qualname(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+    if name:
+        family = library_family(name, model.config)
+        if family:
+            return ("library", name, family)
+        if name.startswith("torch.ops."):
+            return ("unknown", name)
+        if name.split(".")[0] in model.imports or name.split(".")[0] == "self":
+            return ("unknown", name)
+    return ("neutral",)
+
+
+# -- what a claim computes with ------------------------------------------------------------------
+
+
+@dataclass
+class Use:
+    """One thing a claim's compute path hands work to."""
+
+    kind: str  # library | launch | unknown
+    node: cst.CSTNode  # the call (or ``@`` operation)
+    via: cst.CSTNode | None  # the call in the claim's own body that led into a helper
+    name: str
+    family: str = ""
+    launch: Launch | None = None
+
+
+def compute_uses(model, function: cst.FunctionDef, attrs: dict[str, tuple], depth: int = 3) -> list[Use]:
+    """Library ops, launches and opaque calls reached from ``function``'s body, following
+    same-module helpers (not reference functions or ``forward_native``) to ``depth``."""
+    uses: list[Use] = []
+    seen = {id(function)}
+
+    def visit(root: cst.CSTNode, via, level: int) -> None:
+        for node in _walk(root):
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+                uses.append(Use("library", node, via, "@", "gemm"))
+                continue
+            if not isinstance(node, cst.Call):
+                continue
+            target = model.callee(node)
+            if target is not None:
+                if is_reference_name(target.name.value) or target.name.value == "forward_native":
+                    continue
+                if level < depth and id(target) not in seen:
+                    seen.add(id(target))
+                    visit(target.body, via or node, level + 1)
+                continue
+            use = classify_call(model, node, attrs)
+            if use is not None:
+                use.via = via
+                uses.append(use)
+
+    visit(function.body, None, 0)
+    return uses
+
+
+def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:
+    """A :class:`Use` for a call that is a library op, a launch, or opaque; None for plumbing."""
+    launch = model.launch_sites.get(id(call))
+    if launch is not None:
+        return Use("launch", call, None, launch.name, launch=launch)
+    func = call.func
+    if isinstance(func, cst.Call) and (model.call_name(func) or "") == "torch.compile" and func.args:
+        inner = model.qualname(func.args[0].value) or ""
+        family = library_family(inner, model.config)
+        if family:
+            return Use("library", call, None, f"torch.compile({inner})", family)
+        return Use("unknown", call, None, "torch.compile(...)")
+    name = model.call_name(call)
+    raw = model.dotted(func)
+    if name is None or raw is None:
+        return None
+    family = library_family(name, model.config)
+    if family:
+        return Use("library", call, None, name, family)
+    parts = raw.split(".")
+    head = parts[0].removesuffix("()")
+    if head == "self" and len(parts) >= 2:
+        kind = attrs.get(parts[1])
+        if kind is None:
+            return Use("unknown", call, None, raw) if len(parts) == 2 else None
+        if kind[0] == "library" and (len(parts) == 2 or parts[2] in ("forward", "__call__")):
+            return Use("library", call, None, kind[1], kind[2])
+        if kind[0] in ("unknown", "extension"):
+            return Use("unknown", call, None, raw)
+        return _method_use(call, parts[-1])
+    if head in model.imports:
+        if name.split(".")[0] in NEUTRAL_MODULES:
+            return None
+        return Use("unknown", call, None, name)
+    if len(parts) == 1:
+        return None if head in BUILTINS or head in model.classes else Use("unknown", call, None, name)
+    return _method_use(call, parts[-1])
+
+
+def _method_use(call: cst.Call, method: str) -> Use | None:
+    family = LIBRARY_METHODS.get(method)
+    return Use("library", call, None, f".{method}()", family) if family else None
+
+
+def families(uses: list[Use]) -> set[str]:
+    return {u.family for u in uses if u.kind == "library"}

@@ -86,6 +86,8 @@ class ModuleModel:
     scope_names: dict[int, str] = field(default_factory=dict)  # id(def) -> dotted name
     timed_regions: list[TimedRegion] = field(default_factory=list)
     triton_kernels: list[cst.FunctionDef] = field(default_factory=list)
+    kernel_claims: list = field(default_factory=list)  # kcheck.claims.Claim: code presented as a kernel
+    launch_sites: dict = field(default_factory=dict)  # id(call) -> kcheck.claims.Launch: kernel launches and dispatches
     cpu_names: dict[int, set[str]] = field(default_factory=dict)  # id(function) -> names bound to CPU tensors
 
     # -- names ---------------------------------------------------------------------------------

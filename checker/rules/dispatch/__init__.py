@@ -1,0 +1,45 @@
+"""KC1xx: library dispatch presented as a kernel.
+
+The rules of this family share one question, "what does this kernel claim hand its work to",
+answered here from the module model's kernel claims (:mod:`kcheck.claims`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kcheck.claims import Claim, Use, compute_uses, families
+
+CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "register_kernel", "impl",
+               "direct_register_custom_op", "register_custom_op"}
+
+
+def claim_gate(summary, config) -> bool:
+    """A file that can hold a kernel claim (any file when kernel-paths are configured)."""
+    return bool(config.kernel_paths) or bool((summary.all_names | summary.class_names | summary.function_names()) & CLAIM_NAMES)
+
+
+@dataclass
+class Analysis:
+    claim: Claim
+    library: list[Use]  # library ops the baseline also uses (all of them when no baseline is known)
+    launches: list[Use]
+    unknown: list[Use]  # calls this file cannot see into: they may be the real kernel
+
+
+def analyse(model) -> list[Analysis]:
+    """Each kernel claim with what its compute path hands work to (cached on the model)."""
+    cached = getattr(model, "_dispatch_analysis", None)
+    if cached is not None:
+        return cached
+    out = []
+    for claim in model.kernel_claims:
+        uses = compute_uses(model, claim.function, claim.attrs)
+        library = [u for u in uses if u.kind == "library"]
+        if claim.baseline is not None:
+            base = families(compute_uses(model, claim.baseline, claim.attrs))
+            library = [u for u in library if u.family == "baseline" or u.family in base]
+        out.append(Analysis(claim, library, [u for u in uses if u.kind == "launch"],
+                            [u for u in uses if u.kind == "unknown"]))
+    model._dispatch_analysis = out
+    return out

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.claims import HEAVY_FAMILIES
+from kcheck.rule import Rule
+from kcheck.rules.dispatch import analyse, claim_gate
+
+
+class DecorativeKernel(Rule):
+    """A real kernel that does a side job while the main op still goes to the library.
+
+    ## What it does
+    Finds kernel claims (see KC101) that do launch a kernel of their own — a `@triton.jit`
+    function or a `load_inline` extension in the same file — but where that kernel only moves or
+    scales data (no loop, no `tl.dot`, no reduction, no atomics; for inline CUDA, no loop, shuffle,
+    atomic or MMA), while the heavy op the baseline also runs — a GEMM, attention, a convolution,
+    an `nn.Linear` or the baseline `Model` itself — is still a library call.
+
+    ## Why is this bad?
+    The custom kernel makes the code look like a kernel submission, but the time that matters is
+    spent in cuBLAS, cuDNN or FlashAttention, exactly as in the baseline. A speed-up measured on
+    such code is the library's speed plus whatever the side job saved, and the review goes to
+    the wrong place: the elementwise kernel gets checked, the claim about the GEMM does not.
+
+    ## Example
+    ```python
+    class ModelNew(nn.Module):
+        def forward(self, a, b):
+            c = torch.matmul(a, b)
+            _scale_kernel[grid](c, self.scale, c.numel(), BLOCK=1024)
+            return c
+    ```
+
+    ## Use instead
+    ```python
+    class ModelNew(nn.Module):
+        def forward(self, a, b):
+            c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+            _matmul_scale_kernel[grid](a, b, c, self.scale, *a.shape, b.shape[1])
+            return c
+    ```
+    """
+
+    CODE = "KC102"
+    NAME = "decorative-kernel"
+    MESSAGE = ("{claim} still hands its main op to {op}; its own kernel {kernel} only does a side job "
+               "(no loop, dot or reduction)")
+    SEVERITY = "warning"
+    KNOWLEDGE = ("verification/library-dispatch-is-not-a-kernel", "verification/ways-kernels-cheat-benchmarks")
+    VALID = [
+        """
+import torch
+import triton
+import triton.language as tl
+@triton.jit
+def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK: tl.constexpr):
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    for k in range(0, K, BLOCK):
+        acc += tl.dot(tl.load(a_ptr + k), tl.load(b_ptr + k))
+    tl.store(c_ptr, acc)
+class ModelNew(torch.nn.Module):
+    def forward(self, a, b):
+        c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+        _matmul_kernel[(1,)](a, b, c, a.shape[0], b.shape[1], a.shape[1], BLOCK=64)
+        return c
+""",
+        """
+import torch
+import triton
+import triton.language as tl
+@triton.jit
+def _relu_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(x_ptr + offs, tl.maximum(x, 0.0), mask=offs < n)
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        _relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, x.numel(), BLOCK=1024)
+        return x
+""",
+    ]
+    INVALID = [
+        """
+import torch
+import triton
+import triton.language as tl
+@triton.jit
+def _scale_kernel(x_ptr, s, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(x_ptr + offs, x * s, mask=offs < n)
+class ModelNew(torch.nn.Module):
+    def forward(self, a, b):
+        c = torch.matmul(a, b)
+        _scale_kernel[(triton.cdiv(c.numel(), 1024),)](c, 0.5, c.numel(), BLOCK=1024)
+        return c
+""",
+    ]
+    OPTIONS = ("library-ops", "kernel-paths")
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return claim_gate(summary, config)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for found in analyse(self.model):
+            heavy = [u for u in found.library if u.family in HEAVY_FAMILIES]
+            if not heavy or not found.launches or found.unknown:
+                continue
+            if not all(u.launch.side_job for u in found.launches):
+                continue
+            use = heavy[0]
+            where = use.via if use.via is not None else use.node
+            op = use.name if use.name.startswith(("@", ".", "the ")) else f"{use.name}()"
+            self.report(where, claim=found.claim.label, op=op, kernel=found.launches[0].name)

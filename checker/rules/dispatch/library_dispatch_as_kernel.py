@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.dispatch import analyse, claim_gate
+
+
+class LibraryDispatchAsKernel(Rule):
+    """Code presented as a kernel whose compute is a library call the baseline already makes.
+
+    ## What it does
+    Finds kernel claims — a `ModelNew` beside a `Model`, a registered custom op
+    (`torch.library.custom_op`, `Library.impl`, `direct_register_custom_op`), the `forward_cuda`
+    of a `CustomOp`-style class, a leaderboard `custom_kernel`, a function under a configured
+    `kernel-paths` folder — whose work goes only to library ops: `torch.matmul`/`mm`/`bmm`/`@`,
+    `F.linear`, `F.scaled_dot_product_attention`, convolutions, softmax, `torch.ops.aten.*`,
+    flash-attn, flashinfer, an `nn.Linear`/`nn.Conv2d` module or `torch.compile` around these,
+    with no kernel launch of its own. When the baseline (`Model.forward`, `forward_native`) is in
+    the same file, only library ops the baseline also calls count.
+
+    ## Why is this bad?
+    The "kernel" is the baseline. It passes every correctness check because it computes the same
+    thing the same way, and any speed-up it reports comes from the harness (warm caches, a
+    different launch order, timing noise), not from the code. Reviewed as a kernel, it earns
+    credit for work cuBLAS, cuDNN or FlashAttention did.
+
+    ## Example
+    ```python
+    class ModelNew(nn.Module):
+        def forward(self, a, b):
+            return torch.matmul(a, b)
+    ```
+
+    ## Use instead
+    ```python
+    class ModelNew(nn.Module):
+        def forward(self, a, b):
+            c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+            _matmul_kernel[grid](a, b, c, *a.shape, b.shape[1])
+            return c
+    ```
+
+    ## Options
+    `library-ops`: more qualified names or patterns (`mylib.gemm`, `mylib.attn.*`) to treat as
+    library ops. `kernel-paths`: folders whose functions are all presented as kernels.
+    """
+
+    CODE = "KC101"
+    NAME = "library-dispatch-as-kernel"
+    MESSAGE = "{claim} hands its work to {op}{helper}, a library op the baseline already uses: this is not a kernel"
+    SEVERITY = "error"
+    KNOWLEDGE = ("verification/library-dispatch-is-not-a-kernel", "verification/ways-kernels-cheat-benchmarks")
+    VALID = [
+        """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+""",
+        """
+import torch
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+        _matmul_kernel[(a.shape[0] // 64,)](a, b, c)
+        return c
+""",
+        """
+import torch
+from vllm import _custom_ops as ops
+class RMSNorm(CustomOp):
+    def forward_native(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+    def forward_cuda(self, x):
+        out = torch.empty_like(x)
+        ops.rms_norm(out, x, self.weight, self.eps)
+        return out
+""",
+        """
+import torch
+from .fused import fused_matmul_gelu
+def custom_kernel(data):
+    a, b = data
+    return fused_matmul_gelu(a, b)
+""",
+    ]
+    INVALID = [
+        """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a.contiguous(), b.contiguous())
+""",
+        """
+import torch
+@torch.library.custom_op("mylib::attention", mutates_args=())
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+""",
+        """
+import torch
+def custom_kernel(data):
+    a, b = data
+    return a @ b
+""",
+    ]
+    OPTIONS = ("library-ops", "kernel-paths")
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return claim_gate(summary, config)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for found in analyse(self.model):
+            if not found.library or found.launches or found.unknown:
+                continue
+            use = found.library[0]
+            where = use.via if use.via is not None else use.node
+            helper = f" (inside {self.model.dotted(use.via.func)}())" if use.via is not None else ""
+            self.report(where, claim=found.claim.label, op=_shown(use.name), helper=helper)
+
+
+def _shown(name: str) -> str:
+    return name if name.startswith(("@", ".", "the ")) else f"{name}()"
