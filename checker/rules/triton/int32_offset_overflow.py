@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.triton import TRITON_TEXT, is_tl_attr, kernel_gate, kernels, names_in, nodes_under, tl_op
+
+# Sizes that stay small in serving: head, expert, top-k and group counts.
+SMALL = re.compile(r"head|expert|topk|top_k|group|^[HE]$", re.IGNORECASE)
+VECTOR_OPS = {"arange", "load"}  # a pid mixed with these is an offset vector or data, not a row index
+
+
+class Int32OffsetOverflow(Rule):
+    """A program id multiplied by a runtime stride or size in 32-bit.
+
+    ## What it does
+    Inside a `@triton.jit` function, finds products of a program id (`tl.program_id(...)`, or a
+    name computed from one) with a runtime argument (a stride or a size that is not a
+    `tl.constexpr`), where neither side was cast to `tl.int64` first. Products with a
+    `tl.constexpr` block size, with a literal, or with head, expert, top-k and group counts are
+    left alone: those stay small.
+
+    ## Why is this bad?
+    Program ids and the integer arguments Triton receives are 32-bit, so `pid * stride` wraps
+    once the offset passes 2^31 and the kernel reads and writes at a wrong address, without an
+    error. Serving tensors get there: logits for 16,384 tokens over a 151,936-token vocabulary
+    have about 2.5 billion elements, and KV caches and MoE buffers are larger still. Casting
+    after the multiplication is too late.
+
+    ## Example
+    ```python
+    row = tl.program_id(0)
+    x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols)
+    ```
+
+    ## Use instead
+    ```python
+    row = tl.program_id(0).to(tl.int64)
+    x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols)
+    ```
+    """
+
+    CODE = "KC502"
+    NAME = "int32-offset-overflow"
+    MESSAGE = ("{pid} * {other} is computed in 32 bits: it wraps past 2^31 on large tensors (logits, KV cache, "
+               "MoE buffers); cast the program id to tl.int64 before multiplying")
+    SEVERITY = "warning"
+    KNOWLEDGE = ("triton-cuda/int64-offsets",)
+    VALID = [
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(x_ptr, stride_row, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols)
+""",
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(x_ptr, n_heads, stride_t, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    start = pid * BLOCK
+    head = pid % n_heads
+    token = tl.program_id(1)
+    base = token.to(tl.int64) * stride_t + head * BLOCK
+""",
+    ]
+    INVALID = [
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(x_ptr, stride_row, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols)
+""",
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
+    offset = (tl.program_id(axis=0) * vocab_size).to(tl.int64)
+""",
+    ]
+    PREFILTER = (TRITON_TEXT, r"program_id")
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return kernel_gate(summary) and "program_id" in summary.all_names
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for k in kernels(self.model):
+            self._check(k)
+
+    def _check(self, k) -> None:
+        model = self.model
+        runtime = k.runtime_params()
+        pids: set[str] = set()
+
+        def wide(expr) -> bool:
+            return any(is_tl_attr(model, n, "int64", "uint64") for n in nodes_under(expr))
+
+        def is_pid(expr) -> bool:
+            found = False
+            for n in nodes_under(expr):
+                if isinstance(n, cst.Call):
+                    op = tl_op(model, n)
+                    if op in VECTOR_OPS:
+                        return False
+                    found = found or op == "program_id"
+                elif isinstance(n, cst.Name) and n.value in pids:
+                    found = True
+            return found and not wide(expr)
+
+        def check(root) -> None:
+            for n in nodes_under(root):
+                if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply):
+                    for pid_side, other in ((n.left, n.right), (n.right, n.left)):
+                        big = {x for x in names_in(other) & runtime if not SMALL.search(x)}
+                        if big and is_pid(pid_side) and not wide(other):
+                            self.report(n, pid=_text(pid_side), other=_text(other))
+                            break
+
+        for node in nodes_under(k.fn.body):
+            if isinstance(node, cst.SimpleStatementLine):
+                check(node)
+                for stmt in node.body:
+                    targets = []
+                    if isinstance(stmt, cst.Assign):
+                        targets = [t.target for t in stmt.targets]
+                    elif isinstance(stmt, (cst.AnnAssign, cst.AugAssign)) and stmt.value is not None:
+                        targets = [stmt.target]
+                    for t in targets:
+                        if isinstance(t, cst.Name):
+                            carried = is_pid(stmt.value) or (isinstance(stmt, cst.AugAssign) and t.value in pids)
+                            if carried:
+                                pids.add(t.value)
+                            else:
+                                pids.discard(t.value)
+            elif isinstance(node, (cst.If, cst.While)):
+                check(node.test)
+            elif isinstance(node, cst.For):
+                check(node.iter)
+
+
+def _text(node: cst.CSTNode) -> str:
+    text = cst.Module([]).code_for_node(node).strip()
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,208 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.triton import TRITON_TEXT, arg, is_tl_attr, kernel_gate, kernels, nodes_under, tl_op
+
+LOW = ("float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16")
+WIDE = ("float32", "float64")
+# Pointers whose loads are integers (indices, counts, lengths), not activations.
+INT_POINTER = re.compile(r"idx|ids|cnt|index|indices|offset|count|len|mask|pos|expert|table|slot|seq", re.IGNORECASE)
+LOW_TEXT = re.compile(r"bfloat16|float16|\bhalf\b|bf16|fp16")
+F32, LOADED, LOWP = "fp32", "loaded", "low"
+
+
+class LowPrecisionAccumulation(Rule):
+    """A reduction or dot product accumulated in the input's low precision.
+
+    ## What it does
+    Inside a `@triton.jit` function, finds three ways of accumulating in 16 bits or less:
+    an accumulator created with `tl.zeros`/`tl.full` in `tl.float16`/`tl.bfloat16` (or in the
+    input pointer's element type) and then added to; `tl.dot(..., out_dtype=tl.float16)`; and
+    `tl.sum` over values loaded from memory and never cast to `tl.float32`, in a module that
+    handles FP16/BF16 data. `tl.dot` without `out_dtype` accumulates in FP32 and is fine.
+
+    ## Why is this bad?
+    BF16 keeps 8 bits of mantissa: once a running sum is a few hundred times larger than the
+    terms, the terms stop counting. `tl.sum` keeps the input's floating-point type, so a sum of
+    squares over a 4,096-wide BF16 row (RMSNorm) or a softmax denominator loses digits, and FP16
+    overflows past 65,504. The output still looks plausible and passes a loose tolerance.
+
+    ## Example
+    ```python
+    x = tl.load(x_ptr + cols, mask=mask, other=0.0)
+    var = tl.sum(x * x, axis=0) / n_cols
+    ```
+
+    ## Use instead
+    ```python
+    x = tl.load(x_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    var = tl.sum(x * x, axis=0) / n_cols
+    ```
+    """
+
+    CODE = "KC503"
+    NAME = "low-precision-accumulation"
+    MESSAGE = "{what}: accumulate in tl.float32 and cast once at the store"
+    SEVERITY = "warning"
+    KNOWLEDGE = ("triton-cuda/fp32-accumulation",)
+    VALID = [
+        """
+import torch
+import triton
+import triton.language as tl
+@triton.jit
+def k(x_ptr, n_cols, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    var = tl.sum(x * x, axis=0) / n_cols
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    acc += tl.dot(x, x)
+DTYPE = torch.bfloat16
+""",
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(cnt_ptr, x_ptr, BLOCK: tl.constexpr):
+    c = tl.load(cnt_ptr + tl.arange(0, BLOCK))
+    total = tl.sum(c, axis=0)
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    s = tl.sum(x, axis=0, dtype=tl.float32)
+# inputs are bfloat16
+""",
+    ]
+    INVALID = [
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(x_ptr, n_cols, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + cols, mask=cols < n_cols, other=0.0)
+    var = tl.sum(x * x, axis=0) / n_cols
+# bf16 activations
+""",
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(a_ptr, b_ptr, K, BLOCK: tl.constexpr):
+    acc = tl.zeros((BLOCK, BLOCK), dtype=a_ptr.dtype.element_ty)
+    for k in range(0, K, BLOCK):
+        a = tl.load(a_ptr)
+        b = tl.load(b_ptr)
+        acc += tl.dot(a, b)
+""",
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(a, b):
+    c = tl.dot(a, b, out_dtype=tl.float16)
+""",
+    ]
+    PREFILTER = (TRITON_TEXT, r"zeros|full|dot|sum")
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return kernel_gate(summary) and bool({"zeros", "full", "dot", "sum"} & summary.all_names)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        low_text = bool(LOW_TEXT.search(self.context.source))
+        for k in kernels(self.model):
+            self._accumulators(k)
+            self._dots(k)
+            if low_text:
+                self._sums(k)
+
+    def _low_dtype(self, node) -> bool:
+        """``tl.float16``/``tl.bfloat16``/fp8, or the element type of a pointer argument."""
+        if node is None:
+            return False
+        if is_tl_attr(self.model, node, *LOW):
+            return True
+        text = self.model.dotted(node) or ""
+        return text.endswith(".dtype.element_ty") or text.endswith(".dtype")
+
+    def _accumulators(self, k) -> None:
+        created: dict[str, cst.Call] = {}
+        for name, value, stmt in k.assigns:
+            if isinstance(value, cst.Call) and tl_op(self.model, value) in ("zeros", "full"):
+                index = 1 if tl_op(self.model, value) == "zeros" else 2
+                if self._low_dtype(arg(value, index, "dtype")):
+                    created[name] = value
+        for name, value, stmt in k.assigns:
+            if name in created and self._updates(name, value, stmt, k):
+                self.report(created.pop(name), what=f"{name} is created in a 16-bit type and accumulated into")
+        for call in k.calls(self.model, "dot"):
+            acc = arg(call, 2, "acc")
+            if isinstance(acc, cst.Name) and acc.value in created:
+                self.report(created.pop(acc.value), what=f"{acc.value} is a 16-bit tl.dot accumulator")
+
+    def _updates(self, name, value, stmt, k) -> bool:
+        if id(stmt) in k.augmented:
+            return True
+        return isinstance(value, cst.BinaryOperation) and any(
+            isinstance(side, cst.Name) and side.value == name for side in (value.left, value.right))
+
+    def _dots(self, k) -> None:
+        for call in k.calls(self.model, "dot"):
+            out = arg(call, 99, "out_dtype")
+            if out is not None and is_tl_attr(self.model, out, *LOW):
+                self.report(call, what="tl.dot(..., out_dtype=<16-bit type>) accumulates the product in 16 bits")
+
+    def _sums(self, k) -> None:
+        model = self.model
+        kinds: dict[str, str | None] = {}
+
+        def kind(expr) -> str | None:
+            if isinstance(expr, cst.Name):
+                return kinds.get(expr.value)
+            if isinstance(expr, cst.Call):
+                func = expr.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "to" and expr.args:
+                    target = expr.args[0].value
+                    if is_tl_attr(model, target, *WIDE):
+                        return F32
+                    return LOWP if is_tl_attr(model, target, *LOW) else None
+                op = tl_op(model, expr)
+                if op == "load":
+                    pointer = arg(expr, 0, "pointer")
+                    names = {n.value for n in nodes_under(pointer) if isinstance(n, cst.Name)} if pointer else set()
+                    return None if any(INT_POINTER.search(n) for n in names) else LOADED
+                if op == "cast":
+                    return kind(cst.Call(cst.Attribute(expr.args[0].value, cst.Name("to")), [expr.args[1]])) \
+                        if len(expr.args) >= 2 else None
+                if op in ("dot", "zeros", "full", "sum"):
+                    return F32 if op == "dot" else None
+                if op in ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "maximum", "minimum", "where", "sigmoid"):
+                    return combine(a.value for a in expr.args)
+                return None
+            if isinstance(expr, cst.BinaryOperation):
+                return combine((expr.left, expr.right))
+            if isinstance(expr, cst.UnaryOperation):
+                return kind(expr.expression)
+            if isinstance(expr, cst.Subscript):
+                return kind(expr.value)
+            return None
+
+        def combine(parts) -> str | None:
+            found = [kind(p) for p in parts]
+            if F32 in found:
+                return F32
+            return LOWP if LOWP in found else (LOADED if LOADED in found else None)
+
+        for node in nodes_under(k.fn.body):
+            if isinstance(node, cst.SimpleStatementLine):
+                for sub in nodes_under(node):
+                    if isinstance(sub, cst.Call) and tl_op(model, sub) == "sum" and arg(sub, 99, "dtype") is None:
+                        values = arg(sub, 0, "input")
+                        if values is not None and kind(values) in (LOADED, LOWP):
+                            self.report(sub, what="tl.sum over 16-bit values loaded from memory keeps their precision")
+                for stmt in node.body:
+                    if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name):
+                        kinds[stmt.targets[0].target.value] = kind(stmt.value)

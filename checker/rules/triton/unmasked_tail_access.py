@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.triton import (
+    BLOCKED_BOUND, TRITON_TEXT, arg, is_none, kernel_gate, kernels, names_in, tainted_names, tl_op,
+)
+
+CLAMPS = {"minimum", "where"}
+
+
+class UnmaskedTailAccess(Rule):
+    """A `tl.load` or `tl.store` over a blocked dimension with no mask.
+
+    ## What it does
+    Inside a `@triton.jit` function, finds `tl.load`/`tl.store` calls whose pointer is built from
+    `tl.arange(0, BLOCK...)` offsets (directly or through assigned names) and that pass no `mask`
+    and no `boundary_check`. A bound whose name contains `BLOCK`, `TILE` or `CHUNK` marks a
+    blocked dimension that can have a partial last block. Offsets that were wrapped (`offs % N`)
+    or clamped (`tl.minimum`, `tl.where`) are safe, and so is an access inside an
+    `if EVEN_K:`-style branch on a `tl.constexpr` parameter (an unmasked fast path the launcher
+    chose on purpose).
+
+    ## Why is this bad?
+    When the size is not a multiple of the block (4,097 tokens, a hidden size of 5,120 under a
+    block of 8,192), the lanes of the last block run past the end of the tensor. A load reads
+    another tensor's memory, which usually does not crash and turns into plausible but wrong
+    output; a store corrupts a neighbour. Tests on round shapes never see it.
+
+    ## Example
+    ```python
+    @triton.jit
+    def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        tl.store(out_ptr + offs, x * 2)
+    ```
+
+    ## Use instead
+    ```python
+    @triton.jit
+    def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        tl.store(out_ptr + offs, x * 2, mask=mask)
+    ```
+    """
+
+    CODE = "KC501"
+    NAME = "unmasked-tail-access"
+    MESSAGE = ("tl.{op}() with offsets from tl.arange(0, {bound}) and no mask: the last block {what} past the end "
+               "when the size is not a multiple of {bound}")
+    SEVERITY = "error"
+    KNOWLEDGE = ("triton-cuda/masks-on-tail-blocks",)
+    VALID = [
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(x_ptr, y_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * BLOCK_SIZE + cols, mask=mask, other=0.0)
+    tl.store(y_ptr + row * BLOCK_SIZE + cols, x, mask=mask)
+""",
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def mm(a_ptr, M, K, stride_am, stride_ak, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    offs_m = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_k = tl.arange(0, BLOCK_K)
+    ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    if EVEN_K:
+        a = tl.load(ptrs)
+    else:
+        a = tl.load(ptrs, mask=offs_k[None, :] < K, other=0.0)
+""",
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(x_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    p = tl.make_block_ptr(x_ptr, (M, N), (N, 1), (0, 0), (BLOCK_M, BLOCK_N), (1, 0))
+    x = tl.load(p, boundary_check=(0, 1))
+    d = tl.arange(0, HEAD_DIM)
+""",
+    ]
+    INVALID = [
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(x_ptr, y_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    x = tl.load(x_ptr + row * n_cols + cols)
+    tl.store(y_ptr + row * n_cols + cols, x, mask=cols < n_cols)
+""",
+        """
+import triton.language as language
+from triton import jit
+@jit
+def k(out_ptr, val, N, BLOCK: language.constexpr):
+    offs = language.program_id(0) * BLOCK + language.arange(0, BLOCK)
+    ptrs = out_ptr + offs
+    language.store(ptrs, val)
+""",
+    ]
+    PREFILTER = (TRITON_TEXT, r"arange")
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return kernel_gate(summary) and "arange" in summary.all_names
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        model = self.model
+        for k in kernels(model):
+            bounds: dict[str, str] = {}
+
+            def carries(expr, tainted, found=None):
+                stack = [expr]
+                while stack:
+                    node = stack.pop()
+                    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+                        continue
+                    if isinstance(node, cst.Call):
+                        op = tl_op(model, node)
+                        if op in CLAMPS:
+                            continue
+                        if op == "arange":
+                            bound = arg(node, 1, "end")
+                            if isinstance(bound, cst.Name) and BLOCKED_BOUND.search(bound.value):
+                                if found is not None:
+                                    found.append(bound.value)
+                                return True
+                    if isinstance(node, cst.Name) and node.value in tainted:
+                        if found is not None:
+                            found.append(bounds.get(node.value, "BLOCK"))
+                        return True
+                    stack.extend(node.children)
+                return False
+
+            tainted: set[str] = set()
+            for name, value, _ in k.assigns:  # remember one bound per name, for the message
+                found: list[str] = []
+                if carries(value, tainted, found):
+                    tainted.add(name)
+                    bounds.setdefault(name, found[0])
+            tainted |= tainted_names(k, carries)
+            for op, mask_index in (("load", 1), ("store", 2)):
+                for call in k.calls(model, op):
+                    mask = arg(call, mask_index, "mask")
+                    if (mask is not None and not is_none(mask)) or arg(call, 99, "boundary_check") is not None:
+                        continue
+                    pointer = arg(call, 0, "pointer")
+                    found = []
+                    if pointer is None or not carries(pointer, tainted, found):
+                        continue
+                    if self._guarded(call, k):
+                        continue
+                    self.report(call, op=op, bound=found[0], what="reads" if op == "load" else "writes")
+
+    def _guarded(self, call: cst.Call, k) -> bool:
+        """Inside an ``if`` on a constexpr parameter (an unmasked fast path chosen at launch)."""
+        for anc in self.model.ancestors(call):
+            if anc is k.fn:
+                return False
+            if isinstance(anc, (cst.If, cst.IfExp)) and names_in(anc.test) & k.constexprs:
+                return True
+        return False
