@@ -525,10 +525,12 @@ def format_entry(catalog: Catalog, entry_id: str, base_url: str | None = None) -
     import textwrap
 
     entry = catalog.get(entry_id)
-    wrap = lambda text, indent="  ": textwrap.fill(" ".join(str(text).split()), 96,  # noqa: E731
-                                                   initial_indent=indent, subsequent_indent=indent + "  ")
+    def wrap(text: Any, indent: str = "  ", hang: str = "  ") -> str:
+        return textwrap.fill(" ".join(str(text).split()), 96, initial_indent=indent,
+                             subsequent_indent=indent + hang)
+
     out = [f"{entry['title']}", f"{entry_id}  ({entry.get('kind')}, topic {entry.get('topic')})", ""]
-    out += [wrap(entry.get("summary", ""), ""), ""]
+    out += [wrap(entry.get("summary", ""), "", ""), ""]
     if entry.get("facts"):
         out.append("Facts")
         for fact in entry["facts"]:

@@ -247,3 +247,38 @@ def test_importing_the_catalog_module_is_cheap():
             "print(sorted(m for m in ('yaml', 'jsonschema', 'torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ------------------------------------------------------------------ guides
+
+REFERENCES = Path(__file__).resolve().parents[1] / "references"
+GUIDES = sorted(REFERENCES.glob("0*.md")) + [REFERENCES / "templates" / "review-checklist.md"]
+SECTIONS = ["When to use this guide", "Steps", "Done when", "Common mistakes", "Read next"]
+
+
+def test_all_guides_exist():
+    stems = [g.stem for g in GUIDES]
+    assert stems == ["01-is-it-a-kernel", "02-signature", "03-writing", "04-fusion", "05-verification",
+                     "06-measuring", "07-substitution", "08-strategies", "review-checklist"]
+
+
+@pytest.mark.parametrize("guide", GUIDES, ids=lambda p: p.stem)
+def test_guide_has_the_common_sections_and_links_resolve(guide):
+    import re
+
+    from kcheck.registry import all_rules
+
+    text = guide.read_text()
+    assert re.findall(r"^## (.+)$", text, re.M) == SECTIONS
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    entries = cat.load_catalog().entries
+    rules = {rule.NAME for rule in all_rules()}
+    stems = {g.stem for g in GUIDES}
+    assert any(link.startswith("../../catalog/") for link in links)
+    for link in links:
+        if link.startswith("../../catalog/"):
+            assert link.removeprefix("../../catalog/").rstrip("/") in entries, link
+        elif link.startswith("../../rules/"):
+            assert link.removeprefix("../../rules/").rstrip("/") in rules, link
+        else:
+            assert link.startswith("../") and link.strip("./") in stems, link
