@@ -233,7 +233,9 @@ def _find_launches(model, module, consts, extensions, ext_attrs) -> None:
         elif parts[0] == "self" and len(parts) >= 3 and parts[1] in ext_attrs:
             source = next((s for s in extensions.values() if s), None) if len(extensions) == 1 else None
             model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
-        elif parts[0] in model.imports and any(fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES):
+        elif (model.dotted(func) or "").split(".")[0] in model.imports and any(
+            fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES
+        ):
             model.launch_sites[id(node)] = Launch("kernel-module", node, name)
 
 

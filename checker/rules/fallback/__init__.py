@@ -1,0 +1,267 @@
+"""KC3xx: missing, incomplete, broad and silent fallbacks around specialised kernels.
+
+The rules of this family share three questions, answered here over the module model's launch
+sites (:mod:`kcheck.claims`): which functions dispatch to a specialised kernel (directly or
+through a same-module helper), what an ``if``/``assert`` test checks about the input (dtype,
+device, shape, head size, layout), and whether a branch announces itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+import libcst as cst
+
+from kcheck.claims import _walk, is_reference_name
+
+# Text every file with a launch or dispatch site contains (a Triton launch ends in ``](``).
+DISPATCH_TEXT = r"\]\s*\(|torch\.ops\.|_custom_ops|sgl_kernel|cpp_extension|\b_C\b"
+DTYPES = {"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "uint8", "int32",
+          "int64", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "bool"}
+DEVICE_ATTRS = {"is_cuda", "is_xpu", "is_cpu", "is_mps", "device"}
+HEAD_NAME = re.compile(r"head_?(size|dim)", re.I)
+SUPPORT_NAME = re.compile(r"support|can_(use|run)|eligible|compatible|capab|fallback|reason", re.I)
+CONSTANT_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$|[Ss]upport")
+ANNOUNCE_METHODS = {"warning_once", "warn_once", "info_once", "debug_once", "print_warning_once", "warning", "warn",
+                    "info", "debug", "error", "log"}
+BROAD_EXCEPTIONS = {"Exception", "BaseException"}
+KIND_TEXT = {"dtype": "the dtype", "device": "the device", "shape": "a shape", "head": "the head size",
+             "layout": "the memory layout", "rank": "the rank"}
+
+
+def dispatch_gate(summary) -> bool:
+    """A file that can hold a launch site: a Triton kernel, a name with 'kernel' in it, torch.ops,
+    an inline extension or an import of a kernel module (mirrors :func:`kcheck.claims._find_launches`)."""
+    if any(f.decorators & {"jit", "autotune", "heuristics"} for f in summary.functions):
+        return True
+    if "ops" in summary.all_names or any("kernel" in n.lower() for n in summary.all_names):
+        return True
+    return any("cpp_extension" in i or "_custom_ops" in i or "sgl_kernel" in i or "_C" in i.split(".")
+               for i in summary.imports)
+
+
+# -- where the dispatches are ----------------------------------------------------------------------
+
+
+@dataclass
+class Dispatcher:
+    """A function that launches a kernel directly or through same-module helpers."""
+
+    function: cst.FunctionDef
+    sites: list[cst.Call]  # launches and calls of dispatching helpers written in its own body
+    order: dict[int, int]  # id(node) -> pre-order index in the function (for "before")
+    label: str  # what is dispatched to, for messages
+
+    def dispatches(self, nodes) -> bool:
+        ids = {id(s) for s in self.sites}
+        return any(id(n) in ids for root in nodes for n in _walk(root))
+
+    def before_last_site(self, node: cst.CSTNode) -> bool:
+        last = max((self.order.get(id(s), -1) for s in self.sites), default=-1)
+        return self.order.get(id(node), 1 << 30) < last
+
+
+def dispatchers(model) -> list[Dispatcher]:
+    """Every non-reference function that dispatches to a kernel (cached on the model)."""
+    cached = getattr(model, "_fallback_dispatchers", None)
+    if cached is not None:
+        return cached
+    direct: dict[int, tuple[cst.FunctionDef, list[cst.Call], str]] = {}
+    for launch in model.launch_sites.values():
+        fn = model.enclosing_function(launch.call)
+        if fn is None or fn in model.triton_kernels:
+            continue
+        entry = direct.setdefault(id(fn), (fn, [], launch.name))
+        entry[1].append(launch.call)
+    found = dict(direct)
+    for _ in range(2):  # callers of dispatching helpers, two levels up
+        added = {}
+        for defs in model.functions.values():
+            for fn in defs:
+                for node in _walk(fn.body):
+                    if isinstance(node, cst.Call):
+                        target = model.callee(node)
+                        if target is not None and id(target) in found and target is not fn:
+                            entry = added.get(id(fn)) or found.get(id(fn)) or (fn, [], found[id(target)][2])
+                            if node not in entry[1]:
+                                entry[1].append(node)
+                            added[id(fn)] = entry
+        if all(k in found for k in added):
+            break
+        found.update(added)
+    out = []
+    for fn, sites, label in found.values():
+        if is_reference_name(fn.name.value) or fn.name.value == "forward_native":
+            continue
+        order = {id(n): i for i, n in enumerate(_walk(fn.body))}
+        out.append(Dispatcher(fn, sites, order, label))
+    model._fallback_dispatchers = out
+    return out
+
+
+# -- what a test checks ------------------------------------------------------------------------------
+
+
+def prop_kind(model, node: cst.CSTNode) -> str | None:
+    """Which input property an expression reads: dtype, device, shape, head, layout, rank (or None)."""
+    if isinstance(node, cst.BinaryOperation):
+        return prop_kind(model, node.left)
+    if isinstance(node, cst.UnaryOperation):
+        return prop_kind(model, node.expression)
+    if isinstance(node, cst.Subscript):
+        return prop_kind(model, node.value)
+    if isinstance(node, cst.Call):
+        name = model.call_name(node) or ""
+        if name in ("torch.cuda.is_available",):
+            return "device"
+        if isinstance(node.func, cst.Attribute):
+            method = node.func.attr.value
+            if method == "size" and node.args:
+                return "shape"
+            if method in ("is_contiguous", "stride"):
+                return "layout"
+            if method == "dim":
+                return "rank"
+        return None
+    if isinstance(node, cst.Attribute):
+        attr = node.attr.value
+        if attr == "dtype":
+            return "dtype"
+        if attr in DEVICE_ATTRS or attr == "type" and isinstance(node.value, cst.Attribute) and node.value.attr.value == "device":
+            return "device"
+        if attr == "shape":
+            return "shape"
+        if attr == "ndim":
+            return "rank"
+        if HEAD_NAME.search(attr):
+            return "head"
+        return None
+    if isinstance(node, cst.Name) and HEAD_NAME.search(node.value):
+        return "head"
+    return None
+
+
+def is_constant(model, node: cst.CSTNode) -> bool:
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)):
+        return True
+    if isinstance(node, cst.Name):
+        return node.value == "None" or bool(CONSTANT_NAME.search(node.value))
+    if isinstance(node, cst.Attribute):
+        name = model.qualname(node) or ""
+        return (name.startswith("torch.") and name.split(".")[-1] in DTYPES) or bool(
+            CONSTANT_NAME.search(node.attr.value))
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        return bool(node.elements) and all(is_constant(model, e.value) for e in node.elements)
+    if isinstance(node, cst.UnaryOperation):
+        return is_constant(model, node.expression)
+    return False
+
+
+def support_checks(model, test: cst.CSTNode) -> set[str]:
+    """Input properties ``test`` compares with a constant (a supported set, a size limit, an
+    alignment, a device), as a KC301-style "is this input supported" check. Comparisons of one
+    argument with another (``a.dtype == b.dtype``) are contract checks and do not count."""
+    kinds: set[str] = set()
+    for node in _walk(test):
+        if isinstance(node, cst.Comparison):
+            left = node.left
+            for target in node.comparisons:
+                right = target.comparator
+                for prop, other in ((left, right), (right, left)):
+                    kind = prop_kind(model, prop)
+                    if kind and is_constant(model, other) and not (
+                        isinstance(prop, cst.BinaryOperation) and not is_constant(model, prop.right)
+                    ):
+                        kinds.add(kind)
+                left = right
+        elif isinstance(node, (cst.Attribute, cst.Call)) and prop_kind(model, node) == "device":
+            parent = model.parent(node)
+            if not isinstance(parent, (cst.Attribute, cst.Comparison, cst.ComparisonTarget)):
+                kinds.add("device")  # `x.is_cuda`, `torch.cuda.is_available()` used as a boolean
+    return kinds
+
+
+def mentioned_props(model, test: cst.CSTNode) -> set[str]:
+    """Every input property ``test`` reads, compared with anything."""
+    out = set()
+    for node in _walk(test):
+        kind = prop_kind(model, node) if isinstance(node, (cst.Attribute, cst.Call, cst.Name)) else None
+        if kind:
+            out.add(kind)
+    return out
+
+
+def is_guard(model, test: cst.CSTNode) -> bool:
+    """Whether an ``if`` test is about the input or its support (not a config flag or empty input)."""
+    if mentioned_props(model, test):
+        return True
+    return any(isinstance(n, (cst.Name, cst.Attribute)) and SUPPORT_NAME.search(
+        n.value if isinstance(n, cst.Name) else n.attr.value) for n in _walk(test))
+
+
+# -- announcing ------------------------------------------------------------------------------------
+
+
+def is_announcer(model, call: cst.Call) -> bool:
+    if model.log_kind(call):
+        return True
+    name = model.call_name(call) or ""
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in ANNOUNCE_METHODS and (
+        "log" in (model.dotted(call.func.value) or "").lower()
+    ):
+        return True
+    if name.split(".")[-1] in ("warning_once", "warn_once", "info_once", "print_warning_once"):
+        return True
+    for entry in model.config.fallback_announcers:
+        if name == entry or name.endswith("." + entry) or name.split(".")[-1] == entry:
+            return True
+    return False
+
+
+def announces(model, nodes: list[cst.CSTNode]) -> bool:
+    """Whether ``nodes`` (or the same-module helpers they call) log, warn or print."""
+    return any(is_announcer(model, call) for call, _ in model.calls_in(nodes))
+
+
+def computes(model, nodes: list[cst.CSTNode]) -> bool:
+    """Whether a branch does work (calls something other than an announcer) and does not raise."""
+    calls = False
+    for root in nodes:
+        for node in _walk(root):
+            if isinstance(node, cst.Raise):
+                return False
+            if isinstance(node, cst.Call) and not is_announcer(model, node):
+                calls = True
+    return calls
+
+
+def statements(suite) -> list[cst.CSTNode]:
+    return list(suite.body) if isinstance(suite, cst.IndentedBlock) else list(getattr(suite, "body", []))
+
+
+def fallback_branches(model, disp: Dispatcher) -> Iterator[tuple[cst.If, list[cst.CSTNode]]]:
+    """``(if, fallback statements)`` for each input guard in ``disp`` that picks between the kernel
+    and a fallback: ``if/else`` with the kernel on one side only, or an early ``return`` before it."""
+    for node in _walk(disp.function.body):
+        if not isinstance(node, cst.If) or not is_guard(model, node.test):
+            continue
+        body = statements(node.body)
+        in_body = disp.dispatches(body)
+        if isinstance(node.orelse, cst.Else):
+            other = statements(node.orelse.body)
+            in_other = disp.dispatches(other)
+            if in_body != in_other:
+                yield node, (other if in_body else body)
+        elif node.orelse is None and not in_body and body and _returns(body[-1]):
+            parent = model.parent(node)
+            siblings = list(getattr(parent, "body", [])) if parent is not None else []
+            index = next((i for i, s in enumerate(siblings) if s is node), None)
+            later = siblings[index + 1:] if index is not None else []
+            if disp.dispatches(later):
+                yield node, body
+
+
+def _returns(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, cst.Return) for s in stmt.body)

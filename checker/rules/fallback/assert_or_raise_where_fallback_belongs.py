@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.claims import _walk
+from kcheck.rule import Rule
+from kcheck.rules.fallback import DISPATCH_TEXT, KIND_TEXT, dispatch_gate, dispatchers, statements, support_checks
+
+
+class AssertOrRaiseWhereFallbackBelongs(Rule):
+    """An `assert` or `raise` on the input's dtype, shape, head size or device right before a kernel.
+
+    ## What it does
+    Finds `assert` statements, and `raise` statements under an `if`, in a function that launches
+    a specialised kernel (a Triton launch, a `torch.ops` op, an inline extension, a kernel module
+    such as `_custom_ops`, directly or through a same-module helper), before that launch, whose
+    test compares the input's dtype, device, shape or head size with a constant: a supported set,
+    a size limit, an alignment. Checks that compare two arguments with each other
+    (`a.dtype == b.dtype`) are contract checks and are left alone.
+
+    ## Why is this bad?
+    A serving engine meets every dtype, head size and shape its models and users send. A kernel
+    wrapper that crashes on the ones it does not support takes the server down (or, with `python
+    -O`, lets the assert vanish and the kernel read garbage) where a slower path would have
+    answered. Unsupported input belongs on a declared fallback — the reference implementation or
+    a general kernel — that says once that it is being used.
+
+    ## Example
+    ```python
+    def rms_norm(x, weight, eps):
+        assert x.dtype in (torch.float16, torch.bfloat16), "only half precision"
+        _rms_norm_kernel[grid](x, weight, out, eps)
+    ```
+
+    ## Use instead
+    ```python
+    def rms_norm(x, weight, eps):
+        if x.dtype not in (torch.float16, torch.bfloat16):
+            _warn_once(f"rms_norm: no kernel for {x.dtype}, using the torch reference")
+            return rms_norm_reference(x, weight, eps)
+        _rms_norm_kernel[grid](x, weight, out, eps)
+    ```
+    """
+
+    CODE = "KC301"
+    NAME = "assert-or-raise-where-fallback-belongs"
+    MESSAGE = "{stmt} on {what} before {kernel}: unsupported input should take a declared fallback, not fail"
+    SEVERITY = "warning"
+    KNOWLEDGE = ("triton-cuda/declared-fallbacks",)
+    VALID = [
+        """
+import torch
+def silu_and_mul(x, out):
+    assert out.shape == x.shape[:-1] + (x.shape[-1] // 2,)
+    assert x.dtype == out.dtype
+    torch.ops._C.silu_and_mul(out, x)
+""",
+        """
+import logging
+import torch
+log = logging.getLogger(__name__)
+def rms_norm(x, w, eps):
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        log.warning("rms_norm: falling back to torch for %s", x.dtype)
+        return rms_norm_reference(x, w, eps)
+    torch.ops._C.rms_norm(x, w, eps)
+""",
+        """
+def check_config(head_size):
+    assert head_size in (64, 128, 256)
+""",
+    ]
+    INVALID = [
+        """
+import torch
+import triton
+@triton.jit
+def _kernel(x_ptr, n):
+    pass
+def scale(x):
+    assert x.dtype in (torch.float16, torch.bfloat16), "half precision only"
+    _kernel[(1,)](x, x.numel())
+""",
+        """
+import torch
+from vllm import _custom_ops as ops
+def paged_attention(out, q, k_cache, v_cache, head_size):
+    if head_size not in (64, 80, 96, 112, 128, 256):
+        raise ValueError(f"unsupported head size {head_size}")
+    ops.paged_attention_v1(out, q, k_cache, v_cache, head_size)
+""",
+    ]
+    PREFILTER = (DISPATCH_TEXT, r"\bassert\b|\braise\b")
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return dispatch_gate(summary)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        model = self.model
+        for disp in dispatchers(model):
+            for node in _walk(disp.function.body):
+                if isinstance(node, cst.Assert):
+                    test, where, stmt = node.test, node, "assert"
+                elif isinstance(node, cst.If):
+                    raises = [s for line in statements(node.body) if isinstance(line, cst.SimpleStatementLine)
+                              for s in line.body if isinstance(s, cst.Raise)]
+                    if not raises or disp.dispatches(statements(node.body)):
+                        continue
+                    test, where, stmt = node.test, raises[0], "raise"
+                else:
+                    continue
+                kinds = support_checks(model, test)
+                if not kinds or not disp.before_last_site(node) or _in_handler(model, node):
+                    continue
+                what = " and ".join(KIND_TEXT[k] for k in sorted(kinds))
+                self.report(where, stmt=stmt, what=what, kernel=disp.label)
+
+
+def _in_handler(model, node) -> bool:
+    return any(isinstance(a, cst.ExceptHandler) for a in model.ancestors(node))

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.claims import _walk
+from kcheck.rule import Rule
+from kcheck.rules.fallback import DISPATCH_TEXT, dispatch_gate, dispatchers, mentioned_props, statements
+
+
+class IncompleteGuard(Rule):
+    """A guard that checks only the device before a kernel that assumes more.
+
+    ## What it does
+    Finds an `if` in a function that launches a specialised kernel, where the test that picks the
+    kernel over the fallback checks only the device (`x.is_cuda`, `x.device.type == "cuda"`,
+    `torch.cuda.is_available()`), and nothing else in the function checks the dtype, shape,
+    rank, contiguity or strides the kernel was written for.
+
+    ## Why is this bad?
+    Being on the GPU is the least a kernel needs. A Triton or CUDA kernel is written for some
+    dtypes, a contiguous last dimension, a maximum block size or head size; a CUDA tensor outside
+    those still takes the kernel path, where it fails to compile, raises deep inside the launch,
+    or silently reads the wrong elements. The guard should state everything the kernel assumes,
+    so that everything else reaches the fallback.
+
+    ## Example
+    ```python
+    def gelu(x):
+        if x.is_cuda:
+            return _gelu_triton(x)
+        return torch.nn.functional.gelu(x)
+    ```
+
+    ## Use instead
+    ```python
+    def gelu(x):
+        if x.is_cuda and x.dtype in SUPPORTED_DTYPES and x.is_contiguous():
+            return _gelu_triton(x)
+        _warn_once("gelu: using torch for this input")
+        return torch.nn.functional.gelu(x)
+    ```
+    """
+
+    CODE = "KC302"
+    NAME = "incomplete-guard"
+    MESSAGE = ("the only check before {kernel} is the device; the dtype, shape and layout the kernel "
+               "assumes reach it unchecked")
+    SEVERITY = "warning"
+    KNOWLEDGE = ("triton-cuda/declared-fallbacks",)
+    VALID = [
+        """
+import torch
+def rms_norm(x, w, eps):
+    if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.is_contiguous():
+        return torch.ops._C.rms_norm(x, w, eps)
+    return rms_norm_reference(x, w, eps)
+""",
+        """
+import torch
+def rms_norm(x, w, eps):
+    assert x.stride(-1) == 1
+    if not x.is_cuda:
+        return rms_norm_reference(x, w, eps)
+    return torch.ops._C.rms_norm(x, w, eps)
+""",
+    ]
+    INVALID = [
+        """
+import torch
+def rms_norm(x, w, eps):
+    if x.is_cuda:
+        return torch.ops._C.rms_norm(x, w, eps)
+    return rms_norm_reference(x, w, eps)
+""",
+    ]
+    PREFILTER = (DISPATCH_TEXT, r"is_cuda|device|is_available")
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return dispatch_gate(summary)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        model = self.model
+        for disp in dispatchers(model):
+            guards, other_checks = [], False
+            for node in _walk(disp.function.body):
+                test = getattr(node, "test", None) if isinstance(node, (cst.If, cst.Assert, cst.IfExp, cst.While)) else None
+                if test is not None:
+                    props = mentioned_props(model, test)
+                    if props == {"device"} and isinstance(node, cst.If):
+                        guards.append(node)
+                    elif props - {"device"}:
+                        other_checks = True
+                elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and (
+                    node.func.attr.value in ("contiguous", "view", "reshape", "flatten", "to", "float", "half")
+                ):
+                    other_checks = True  # the wrapper normalises layout or dtype itself
+            if other_checks:
+                continue
+            for node in guards:
+                if _picks_kernel(model, disp, node):
+                    self.report(node.test, kernel=disp.label)
+
+
+def _picks_kernel(model, disp, node: cst.If) -> bool:
+    body = statements(node.body)
+    if isinstance(node.orelse, cst.Else):
+        return disp.dispatches(body) != disp.dispatches(statements(node.orelse.body))
+    if disp.dispatches(body):
+        return True  # the kernel under the guard, the fallback after it
+    parent = model.parent(node)
+    siblings = list(getattr(parent, "body", [])) if parent is not None else []
+    index = next((i for i, s in enumerate(siblings) if s is node), None)
+    return index is not None and disp.dispatches(siblings[index + 1:])

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.fallback import DISPATCH_TEXT, announces, computes, dispatch_gate, dispatchers, fallback_branches
+
+
+class SilentFallback(Rule):
+    """A fallback that bypasses the kernel without saying so.
+
+    ## What it does
+    Finds input guards in a function that launches a specialised kernel — an `if` on the dtype,
+    device, shape, head size or layout, or on a `supported`/`can_use`-style check — where one side
+    launches the kernel and the other computes the result some other way (a reference, a library
+    op) without logging or warning, directly or in a same-module helper. The announcers are
+    `logger.warning_once` and other logger methods, `warnings.warn`, `print`, and the functions
+    named in `fallback-announcers`.
+
+    ## Why is this bad?
+    A silent fallback turns "the kernel does not support this input" into "the kernel is slow",
+    and nobody finds out which. Benchmarks and serving runs on that input measure the reference
+    while crediting the kernel; a regression that widens the fallback's reach shows up only as lost
+    throughput. A fallback that announces itself once per reason costs nothing on the hot path and
+    makes the mismatch visible.
+
+    ## Example
+    ```python
+    def rms_norm(x, w, eps):
+        if x.dtype not in SUPPORTED_DTYPES:
+            return rms_norm_reference(x, w, eps)
+        return torch.ops._C.rms_norm(x, w, eps)
+    ```
+
+    ## Use instead
+    ```python
+    def rms_norm(x, w, eps):
+        if x.dtype not in SUPPORTED_DTYPES:
+            logger.warning_once("rms_norm: no kernel for %s, using the reference", x.dtype)
+            return rms_norm_reference(x, w, eps)
+        return torch.ops._C.rms_norm(x, w, eps)
+    ```
+
+    ## Options
+    `fallback-announcers`: more functions (qualified or bare names) that count as announcing.
+    """
+
+    CODE = "KC304"
+    NAME = "silent-fallback"
+    MESSAGE = "the fallback taken when this guard sends input away from {kernel} logs and warns nothing"
+    SEVERITY = "warning"
+    KNOWLEDGE = ("triton-cuda/declared-fallbacks",)
+    VALID = [
+        """
+import torch
+import warnings
+def rms_norm(x, w, eps):
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        warnings.warn("rms_norm: no kernel for this dtype; using the reference")
+        return rms_norm_reference(x, w, eps)
+    return torch.ops._C.rms_norm(x, w, eps)
+""",
+        """
+import torch
+def rms_norm(x, w, eps):
+    if x.numel() == 0:
+        return x
+    return torch.ops._C.rms_norm(x, w, eps)
+""",
+    ]
+    INVALID = [
+        """
+import torch
+def rms_norm(x, w, eps):
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return rms_norm_reference(x, w, eps)
+    return torch.ops._C.rms_norm(x, w, eps)
+""",
+        """
+import torch
+def rotary(q, k, cos, sin, head_size):
+    if head_size in (64, 128):
+        torch.ops._C.rotary_embedding(q, k, cos, sin)
+    else:
+        q, k = rotary_reference(q, k, cos, sin)
+    return q, k
+""",
+    ]
+    OPTIONS = ("fallback-announcers",)
+    PREFILTER = (DISPATCH_TEXT, r"\bif\b")
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return dispatch_gate(summary)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        model = self.model
+        for disp in dispatchers(model):
+            for node, branch in fallback_branches(model, disp):
+                if computes(model, branch) and not announces(model, branch):
+                    self.report(node.test, kernel=disp.label)
