@@ -1,0 +1,136 @@
+"""KC4xx: how tests and benchmarks verify and measure kernels.
+
+These rules apply to test and benchmark code only, decided cheaply:
+
+- a file whose path looks like a test or a benchmark (``test_*.py``, ``*_test.py``,
+  ``conftest.py``, anything under ``tests/``, ``test/``, ``bench*`` and ``benchmarks/``), or
+  whose text calls ``assert_close``, ``allclose`` or ``do_bench``: every function in it;
+- elsewhere, functions (and their nested functions) named ``test*``, ``bench*``,
+  ``benchmark*``, ``verify*`` or ``check*``.
+
+The per-dtype tolerance limits (:data:`TOLERANCE_LIMITS`) are data, kept here in one place.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from kcheck.rules.triton import arg, nodes_under  # noqa: F401 - shared helpers, re-exported
+
+TEST_PATH = re.compile(
+    r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$|(^|/)tests?/|(^|/)bench[^/]*(/|\.py$)|(^|/)benchmarks?/")
+SCOPE_TEXT = re.compile(r"assert_close|allclose|do_bench")
+SCOPE_FUNCTION = re.compile(r"^_?(test|bench|benchmark|verify|check)", re.IGNORECASE)
+
+# The loosest atol and rtol a comparison may use for an output dtype before it stops checking
+# anything. They sit well above torch.testing.assert_close's defaults (bf16: rtol 1.6e-2,
+# fp16: rtol 1e-3, fp32: rtol 1.3e-6, atol 1e-5 for all three; see the catalog entry
+# verification/tolerances-by-dtype), leaving room for long reductions and TF32, so that only
+# tolerances that are far too loose are reported. Quantised outputs (FP8, INT8, FP4) are not judged.
+TOLERANCE_LIMITS: dict[str, tuple[float, float]] = {  # dtype -> (atol limit, rtol limit)
+    "float64": (1e-5, 1e-5),
+    "float32": (1e-3, 1e-3),
+    "float16": (5e-2, 5e-2),
+    "bfloat16": (1e-1, 1e-1),
+}
+DTYPE_NAMES = {
+    "float64": "float64", "double": "float64", "fp64": "float64",
+    "float32": "float32", "fp32": "float32", "tf32": "float32",
+    "float16": "float16", "half": "float16", "fp16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+}
+QUANTIZED = re.compile(r"float8|fp8|int8|uint8|int4|fp4|mxfp|nvfp|e4m3|e5m2|quant", re.IGNORECASE)
+
+# Comparisons: the last component of the called name. Those with tolerances take (a, b, rtol, atol).
+TOLERANCE_COMPARES = {"assert_close", "assert_allclose", "allclose", "isclose", "assert_verbose_allclose"}
+COMPARES = TOLERANCE_COMPARES | {"equal", "array_equal", "assert_equal", "assert_array_equal"}
+
+RANDOM_CALLS = {
+    "randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm", "normal", "normal_",
+    "uniform_", "random_", "bernoulli", "bernoulli_", "multinomial", "exponential_", "cauchy_", "log_normal_",
+    "geometric_", "make_tensor", "uniform", "standard_normal", "load", "load_file",  # real data counts too
+}
+CONSTANT_FACTORIES = {
+    "torch.zeros", "torch.ones", "torch.full", "torch.arange", "torch.zeros_like", "torch.ones_like",
+    "torch.full_like", "torch.linspace", "torch.eye",
+}
+EMPTY_FACTORIES = {"torch.empty", "torch.empty_like", "torch.empty_strided"}
+
+
+def last(name: str | None) -> str:
+    return (name or "").split(".")[-1]
+
+
+def number(module: cst.Module, node: cst.CSTNode | None) -> float | None:
+    """A numeric literal, or a module-level constant holding one, else None."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return float(node.evaluated_value)
+    if isinstance(node, cst.Name):
+        for stmt in module.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for s in stmt.body:
+                    if (isinstance(s, cst.Assign) and len(s.targets) == 1 and isinstance(s.targets[0].target, cst.Name)
+                            and s.targets[0].target.value == node.value and isinstance(s.value, (cst.Integer, cst.Float))):
+                        return float(s.value.evaluated_value)
+    return None
+
+
+class Scope:
+    """Whether a node belongs to test or benchmark code (see the module docstring)."""
+
+    def __init__(self, rule) -> None:
+        ctx = rule.context
+        self.model = rule.model
+        self.whole_file = bool(TEST_PATH.search(ctx.path) or SCOPE_TEXT.search(ctx.source))
+
+    def covers(self, node: cst.CSTNode) -> bool:
+        if self.whole_file:
+            return True
+        chain = [node] if isinstance(node, cst.FunctionDef) else []
+        chain += [a for a in self.model.ancestors(node) if isinstance(a, cst.FunctionDef)]
+        return any(SCOPE_FUNCTION.match(f.name.value) for f in chain)
+
+    def functions(self) -> list[cst.FunctionDef]:
+        return [fn for defs in self.model.functions.values() for fn in defs if self.covers(fn)]
+
+
+def scope_gate(summary, wanted: set[str]) -> bool:
+    """Cheap: the file uses one of ``wanted`` somewhere (the scope itself is decided later)."""
+    return bool(summary.all_names & wanted)
+
+
+def calls(model, root: cst.CSTNode, depth: int = 3):
+    """Every call under ``root`` and in the same-module helpers it reaches."""
+    return [c for c, _ in model.calls_in([root], depth)]
+
+
+def is_compare(model, call: cst.Call, names=COMPARES) -> bool:
+    return last(model.call_name(call)) in names
+
+
+def dtypes_in(model, nodes) -> set[str]:
+    """Canonical dtypes named under ``nodes``; ``quantized`` when an FP8/INT8/FP4 type is named."""
+    found: set[str] = set()
+    for root in nodes:
+        for n in nodes_under(root):
+            text = None
+            if isinstance(n, cst.Attribute):
+                text = n.attr.value
+            elif isinstance(n, cst.SimpleString):
+                text = str(n.evaluated_value)
+            elif isinstance(n, cst.Name):
+                text = n.value
+            if not text:
+                continue
+            if QUANTIZED.search(text):
+                found.add("quantized")
+            elif text in DTYPE_NAMES and (not isinstance(n, cst.Name) or text in ("bfloat16", "float16")):
+                found.add(DTYPE_NAMES[text])
+    return found
+
+
+def module_statements(module: cst.Module) -> list[cst.CSTNode]:
+    """The module's top-level statements other than function and class definitions."""
+    return [s for s in module.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]

@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, nodes_under
+
+ASSERTING = ("assert", "fail", "exit")
+
+
+class PrintedComparison(Rule):
+    """A result compared only by printing the difference.
+
+    ## What it does
+    In test and benchmark code, finds functions (and script top levels) that print or log a
+    comparison — the result of `allclose`/`isclose`/`equal`, or an error such as
+    `(out - ref).abs().max()` — and never check it: no `assert`, no `raise`, no `assert_*`
+    call, no `pytest.fail` or `sys.exit`, and the difference is not returned to a caller.
+
+    ## Why is this bad?
+    A printed difference is read once, by a person, on the shape they tried; afterwards the
+    script keeps passing whatever the kernel returns. A kernel bug produces plausible output at
+    a good latency, so nobody rereads the log. A check that cannot fail is not a check.
+
+    ## Example
+    ```python
+    out = rms_norm(x, w)
+    print("max diff:", (out - ref).abs().max().item())
+    ```
+
+    ## Use instead
+    ```python
+    out = rms_norm(x, w)
+    torch.testing.assert_close(out, ref, atol=1e-2, rtol=1.6e-2)
+    ```
+    """
+
+    CODE = "KC404"
+    NAME = "printed-comparison"
+    MESSAGE = "{what} is printed but never checked in {where}: nothing fails when the kernel is wrong"
+    SEVERITY = "warning"
+    KNOWLEDGE = ("verification/ways-kernels-cheat-benchmarks", "verification/tolerances-by-dtype")
+    VALID = [
+        """
+import torch
+def test_norm():
+    out = norm(x)
+    print("max diff", (out - ref).abs().max().item())
+    torch.testing.assert_close(out, ref)
+""",
+        """
+import torch
+def max_error(out, ref):
+    err = (out - ref).abs().max()
+    print(err)
+    return err
+""",
+    ]
+    INVALID = [
+        """
+import torch
+def bench_norm(x, w, ref):
+    out = norm(x, w)
+    print("max diff:", (out - ref).abs().max().item())
+""",
+        """
+import torch
+if __name__ == "__main__":
+    out = kernel(x)
+    print("match:", torch.allclose(out, ref, atol=1e-2))
+""",
+        """
+import logging
+logger = logging.getLogger(__name__)
+def verify(out, ref):
+    diff = (out.float() - ref.float()).abs().max().item()
+    logger.info("max abs diff %f", diff)
+""",
+    ]
+    PREFILTER = (r"print|log|write",)
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return bool(summary.all_names & ({"print", "info", "debug", "warning", "write"})) and bool(
+            summary.all_names & (COMPARES | {"abs", "sub"}))
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        scope = Scope(self)
+        roots: list[tuple[cst.CSTNode, str]] = [(fn, f"{fn.name.value}()") for fn in scope.functions()]
+        if scope.whole_file:
+            roots.append((original_node, "this script"))
+        for root, where in roots:
+            self._check(root, where)
+
+    def _check(self, root: cst.CSTNode, where: str) -> None:
+        model = self.model
+        body = root.body if isinstance(root, cst.FunctionDef) else root
+        diffs: set[str] = set()
+        printed: list[tuple[cst.Call, str]] = []
+        returned: set[str] = set()
+        for node in nodes_under(body):
+            if isinstance(node, (cst.Assert, cst.Raise)):
+                return
+            if isinstance(node, cst.Call):
+                name = last(model.call_name(node))
+                if name.startswith(ASSERTING):
+                    return
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                if self._difference(node.value, diffs):
+                    diffs.add(node.targets[0].target.value)
+            if isinstance(node, cst.Return) and node.value is not None:
+                returned |= {n.value for n in nodes_under(node.value) if isinstance(n, cst.Name)}
+                if self._difference(node.value, diffs):
+                    return
+            if isinstance(node, cst.Call) and model.log_kind(node):
+                for a in node.args:
+                    what = self._difference(a.value, diffs)
+                    if what:
+                        printed.append((node, what))
+                        break
+        for call, what in printed:
+            if what in returned:
+                continue
+            self.report(call, what=what, where=where)
+            return
+
+    def _difference(self, expr: cst.CSTNode, diffs: set[str]) -> str | None:
+        """What in ``expr`` is a comparison or an error measure, or None."""
+        for n in nodes_under(expr):
+            if isinstance(n, cst.Name) and n.value in diffs:
+                return n.value
+            if isinstance(n, cst.Call):
+                if is_compare(self.model, n):
+                    return f"{last(self.model.call_name(n))}()"
+                func = n.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "abs" and any(
+                        isinstance(s, cst.BinaryOperation) and isinstance(s.operator, cst.Subtract)
+                        for s in nodes_under(func.value)):
+                    return "the difference"
+                if last(self.model.call_name(n)) == "abs" and n.args and any(
+                        isinstance(s, cst.BinaryOperation) and isinstance(s.operator, cst.Subtract)
+                        for s in nodes_under(n.args[0].value)):
+                    return "the difference"
+        return None
