@@ -143,9 +143,8 @@ def _entry_markdown(catalog, entry_id: str, cited_by: list[dict], kernels: list[
     ]
     applies = entry.get("applies_to") or {}
     if applies:
-        out += ["| Applies to | |", "|---|---|"]
-        out += [f"| {axis} | {', '.join(f'`{v}`' for v in values)} |" for axis, values in applies.items()]
-        out.append("")
+        axes = [f"{axis} {' '.join(f'`{v}`' for v in values)}" for axis, values in applies.items()]
+        out += [f"**Applies to:** {' · '.join(axes)}", ""]
     if cited_by:
         codes = ", ".join(f"[{r['code']}]({_rel(src, rule_page(r['name']))})" for r in cited_by)
         out += [f'!!! example "Checked by kcheck: {", ".join(r["code"] for r in cited_by)}"', "",
@@ -209,7 +208,8 @@ def _hardware_table(catalog, src: str) -> list[str]:
     out = ["## Hardware comparison", "",
            "Datasheet and guide figures from each part's entry; follow a column's link for the evidence "
            "behind every number. Measure before you divide by any of them.", "",
-           "| | " + " | ".join(f"[{eid.split('/')[1]}]({_rel(src, entry_page(eid))})" for eid, _ in gpus) + " |",
+           "| | " + " | ".join(f"[{eid.split('/')[1].replace('-', ' ').upper()}]({_rel(src, entry_page(eid))})"
+                               for eid, _ in gpus) + " |",
            "|---|" + "---:|" * len(gpus)]
     for key in keys:
         cells = [_cell(_value(facts[eid][key])) if key in facts[eid] else "—" for eid, _ in gpus]
@@ -291,11 +291,13 @@ def _rule_markdown(record: dict, catalog, config_keys: dict) -> str:
         f'<div class="kc-meta" markdown>{SEVERITY_ICON.get(record["severity"], "")} '
         f'<span class="kc-severity kc-{record["severity"]}">{record["severity"]}</span> · '
         f'[{record["family"]}]({_rel(src, "rules/index.md")}#{record["code"][:3].lower()}xx) · '
-        f"`{record['code']}` · `{record['name']}`</div>",
+        f"default severity, change it with `severity` in [configuration]({_rel(src, 'configuration.md')})</div>",
         "",
         summary,
         "",
-        f'!!! quote "Message"\n\n    {_cell(record["message"])}',
+        '!!! quote "Message"',
+        "",
+        "    " + re.sub(r"[{]([a-z_]+)[}]", r"<var>\1</var>", _cell(record["message"])),
         "",
     ]
     for heading, text in docs.items():
@@ -594,8 +596,9 @@ def _configuration_page(docs_dir: Path, config_keys: dict) -> Page:
 # --------------------------------------------------------------------------- all together
 
 
-def generate(repo: Path = REPO) -> list[Page]:
-    """Every generated page of the site, from the catalog, the rules, the guides and the results."""
+def generate(repo: Path = REPO, results: Path | None = None) -> list[Page]:
+    """Every generated page of the site, from the catalog, the rules, the guides and the results
+    files (``kernels/results/*.json`` unless ``results`` names another folder)."""
     from kcheck.catalog import load_catalog
     from kcheck.explain import rule_record
     from kcheck.registry import all_rules
@@ -610,7 +613,7 @@ def generate(repo: Path = REPO) -> list[Page]:
     modules = _kernel_modules()
     pages = _catalog_pages(catalog, rules_by_entry, _kernels_by_entry(catalog, modules))
     pages += _rules_pages(records, catalog, config_keys)
-    pages += _kernels_pages(repo / "kernels" / "results", modules, catalog)
+    pages += _kernels_pages(results or repo / "kernels" / "results", modules, catalog)
     pages.append(_configuration_page(repo / "docs", config_keys))
     known = {p.path for p in pages if p.path.endswith(".md")}
     known |= {p.relative_to(repo / "docs").as_posix() for p in (repo / "docs").rglob("*.md")}
@@ -621,11 +624,15 @@ def generate(repo: Path = REPO) -> list[Page]:
 
 def main() -> None:
     import mkdocs_gen_files
+    from mkdocs.structure.files import InclusionLevel
 
+    editor = mkdocs_gen_files.FilesEditor.current()
     for page in generate():
         mode = "wb" if isinstance(page.content, bytes) else "w"
         with mkdocs_gen_files.open(page.path, mode) as handle:
             handle.write(page.content)
+        if page.path.endswith("SUMMARY.md"):  # literate-nav reads it; it is not a page itself
+            editor.files.get_file_from_path(page.path).inclusion = InclusionLevel.EXCLUDED
         if page.edit:
             # edit_uri points at docs/; the edit path is relative to it.
             edit = page.edit.removeprefix("docs/") if page.edit.startswith("docs/") else f"../{page.edit}"
