@@ -8,6 +8,7 @@ device, shape, head size, layout), and whether a branch announces itself.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -26,6 +27,8 @@ SUPPORT_NAME = re.compile(r"support|can_(use|run)|eligible|compatible|capab|fall
 CONSTANT_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$|[Ss]upport")
 ANNOUNCE_METHODS = {"warning_once", "warn_once", "info_once", "debug_once", "print_warning_once", "warning", "warn",
                     "info", "debug", "error", "log"}
+SUPPORT_KINDS = {"dtype", "device", "shape", "head"}  # what KC301 treats as "unsupported input"
+OUTPUT_NAME = re.compile(r"^(out|output|result|res)$|_out$|^out_")
 BROAD_EXCEPTIONS = {"Exception", "BaseException"}
 KIND_TEXT = {"dtype": "the dtype", "device": "the device", "shape": "a shape", "head": "the head size",
              "layout": "the memory layout", "rank": "the rank"}
@@ -161,17 +164,22 @@ def is_constant(model, node: cst.CSTNode) -> bool:
 
 def support_checks(model, test: cst.CSTNode) -> set[str]:
     """Input properties ``test`` compares with a constant (a supported set, a size limit, an
-    alignment, a device), as a KC301-style "is this input supported" check. Comparisons of one
-    argument with another (``a.dtype == b.dtype``) are contract checks and do not count."""
+    alignment, a device), as a KC301-style "is this input supported" check. A test that also
+    compares one argument with another (``a.dtype == b.dtype``), or that checks an output buffer,
+    is a contract check: calling it wrong is a bug, not unsupported input, and it does not count."""
     kinds: set[str] = set()
     for node in _walk(test):
         if isinstance(node, cst.Comparison):
             left = node.left
             for target in node.comparisons:
                 right = target.comparator
-                for prop, other in ((left, right), (right, left)):
-                    kind = prop_kind(model, prop)
-                    if kind and is_constant(model, other) and not (
+                lk, rk = prop_kind(model, left), prop_kind(model, right)
+                if (lk and (rk or mentioned_props(model, right))) or (rk and mentioned_props(model, left)) or (
+                    _is_output(model, left) or _is_output(model, right)
+                ):
+                    return set()  # a contract check between arguments, or on an output buffer
+                for prop, kind, other in ((left, lk, right), (right, rk, left)):
+                    if kind in SUPPORT_KINDS and is_constant(model, other) and not (
                         isinstance(prop, cst.BinaryOperation) and not is_constant(model, prop.right)
                     ):
                         kinds.add(kind)
@@ -181,6 +189,13 @@ def support_checks(model, test: cst.CSTNode) -> set[str]:
             if not isinstance(parent, (cst.Attribute, cst.Comparison, cst.ComparisonTarget)):
                 kinds.add("device")  # `x.is_cuda`, `torch.cuda.is_available()` used as a boolean
     return kinds
+
+
+def _is_output(model, node: cst.CSTNode) -> bool:
+    while isinstance(node, (cst.Attribute, cst.Subscript, cst.Call, cst.BinaryOperation)):
+        node = node.left if isinstance(node, cst.BinaryOperation) else (
+            node.func if isinstance(node, cst.Call) else node.value)
+    return isinstance(node, cst.Name) and bool(OUTPUT_NAME.search(node.value))
 
 
 def mentioned_props(model, test: cst.CSTNode) -> set[str]:
@@ -215,7 +230,7 @@ def is_announcer(model, call: cst.Call) -> bool:
     if name.split(".")[-1] in ("warning_once", "warn_once", "info_once", "print_warning_once"):
         return True
     for entry in model.config.fallback_announcers:
-        if name == entry or name.endswith("." + entry) or name.split(".")[-1] == entry:
+        if name == entry or name.endswith("." + entry) or fnmatch.fnmatchcase(name, entry):
             return True
     return False
 
