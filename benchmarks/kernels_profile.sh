@@ -2,7 +2,9 @@
 # Where the time goes, on the GPU machine: per-config timings of every kernel, then Nsight Compute
 # on the shapes where a kernel trails its best peer. Run from the repository root:
 #
-#   benchmarks/kernels_profile.sh OUT_DIR
+#   benchmarks/kernels_profile.sh OUT_DIR [OP:TOKENS:PEER,PEER ...]
+#
+# With targets, only those ncu windows run (no sweep); without, the sweep and a default set.
 set -uo pipefail
 out=${1:?usage: kernels_profile.sh OUT_DIR}
 site=$(mktemp -d)
@@ -11,9 +13,14 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target "$site" . || exit 2
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-timeout 300 python3 benchmarks/kernels_profile.py sweep 2>&1 | tee "$out/sweep.txt"
+shift
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  timeout 300 python3 benchmarks/kernels_profile.py sweep 2>&1 | tee "$out/sweep.txt"
+  targets=(rms_norm:16384:liger silu_and_mul:16384:liger rotary_embedding:256:liger fused_add_rms_norm:1:liger)
+fi
 # ncu with the clocks left as found; one window per (op, tokens), the kcheck kernel first, then its peers.
-for target in rms_norm:16384:liger silu_and_mul:16384:liger rotary_embedding:256:liger fused_add_rms_norm:1:liger; do
+for target in "${targets[@]}"; do
   IFS=: read -r op tokens peer <<<"$target"
   echo "=== ncu $op T=$tokens (kcheck, then $peer)" >>"$out/ncu.txt"
   timeout 120 ncu --clock-control none --profile-from-start off \
