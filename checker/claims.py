@@ -193,7 +193,7 @@ def _is_extension_build(model, call: cst.Call) -> bool:
 def _extension_attrs(model, module, extensions) -> set[str]:
     """``self.<attr>`` names bound to an extension (``self.ext = load_inline(...)`` or a module name)."""
     out: set[str] = set()
-    for node in _walk(module):
+    for node in _walk_all(module):
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
             target = node.targets[0].target
             if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
