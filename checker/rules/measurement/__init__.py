@@ -134,3 +134,53 @@ def dtypes_in(model, nodes) -> set[str]:
 def module_statements(module: cst.Module) -> list[cst.CSTNode]:
     """The module's top-level statements other than function and class definitions."""
     return [s for s in module.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+
+
+# -- timing ------------------------------------------------------------------------------------
+
+TIMED_KINDS = ("event-window", "host-timer")
+# Calls in a timed region that belong to the measurement, not to the work being timed.
+MEASUREMENT_CALLS = {
+    "record", "synchronize", "elapsed_time", "perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
+    "monotonic_ns", "default_timer", "append", "range", "len", "print", "zip", "enumerate", "int", "float",
+    "Event", "empty_cache", "zero_", "fill_", "item", "replay", "nvtx", "range_push", "range_pop", "extend",
+}
+
+
+def code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node).strip()
+
+
+def work_calls(model, nodes) -> list[cst.Call]:
+    """The calls a timed region times: everything but the timers, syncs, logging and bookkeeping."""
+    out = []
+    for root in nodes:
+        for n in nodes_under(root):
+            if isinstance(n, cst.Call) and last(model.dotted(n.func) or code(n.func)) not in MEASUREMENT_CALLS:
+                if model.log_kind(n) or model.sync_kind(n):
+                    continue
+                if isinstance(n.func, cst.Attribute) and isinstance(n.func.value, cst.Call):
+                    continue  # the outer call of a chain (fn(x).sum()): the inner one is listed
+                out.append(n)
+    return out
+
+
+def region_root(model, region) -> cst.CSTNode:
+    """The function a region lives in, or the module."""
+    if region.function is not None:
+        return region.function
+    node = region.nodes[0]
+    for node in model.ancestors(region.nodes[0]):
+        pass
+    return node
+
+
+def int_value(fn: cst.CSTNode | None, node: cst.CSTNode | None) -> int | None:
+    """An integer literal, or a parameter of ``fn`` whose default is one."""
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value)
+    if isinstance(node, cst.Name) and isinstance(fn, cst.FunctionDef):
+        for p in [*fn.params.params, *fn.params.kwonly_params]:
+            if p.name.value == node.value and isinstance(p.default, cst.Integer):
+                return int(p.default.evaluated_value)
+    return None

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.measurement import last, nodes_under
+
+REFERENCE = re.compile(
+    r"^_?(ref|reference|naive|native|torch|baseline|golden)(_|$)|_(ref|reference|naive|native|torch|golden)$"
+    r"|^forward_native$", re.IGNORECASE)
+REDUCTIONS = {"sum", "mean", "var", "std", "softmax", "log_softmax", "logsumexp", "cumsum", "norm", "var_mean",
+              "prod"}
+WIDE = {"float32", "float64", "float", "double"}
+LOW_TEXT = re.compile(r"bfloat16|float16|\bhalf\b|bf16|fp16")
+
+
+class LowPrecisionReference(Rule):
+    """A reference implementation that computes in the kernel's low precision.
+
+    ## What it does
+    In modules that handle FP16/BF16 data, finds reference functions (named
+    `ref_*`, `*_ref`, `reference*`, `naive_*`, `torch_*`, `*_native`, `forward_native`, ...)
+    that reduce (`sum`, `mean`, `var`, `softmax`, `logsumexp`, `cumsum`, `norm`) without ever
+    upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
+    function, and no call site in the module that passes upcast inputs.
+
+    ## Why is this bad?
+    A reference in BF16 rounds at every step, so its error is as large as the kernel's: the
+    comparison needs a tolerance wide enough to accept both, and at that width it accepts a
+    wrong kernel too. The reference is the specification: compute it in FP32 (FP64 for very
+    long sums) from the same inputs and cast once at the end.
+
+    ## Example
+    ```python
+    def rms_norm_ref(x, w, eps):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+    ```
+
+    ## Use instead
+    ```python
+    def rms_norm_ref(x, w, eps):
+        xf = x.float()
+        out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+        return out.to(x.dtype)
+    ```
+    """
+
+    CODE = "KC406"
+    NAME = "low-precision-reference"
+    MESSAGE = ("reference {function}() reduces with {op}() in the inputs' own precision: compute the reference in "
+               "float32 and cast once at the end")
+    SEVERITY = "warning"
+    KNOWLEDGE = ("verification/upcast-reference",)
+    VALID = [
+        """
+import torch
+def rms_norm_ref(x, w, eps=1e-6):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+def test_rms(dtype=torch.bfloat16):
+    pass
+""",
+        """
+import torch
+def softmax_ref(x):
+    return torch.softmax(x, dim=-1)
+def test_softmax():
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    ref = softmax_ref(x.float())
+""",
+    ]
+    INVALID = [
+        """
+import torch
+def rms_norm_ref(x, w, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+def test_rms():
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+""",
+        """
+import torch
+def torch_softmax(logits):
+    m = logits.max(dim=-1, keepdim=True).values
+    e = (logits - m).exp()
+    return e / e.sum(dim=-1, keepdim=True)
+DTYPES = [torch.float16, torch.bfloat16]
+""",
+    ]
+    PREFILTER = (r"bfloat16|float16|\bhalf\b|bf16|fp16", r"sum|mean|var|std|softmax|logsumexp|norm|prod")
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return any(REFERENCE.search(f.name) and f.names & REDUCTIONS for f in summary.functions)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if not LOW_TEXT.search(self.context.source):
+            return
+        for fn in (f for defs in self.model.functions.values() for f in defs):
+            if not REFERENCE.search(fn.name.value) or self._upcasts(fn.body) or self._called_upcast(fn, original_node):
+                continue
+            for node in nodes_under(fn.body):
+                if isinstance(node, cst.Call) and last(self.model.dotted(node.func)) in REDUCTIONS:
+                    self.report(node, function=fn.name.value, op=last(self.model.dotted(node.func)))
+                    break
+
+    def _upcasts(self, root: cst.CSTNode) -> bool:
+        for n in nodes_under(root):
+            if isinstance(n, cst.Attribute) and n.attr.value in ("float32", "float64", "double"):
+                return True
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("float", "double"):
+                return True
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "to" and any(
+                    isinstance(a.value, cst.Name) and a.value.value in WIDE for a in n.args):
+                return True
+        return False
+
+    def _called_upcast(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
+        """A call site in the module passes upcast inputs to the reference."""
+        name = fn.name.value
+        for n in nodes_under(module, nested=True):
+            if isinstance(n, cst.Call) and last(self.model.dotted(n.func)) == name:
+                if any(self._upcasts(a.value) for a in n.args):
+                    return True
+        return False

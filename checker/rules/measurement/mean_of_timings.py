@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.model import HOST_TIMERS
+from kcheck.rule import Rule
+from kcheck.rules.measurement import TIMED_KINDS, Scope, arg, int_value, last, nodes_under, region_root
+
+MEANS = {"mean", "fmean", "average"}
+FEW_RUNS = 10  # a window averaging this many runs or fewer is "a handful"
+
+
+class MeanOfTimings(Rule):
+    """Timings reported as a mean, or averaged over a handful of runs.
+
+    ## What it does
+    In test and benchmark code, finds three ways of reporting a mean where a median is
+    needed: the mean (`statistics.mean`, `np.mean`, `.mean()`, `sum(t) / len(t)`) of a list of
+    per-run timings (filled from `elapsed_time` or host timers); `do_bench(...,
+    return_mode="mean")`; and a timed window around `for _ in range(N)` with N of 10 or fewer,
+    whose total divided by N is a mean of a handful of runs.
+
+    ## Why is this bad?
+    Kernel timings have a long right tail: clock changes, interrupts, other tenants and the
+    occasional allocator or compilation event. The mean follows the tail, so two runs of the
+    same code disagree, and a handful of runs is not enough to see the spread at all. Report
+    the median of many device-event timings with its spread, or use `do_bench`'s defaults.
+
+    ## Example
+    ```python
+    times = []
+    for _ in range(20):
+        start.record(); fn(x); end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    print(f"{statistics.mean(times):.3f} ms")
+    ```
+
+    ## Use instead
+    ```python
+    print(f"{statistics.median(times):.3f} ms (p20-p80 {q20:.3f}-{q80:.3f})")
+    ```
+    """
+
+    CODE = "KC408"
+    NAME = "mean-of-timings"
+    MESSAGE = "{what}: report the median of many runs (and their spread); the mean follows the slow tail"
+    SEVERITY = "warning"
+    KNOWLEDGE = ("measuring/median-of-device-events",)
+    VALID = [
+        """
+import statistics, torch
+def bench(fn, x):
+    times = []
+    for _ in range(200):
+        start.record(); fn(x); end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+""",
+        """
+import numpy as np
+def test_outputs(out):
+    assert np.mean(out) > 0
+""",
+    ]
+    INVALID = [
+        """
+import statistics, torch
+def bench(fn, x):
+    times = []
+    for _ in range(200):
+        start.record(); fn(x); end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.mean(times)
+""",
+        """
+import triton
+def bench(fn):
+    return triton.testing.do_bench(fn, return_mode="mean")
+""",
+        """
+import time, torch
+def bench_host(fn, x, iters=5):
+    fn(x)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn(x)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters
+""",
+    ]
+    PREFILTER = (r"mean|average|sum\(|do_bench|range\(",)
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return bool(summary.all_names & {"elapsed_time", "perf_counter", "perf_counter_ns", "time", "monotonic",
+                                         "default_timer", "do_bench", "record"})
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        model = self.model
+        scope = Scope(self)
+        timings = self._timing_lists(original_node)
+        for node in nodes_under(original_node, nested=True):
+            if not isinstance(node, (cst.Call, cst.BinaryOperation)) or not scope.covers(node):
+                continue
+            if isinstance(node, cst.Call):
+                name = last(model.call_name(node) or model.dotted(node.func))
+                if name == "do_bench":
+                    mode = arg(node, 99, "return_mode")
+                    if isinstance(mode, cst.SimpleString) and mode.evaluated_value == "mean":
+                        self.report(node, what='do_bench(return_mode="mean") reports the mean')
+                elif name in MEANS and self._mentions(node, timings):
+                    self.report(node, what="the mean of per-run timings is reported")
+            elif isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Call) and \
+                    last(model.dotted(node.left.func)) == "sum" and self._mentions(node.left, timings):
+                self.report(node, what="the mean of per-run timings is reported")
+        for region in model.timed_regions:
+            if region.kind not in TIMED_KINDS or not scope.covers(region.nodes[0]):
+                continue
+            root = region_root(model, region)
+            for stmt in region.nodes:
+                if isinstance(stmt, cst.For) and isinstance(stmt.iter, cst.Call) and \
+                        model.dotted(stmt.iter.func) == "range" and len(stmt.iter.args) == 1:
+                    n = int_value(root, stmt.iter.args[0].value)
+                    if n is not None and 1 < n <= FEW_RUNS:
+                        self.report(stmt, what=f"one window over {n} runs gives the mean of a handful of runs")
+
+    def _mentions(self, node: cst.CSTNode, timings: set[str]) -> bool:
+        return any(isinstance(n, cst.Name) and n.value in timings for n in nodes_under(node))
+
+    def _timing_lists(self, module: cst.Module) -> set[str]:
+        """Names of lists filled with per-run timings: ``times.append(start.elapsed_time(end))``,
+        ``times.append(time.perf_counter() - t0)``, or a comprehension over elapsed times."""
+        model = self.model
+        timer_names: set[str] = set()
+        for n in nodes_under(module, nested=True):
+            if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call) and model.call_name(n.value) in HOST_TIMERS:
+                timer_names |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+
+        def is_timing(expr) -> bool:
+            for s in nodes_under(expr):
+                if isinstance(s, cst.Call) and (last(model.dotted(s.func)) == "elapsed_time"
+                                                or model.call_name(s) in HOST_TIMERS):
+                    return True
+                if isinstance(s, cst.Name) and s.value in timer_names:
+                    return True
+            return False
+
+        lists: set[str] = set()
+        for n in nodes_under(module, nested=True):
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "append" \
+                    and isinstance(n.func.value, cst.Name) and n.args and is_timing(n.args[0].value):
+                lists.add(n.func.value.value)
+            elif isinstance(n, cst.Assign) and isinstance(n.value, (cst.ListComp, cst.List)) and is_timing(n.value):
+                lists |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+        return lists

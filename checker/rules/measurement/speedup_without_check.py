@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, nodes_under
+
+SPEEDUP = re.compile(r"speed[- _]?up|\d?x faster|faster than|times faster", re.IGNORECASE)
+CHECKERS = ("assert", "verify", "check", "validate", "compare", "test_")
+NOT_OUTPUT_CHECKS = ("is_available", "is_cuda", "shape", "dtype", "device", "is_contiguous", "version")
+
+
+class SpeedupWithoutCheck(Rule):
+    """A benchmark that reports a speed-up and never checks the candidate's output.
+
+    ## What it does
+    In test and benchmark code, finds a reported speed-up (a printed, logged or stored string
+    saying "speedup", "speed-up", "x faster", or a variable named `*speedup*`) in a module that
+    never checks the candidate's result: no `assert_close`/`allclose`/`isclose`/`torch.equal`,
+    no call to a `verify*`/`check*`/`assert*`/`compare*` function, and no `assert` on values
+    (asserts on shapes, dtypes, devices and availability do not count).
+
+    ## Why is this bad?
+    A kernel bug produces fluent, plausible, wrong output at a very good latency: a kernel that
+    skips work is fast. A microbenchmark can reject a kernel, never accept one, and a speed-up
+    measured on a candidate that was not verified in the same script, on the same inputs, is no
+    evidence at all.
+
+    ## Example
+    ```python
+    t_ref = do_bench(lambda: torch_rms_norm(x, w))
+    t_new = do_bench(lambda: rms_norm(x, w))
+    print(f"speedup: {t_ref / t_new:.2f}x")
+    ```
+
+    ## Use instead
+    ```python
+    torch.testing.assert_close(rms_norm(x, w), torch_rms_norm(x.float(), w.float()).to(x.dtype),
+                               atol=1e-2, rtol=1.6e-2)
+    t_ref = do_bench(lambda: torch_rms_norm(x, w))
+    t_new = do_bench(lambda: rms_norm(x, w))
+    print(f"speedup: {t_ref / t_new:.2f}x")
+    ```
+    """
+
+    CODE = "KC410"
+    NAME = "speedup-without-check"
+    MESSAGE = ("a speed-up is reported but nothing in this file checks the candidate's output: a microbenchmark "
+               "can reject a kernel, never accept one")
+    SEVERITY = "error"
+    KNOWLEDGE = ("profiling/microbenchmark-rejects-never-accepts", "verification/ways-kernels-cheat-benchmarks")
+    VALID = [
+        """
+import torch
+from triton.testing import do_bench
+def bench(x, w):
+    torch.testing.assert_close(rms_norm(x, w), ref(x, w), atol=1e-2, rtol=1.6e-2)
+    t_ref = do_bench(lambda: ref(x, w))
+    t_new = do_bench(lambda: rms_norm(x, w))
+    print(f"speedup: {t_ref / t_new:.2f}x")
+""",
+        """
+def describe(a, b):
+    return f"speedup {a / b:.2f}x"
+""",
+    ]
+    INVALID = [
+        """
+import torch
+from triton.testing import do_bench
+def bench(x, w):
+    t_ref = do_bench(lambda: ref(x, w))
+    t_new = do_bench(lambda: rms_norm(x, w))
+    print(f"speedup: {t_ref / t_new:.2f}x")
+""",
+        """
+import time
+def benchmark(fn, baseline, x):
+    assert x.is_cuda
+    speedup = timeit(baseline, x) / timeit(fn, x)
+    results = {"speedup": speedup}
+    return results
+""",
+    ]
+    PREFILTER = (r"(?i)speed[- _]?up|faster",)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if self._checks_output(original_node):
+            return
+        scope = Scope(self)
+        for node in nodes_under(original_node, nested=True):
+            claim = False
+            if isinstance(node, cst.SimpleString):
+                claim = bool(SPEEDUP.search(str(node.evaluated_value)))
+            elif isinstance(node, cst.FormattedStringText):
+                claim = bool(SPEEDUP.search(node.value))
+            elif isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
+                claim = "speedup" in node.target.value.lower()
+            if claim and scope.covers(node):
+                self.report(self._statement(node))
+                return
+
+    def _statement(self, node: cst.CSTNode) -> cst.CSTNode:
+        for anc in self.model.ancestors(node):
+            if isinstance(anc, cst.SimpleStatementLine):
+                return anc.body[0]
+        return node
+
+    def _checks_output(self, module: cst.Module) -> bool:
+        model = self.model
+        for n in nodes_under(module, nested=True):
+            if isinstance(n, cst.Call):
+                if is_compare(model, n, COMPARES) or last(model.dotted(n.func)).lower().startswith(CHECKERS):
+                    return True
+            elif isinstance(n, cst.Assert):
+                words = {x.value for x in nodes_under(n.test) if isinstance(x, cst.Name)}
+                words |= {x.attr.value for x in nodes_under(n.test) if isinstance(x, cst.Attribute)}
+                if not any(w.startswith(NOT_OUTPUT_CHECKS) for w in words):
+                    return True
+        return False

@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from kcheck.rule import Rule
+from kcheck.rules.measurement import TIMED_KINDS, Scope, nodes_under, region_root, work_calls
+
+FLUSH_WORDS = ("flush", "l2", "clear_cache", "cache_clear")
+
+
+class TimedWithoutL2Flush(Rule):
+    """(Preview) The same inputs timed over and over with L2 never flushed.
+
+    ## What it does
+    In test and benchmark code, finds CUDA-event and host-timer windows that time the same
+    call repeatedly — a loop inside the window, or a window inside a loop — when the inputs do
+    not rotate with the loop variable (`xs[i % n]`) and nothing in the function or its
+    same-module helpers flushes L2 (a name with `flush`, `l2` or `clear_cache` in it).
+    `triton.testing.do_bench` flushes L2 itself and is not reported. This rule is a preview:
+    it cannot see how large the inputs are, so it reports at `info` level.
+
+    ## Why is this bad?
+    An H100 has 50 MB of L2 and an H200 the same. Inputs of a few megabytes (a decode batch's
+    activations, one layer's norm weight) stay in L2 between iterations, so the kernel reads at
+    L2 speed, several times HBM bandwidth, and looks faster than it will be inside a model where
+    other layers evict them. Write a buffer larger than L2 between calls (outside the events),
+    or rotate among enough copies of the inputs.
+
+    ## Example
+    ```python
+    start.record()
+    for _ in range(100):
+        rms_norm(x, w)
+    end.record()
+    ```
+
+    ## Use instead
+    ```python
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    for i in range(100):
+        flush.zero_()
+        starts[i].record()
+        rms_norm(x, w)
+        ends[i].record()
+    ```
+    """
+
+    CODE = "KC409"
+    NAME = "timed-without-l2-flush"
+    MESSAGE = ("{call}() runs {times} on the same inputs with L2 never flushed: small inputs stay in L2 and the "
+               "number is optimistic (flush L2 or rotate inputs)")
+    SEVERITY = "info"
+    KNOWLEDGE = ("measuring/l2-flushing", "hardware/h100-sxm")
+    VALID = [
+        """
+import torch
+def bench(fn, x, iters=100):
+    fn(x)
+    cache = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    for i in range(iters):
+        cache.zero_()
+        starts[i].record()
+        fn(x)
+        ends[i].record()
+""",
+        """
+import torch
+def bench(fn, xs, iters=100):
+    fn(xs[0])
+    start.record()
+    for i in range(iters):
+        fn(xs[i % len(xs)])
+    end.record()
+""",
+    ]
+    INVALID = [
+        """
+import torch
+def bench(fn, x, iters=100):
+    fn(x)
+    start.record()
+    for _ in range(iters):
+        fn(x)
+    end.record()
+""",
+        """
+import time, torch
+def bench(fn, x, iters=100):
+    fn(x)
+    times = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn(x)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+""",
+    ]
+    PREFILTER = (r"record|perf_counter|time\(|monotonic|default_timer", r"for |while ")
+
+    @classmethod
+    def gate(cls, summary, config) -> bool:
+        return bool(summary.all_names & {"record", "perf_counter", "perf_counter_ns", "time", "monotonic",
+                                         "default_timer"})
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        model = self.model
+        scope = Scope(self)
+        reported: set[int] = set()
+        for region in model.timed_regions:
+            if region.kind not in TIMED_KINDS or not scope.covers(region.nodes[0]):
+                continue
+            root = region_root(model, region)
+            if id(root) in reported or self._flushes(root):
+                continue
+            loop = next((s for s in region.nodes if isinstance(s, (cst.For, cst.While))), None)
+            times = "repeatedly inside the timed window"
+            if loop is None:
+                loop = next((a for a in model.ancestors(region.nodes[0]) if isinstance(a, (cst.For, cst.While))
+                             and _inside(model, a, root)), None)
+                times = "once per timed iteration"
+            if loop is None:
+                continue
+            timed = work_calls(model, region.nodes)
+            if not timed:
+                continue
+            varying = _targets(loop)
+            if any(isinstance(n, cst.Name) and n.value in varying for c in timed for a in c.args
+                   for n in nodes_under(a.value)):
+                continue  # inputs rotate with the loop
+            reported.add(id(root))
+            self.report(timed[0], call=model.dotted(timed[0].func) or "the timed call", times=times)
+
+    def _flushes(self, root: cst.CSTNode) -> bool:
+        roots = [root] + [c for c, _ in self.model.calls_in([root])]
+        for r in roots:
+            target = self.model.callee(r) if isinstance(r, cst.Call) else r
+            for n in nodes_under(target if target is not None else r):
+                text = n.value if isinstance(n, cst.Name) else (n.attr.value if isinstance(n, cst.Attribute) else "")
+                if any(w in text.lower() for w in FLUSH_WORDS):
+                    return True
+                if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "zero_" \
+                        and "cache" in (self.model.dotted(n.func.value) or "").lower():
+                    return True
+        return False
+
+
+def _inside(model, node: cst.CSTNode, root: cst.CSTNode) -> bool:
+    return node is root or any(a is root for a in model.ancestors(node))
+
+
+def _targets(loop: cst.CSTNode) -> set[str]:
+    if isinstance(loop, cst.For):
+        return {n.value for n in nodes_under(loop.target) if isinstance(n, cst.Name)}
+    return set()
