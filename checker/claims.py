@@ -73,7 +73,7 @@ BUILTINS = frozenset(dir(builtins))
 class Launch:
     """A call that hands work to a specialised kernel."""
 
-    kind: str  # triton | torch-ops | extension | kernel-module
+    kind: str  # triton | torch-ops | extension | kernel-module | registry
     call: cst.Call
     name: str  # what is launched, as written (``_rms_kernel``, ``torch.ops._C.rms_norm``)
     side_job: bool = False  # known to do only elementwise or data-movement work (no dot, reduction, loop)
@@ -208,10 +208,17 @@ def _extension_attrs(model, module, extensions) -> set[str]:
 def _find_launches(model, module, consts, extensions, ext_attrs) -> None:
     local_kernels = {fn.name.value: fn for fn in model.triton_kernels}
     side_cache: dict[int, bool] = {}
+    lookups = _registry_names(model, _registries(model, module, local_kernels))
     for node in _walk_all(module):
         if not isinstance(node, cst.Call):
             continue
         func = node.func
+        if lookups and isinstance(func, cst.Name):
+            fn = model.enclosing_function(node)
+            registry = lookups.get(id(fn), {}).get(func.value) if fn is not None else None
+            if registry is not None:
+                model.launch_sites[id(node)] = Launch("registry", node, f"a kernel from {registry}")
+                continue
         if isinstance(func, cst.Subscript):
             base = model.dotted(func.value) or ""
             last = base.split(".")[-1]
@@ -237,6 +244,48 @@ def _find_launches(model, module, consts, extensions, ext_attrs) -> None:
             fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES
         ):
             model.launch_sites[id(node)] = Launch("kernel-module", node, name)
+
+
+def _registries(model, module, local_kernels) -> set[str]:
+    """Module-level dicts whose values are all kernels: ``{(dtype, head): torch.ops.x.y, ...}``."""
+    out = set()
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Dict) and small.value.elements:
+                target = small.targets[0].target if isinstance(small, cst.Assign) else small.target
+                values = [getattr(e, "value", None) for e in small.value.elements]
+                if isinstance(target, cst.Name) and all(_is_kernel_ref(model, v, local_kernels) for v in values):
+                    out.add(target.value)
+    return out
+
+
+def _is_kernel_ref(model, node, local_kernels) -> bool:
+    if not isinstance(node, (cst.Name, cst.Attribute)):
+        return False
+    name = model.qualname(node) or ""
+    parts = name.split(".")
+    return (name in local_kernels or (name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] != "aten")
+            or any(fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES))
+
+
+def _registry_names(model, registries) -> dict[int, dict[str, str]]:
+    """Per function: local names bound to a registry lookup (``kernel = _KERNELS.get(key)``)."""
+    out: dict[int, dict[str, str]] = {}
+    if not registries:
+        return out
+    for defs in model.functions.values():
+        for fn in defs:
+            for node in _walk(fn.body):
+                if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                    value = node.value
+                    base = value.value if isinstance(value, cst.Subscript) else (
+                        value.func.value if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                        and value.func.attr.value == "get" else None)
+                    if isinstance(base, cst.Name) and base.value in registries:
+                        out.setdefault(id(fn), {})[node.targets[0].target.value] = base.value
+    return out
 
 
 def _walk_all(module: cst.Module) -> Iterator[cst.CSTNode]:

@@ -138,10 +138,10 @@ def prop_kind(model, node: cst.CSTNode) -> str | None:
             return "shape"
         if attr == "ndim":
             return "rank"
-        if HEAD_NAME.search(attr):
+        if HEAD_NAME.search(attr) and not CONSTANT_NAME.search(attr):
             return "head"
         return None
-    if isinstance(node, cst.Name) and HEAD_NAME.search(node.value):
+    if isinstance(node, cst.Name) and HEAD_NAME.search(node.value) and not CONSTANT_NAME.search(node.value):
         return "head"
     return None
 
@@ -196,6 +196,15 @@ def _is_output(model, node: cst.CSTNode) -> bool:
         node = node.left if isinstance(node, cst.BinaryOperation) else (
             node.func if isinstance(node, cst.Call) else node.value)
     return isinstance(node, cst.Name) and bool(OUTPUT_NAME.search(node.value))
+
+
+def device_only(model, test: cst.CSTNode) -> bool:
+    """Whether every clause of a boolean test is a device check (``x.is_cuda and not y.is_cpu``)."""
+    if isinstance(test, cst.BooleanOperation):
+        return device_only(model, test.left) and device_only(model, test.right)
+    if isinstance(test, cst.UnaryOperation):
+        return device_only(model, test.expression)
+    return mentioned_props(model, test) == {"device"}
 
 
 def mentioned_props(model, test: cst.CSTNode) -> set[str]:

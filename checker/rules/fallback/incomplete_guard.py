@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.claims import _walk
 from kcheck.rule import Rule
-from kcheck.rules.fallback import DISPATCH_TEXT, dispatch_gate, dispatchers, mentioned_props, statements
+from kcheck.rules.fallback import DISPATCH_TEXT, device_only, dispatch_gate, dispatchers, mentioned_props, statements
 
 
 class IncompleteGuard(Rule):
@@ -86,10 +86,9 @@ def rms_norm(x, w, eps):
             for node in _walk(disp.function.body):
                 test = getattr(node, "test", None) if isinstance(node, (cst.If, cst.Assert, cst.IfExp, cst.While)) else None
                 if test is not None:
-                    props = mentioned_props(model, test)
-                    if props == {"device"} and isinstance(node, cst.If):
+                    if isinstance(node, cst.If) and device_only(model, test):
                         guards.append(node)
-                    elif props - {"device"}:
+                    elif mentioned_props(model, test) - {"device"}:
                         other_checks = True
                 elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and (
                     node.func.attr.value in ("contiguous", "view", "reshape", "flatten", "to", "float", "half")
