@@ -26,6 +26,8 @@ from typing import Iterator
 
 import libcst as cst
 
+from kcheck.model import children
+
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 
 # The library ops a baseline typically already calls, by family. Keys are qualified names or
@@ -89,6 +91,7 @@ class Claim:
     owner: cst.ClassDef | None = None
     baseline: cst.FunctionDef | None = None  # Model.forward, forward_native: what it claims to beat
     attrs: dict[str, tuple] = field(default_factory=dict)  # self.<attr> -> kind (see _attr_kind)
+    baseline_attrs: dict[str, tuple] = field(default_factory=dict)  # the same for the baseline's class
 
 
 # -- small helpers ----------------------------------------------------------------------------
@@ -146,7 +149,7 @@ def _walk(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield node
         if node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        stack.extend(reversed(node.children))
+        stack.extend(reversed(children(node)))
 
 
 # -- finding claims and launches -----------------------------------------------------------------
@@ -293,7 +296,7 @@ def _walk_all(module: cst.Module) -> Iterator[cst.CSTNode]:
     while stack:
         node = stack.pop()
         yield node
-        stack.extend(node.children)
+        stack.extend(children(node))
 
 
 def _triton_side_job(model, kernel: cst.FunctionDef) -> bool:
@@ -331,10 +334,12 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
             baseline_cls = classes.get("Model")
             baseline = _method(baseline_cls, "forward")
             add(Claim("model-new", "ModelNew.forward", methods["forward"], cls, baseline,
-                      _class_attrs(model, cls, extensions)))
+                      _class_attrs(model, cls, extensions),
+                      _class_attrs(model, baseline_cls, extensions) if baseline_cls is not None else {}))
         elif "forward_cuda" in methods and ("CustomOp" in bases or "forward_native" in methods):
+            attrs = _class_attrs(model, cls, extensions)
             add(Claim("custom-op-class", f"{cls.name.value}.forward_cuda", methods["forward_cuda"], cls,
-                      methods.get("forward_native"), _class_attrs(model, cls, extensions)))
+                      methods.get("forward_native"), attrs, attrs))
     for defs in model.functions.values():
         for fn in defs:
             kind = _registration(model, fn)

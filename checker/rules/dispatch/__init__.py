@@ -37,7 +37,7 @@ def analyse(model) -> list[Analysis]:
         uses = compute_uses(model, claim.function, claim.attrs)
         library = [u for u in uses if u.kind == "library"]
         if claim.baseline is not None:
-            base = families(compute_uses(model, claim.baseline, claim.attrs))
+            base = families(compute_uses(model, claim.baseline, claim.baseline_attrs))
             library = [u for u in library if u.family == "baseline" or u.family in base]
         out.append(Analysis(claim, library, [u for u in uses if u.kind == "launch"],
                             [u for u in uses if u.kind == "unknown"]))
