@@ -14,7 +14,6 @@ from pathlib import Path
 import click
 
 from kcheck import __version__
-from kcheck.catalog import catalog
 from kcheck.reporters import FORMATS, ReportContext, parse_spec, write_all
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -49,7 +48,24 @@ class _Progress:
             sys.stderr.write("\r" + " " * 60 + "\r")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """A group whose heavier subcommand groups are imported only when used (fast start-up)."""
+
+    lazy = {"catalog": ("kcheck.catalog", "catalog", "Validate, show, search and count the knowledge catalog.")}
+
+    def list_commands(self, ctx):
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx, name):
+        if name in self.lazy:
+            import importlib
+
+            module, attr, _ = self.lazy[name]
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kcheck")
 def main() -> None:
     """kcheck: find the mistakes that make a GPU kernel change look good while it is wrong or useless."""
@@ -288,5 +304,3 @@ def rules_cmd(fmt: str) -> None:
 
     click.echo(list_rules(fmt))
 
-
-main.add_command(catalog)

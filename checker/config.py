@@ -147,14 +147,21 @@ def _read_table(path: Path) -> dict | None:
 
 
 def _validate(table: dict, path: Path) -> None:
-    import jsonschema
-
     from kcheck.paths import data_dir
 
-    schema = json.loads((data_dir("schemas") / "config.schema.json").read_text())
+    schema_text = (data_dir("schemas") / "config.schema.json").read_text()
+    # A table already found valid against this schema is not validated again: importing
+    # jsonschema costs more than a one-file pre-commit run should.
+    stamp = _valid_stamp(schema_text, table)
+    if stamp is not None and stamp.exists():
+        return
+    import jsonschema
+
+    schema = json.loads(schema_text)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(table), key=lambda e: list(e.absolute_path))
     if not errors:
+        _remember_valid(schema_text, table)
         return
     lines = []
     for err in errors:
@@ -168,6 +175,22 @@ def _validate(table: dict, path: Path) -> None:
         hint = f" ({sub['description']})" if sub and "description" in sub else ""
         lines.append(f"{path}: key {key!r}: {err.message}{hint}")
     raise ConfigError("\n".join(lines))
+
+
+def _valid_stamp(schema_text: str, table: dict) -> Path | None:
+    """Where a note that this table passed validation lives (in the user cache folder)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    digest = hashlib.sha256((schema_text + json.dumps(table, sort_keys=True, default=str)).encode()).hexdigest()
+    return Path(base) / "kcheck" / "valid-config" / digest
+
+
+def _remember_valid(schema_text: str, table: dict) -> None:
+    stamp = _valid_stamp(schema_text, table)
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+    except OSError:
+        pass
 
 
 def _subschema(schema: dict, path: list) -> dict | None:

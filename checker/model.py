@@ -258,89 +258,102 @@ def _is_str(node: cst.CSTNode, value: str) -> bool:
     return isinstance(node, cst.SimpleString) and node.evaluated_value == value
 
 
-def _calls_under(root: cst.CSTNode) -> Iterator[cst.Call]:
+# libcst's ``node.children`` rebuilds the node through a visitor on every access, which made
+# child iteration the single largest cost of a scan. ``children`` reads the dataclass fields
+# directly instead, skipping the whitespace and punctuation fields that never hold code.
+_SKIP_FIELDS = {
+    "lpar", "rpar", "comma", "semicolon", "colon", "equal", "dot", "star", "whitespace_before",
+    "whitespace_after", "leading_lines", "lines_after_decorators", "header", "footer", "newline",
+    "trailing_whitespace", "default_indent", "default_newline", "encoding", "operator",
+}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The child nodes of ``node`` that can hold code, in source order (fast)."""
+    names = _FIELDS.get(type(node))
+    if names is None:
+        import dataclasses
+
+        names = tuple(f.name for f in dataclasses.fields(node)
+                      if f.name not in _SKIP_FIELDS and not f.name.startswith("whitespace"))
+        _FIELDS[type(node)] = names
+    out: list[cst.CSTNode] = []
+    for name in names:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(v for v in value if isinstance(v, cst.CSTNode))
+    return out
+
+
+def walk(root: cst.CSTNode, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
+    """``root`` and every node under it, depth-first in source order. With ``into_scopes=False``
+    nested function and class bodies are not entered (they do not run where they are defined)."""
     stack = [root]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Call):
-            yield node
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not root:
+        yield node
+        if not into_scopes and node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             continue
-        stack.extend(reversed(node.children))
+        stack.extend(reversed(children(node)))
+
+
+def _calls_under(root: cst.CSTNode) -> Iterator[cst.Call]:
+    return (n for n in walk(root, into_scopes=False) if isinstance(n, cst.Call))
 
 
 # -- building the model ------------------------------------------------------------------------
 
 
-class _Builder(cst.CSTVisitor):
-    def __init__(self, model: ModuleModel) -> None:
-        self.model = model
-        self.stack: list[cst.CSTNode] = []
-        self.scopes: list[str] = []
-        self.functions: list[cst.FunctionDef] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.stack:
-            self.model.parents[id(node)] = self.stack[-1]
-        self.stack.append(node)
-        return super().on_visit(node)
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
-        self.stack.pop()
-
-    # imports
-    def visit_Import(self, node: cst.Import) -> None:
+def _record_import(model: ModuleModel, node: cst.Import | cst.ImportFrom) -> None:
+    if isinstance(node, cst.Import):
         for alias in node.names:
-            full = self.model.dotted(alias.name) or ""
+            full = model.dotted(alias.name) or ""
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self.model.imports[alias.asname.name.value] = full
+                model.imports[alias.asname.name.value] = full
             else:
                 head = full.split(".")[0]
-                self.model.imports[head] = head
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if isinstance(node.names, cst.ImportStar):
-            return
-        module = "." * len(node.relative) + (self.model.dotted(node.module) if node.module else "" or "")
-        for alias in node.names:
-            name = self.model.dotted(alias.name) or ""
-            local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
-            self.model.imports[local] = f"{module}.{name}" if module and not module.endswith(".") else f"{module}{name}"
-
-    # scopes
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scopes.append(node.name.value)
-        self.model.classes[node.name.value] = node
-        self.model.scope_names[id(node)] = ".".join(self.scopes)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.scopes.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node.name.value)
-        self.model.scope_names[id(node)] = ".".join(self.scopes)
-        self.model.functions.setdefault(node.name.value, []).append(node)
-        self.functions.append(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-        self.functions.pop()
-
-    # CPU-known names, per function
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if not self.functions or not isinstance(node.value, cst.Call):
-            return
-        if self.model.is_cpu_factory(node.value):
-            names = self.model.cpu_names.setdefault(id(self.functions[-1]), set())
-            for target in node.targets:
-                if isinstance(target.target, cst.Name):
-                    names.add(target.target.value)
+                model.imports[head] = head
+        return
+    if isinstance(node.names, cst.ImportStar):
+        return
+    module = "." * len(node.relative) + ((model.dotted(node.module) or "") if node.module else "")
+    for alias in node.names:
+        name = model.dotted(alias.name) or ""
+        local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
+        model.imports[local] = f"{module}.{name}" if module and not module.endswith(".") else f"{module}{name}"
 
 
 def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
+    """One pass over the tree (parents, imports, scopes, CPU-known names), then the regions and claims."""
     model = ModuleModel(config=config, path=path)
-    module.visit(_Builder(model))
+    parents = model.parents
+    # (node, dotted scope, enclosing function)
+    stack: list[tuple[cst.CSTNode, str, cst.FunctionDef | None]] = [(module, "", None)]
+    while stack:
+        node, scope, function = stack.pop()
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            _record_import(model, node)
+            continue
+        if isinstance(node, cst.ClassDef):
+            scope = f"{scope}.{node.name.value}" if scope else node.name.value
+            model.classes[node.name.value] = node
+            model.scope_names[id(node)] = scope
+        elif isinstance(node, cst.FunctionDef):
+            scope = f"{scope}.{node.name.value}" if scope else node.name.value
+            model.scope_names[id(node)] = scope
+            model.functions.setdefault(node.name.value, []).append(node)
+            function = node
+        elif isinstance(node, cst.Assign) and function is not None and isinstance(node.value, cst.Call):
+            if model.is_cpu_factory(node.value):
+                names = model.cpu_names.setdefault(id(function), set())
+                names.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
+        kids = children(node)
+        for child in kids:
+            parents[id(child)] = node
+        stack.extend((child, scope, function) for child in reversed(kids))
     _find_timed_regions(model, module)
     from kcheck.claims import find_claims
 
@@ -380,7 +393,7 @@ def _blocks(module: cst.Module) -> Iterator[tuple[cst.CSTNode | None, list[cst.C
             yield function, list(body)
         elif isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)):
             yield function, list(body.body)
-        for child in node.children:
+        for child in children(node):
             if isinstance(child, (cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, cst.ExceptHandler,
                                   cst.Finally, cst.BaseSuite)) or isinstance(child, cst.Module):
                 stack.append((child, function))
