@@ -41,7 +41,7 @@ from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKE
         triton.Config({"ROWS": 4}, num_warps=8),
         triton.Config({"ROWS": 4}, num_warps=16),
     ),
-    key=["N", "TOKEN_BUCKET"],
+    key=["N", "token_bucket"],
     restore_value=["x_ptr", "r_ptr"],  # tuning runs must not accumulate into in-place inputs
 )
 @triton.jit
@@ -58,7 +58,7 @@ def _fused_add_rms_norm_kernel(
     M,  # rows (tokens)
     N,  # hidden size
     eps,  # added to the mean square
-    TOKEN_BUCKET,  # autotune key only: the token-count regime
+    token_bucket,  # autotune key only: the token-count regime
     BLOCK_N: tl.constexpr,  # next power of two >= N
     ROWS: tl.constexpr,  # rows per program
 ):

@@ -58,7 +58,7 @@ def _round_to_e4m3(v):
         triton.Config({"ROWS": 4}, num_warps=8),
         triton.Config({"ROWS": 4}, num_warps=16),
     ),
-    key=["N", "TOKEN_BUCKET"],
+    key=["N", "token_bucket"],
 )
 @triton.jit
 def _per_token_fp8_quant_kernel(
@@ -69,7 +69,7 @@ def _per_token_fp8_quant_kernel(
     stride_qm,  # elements between rows of q
     M,  # rows (tokens)
     N,  # hidden size
-    TOKEN_BUCKET,  # autotune key only: the token-count regime
+    token_bucket,  # autotune key only: the token-count regime
     FP8_MAX: tl.constexpr,  # largest finite e4m3 value
     MIN_SCALE: tl.constexpr,  # lower bound on the scale
     ROUND_IN_FP32: tl.constexpr,  # round to the e4m3 grid before the cast (interpreter only, see below)

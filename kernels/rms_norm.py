@@ -37,7 +37,7 @@ MAX_HIDDEN = 65536
         triton.Config({"ROWS": 4}, num_warps=8),
         triton.Config({"ROWS": 4}, num_warps=16),
     ),
-    key=["N", "TOKEN_BUCKET"],
+    key=["N", "token_bucket"],
 )
 @triton.jit
 def _rms_norm_kernel(
@@ -49,7 +49,7 @@ def _rms_norm_kernel(
     M,  # rows (tokens)
     N,  # hidden size
     eps,  # added to the mean square
-    TOKEN_BUCKET,  # autotune key only: the token-count regime
+    token_bucket,  # autotune key only: the token-count regime
     BLOCK_N: tl.constexpr,  # next power of two >= N: one row per register tile
     ROWS: tl.constexpr,  # rows per program
 ):

@@ -55,7 +55,7 @@ def _rotate(a, b, o_ptr, first, second, mask, cos, sin):
         triton.Config({}, num_warps=2),
         triton.Config({}, num_warps=8),
     ),
-    key=["HQ", "HK", "HALF", "TOKEN_BUCKET"],
+    key=["HQ", "HK", "HALF", "token_bucket"],
     restore_value=["q_ptr", "k_ptr"],  # tuning runs must not rotate in-place inputs repeatedly
 )
 @triton.jit
@@ -73,7 +73,7 @@ def _rotary_embedding_kernel(
     stride_cache,  # elements between cache rows
     HQ,  # query heads
     HK,  # key heads
-    TOKEN_BUCKET,  # autotune key only: the token-count regime
+    token_bucket,  # autotune key only: the token-count regime
     HALF: tl.constexpr,  # D / 2
     BLOCK_HALF: tl.constexpr,  # next power of two >= D / 2
     BLOCK_HQ: tl.constexpr,  # next power of two >= HQ

@@ -32,7 +32,7 @@ from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
         triton.Config({"BLOCK_I": 4096}, num_warps=16),
         triton.Config({"BLOCK_I": 8192}, num_warps=16),
     ),
-    key=["I", "TOKEN_BUCKET"],
+    key=["I", "token_bucket"],
 )
 @triton.jit
 def _silu_and_mul_kernel(
@@ -41,7 +41,7 @@ def _silu_and_mul_kernel(
     stride_xm,  # elements between rows of x
     stride_om,  # elements between rows of out
     I,  # intermediate size
-    TOKEN_BUCKET,  # autotune key only: the token-count regime
+    token_bucket,  # autotune key only: the token-count regime
     BLOCK_I: tl.constexpr,  # columns per program
 ):
     # A 1-D grid walking each row's column blocks in order: programs that run together read
