@@ -148,7 +148,8 @@ def _entry_markdown(catalog, entry_id: str, cited_by: list[dict], kernels: list[
     if cited_by:
         codes = ", ".join(f"[{r['code']}]({_rel(src, rule_page(r['name']))})" for r in cited_by)
         out += [f'!!! example "Checked by kcheck: {", ".join(r["code"] for r in cited_by)}"', "",
-                f"    The rules {codes} cite this entry; their findings link here.", ""]
+                f"    {'Rule' if len(cited_by) == 1 else 'Rules'} {codes} {'cites' if len(cited_by) == 1 else 'cite'} "
+                "this entry; their findings link here.", ""]
     body = catalog.bodies.get(entry_id)
     if body:
         out += [body.strip(), ""]

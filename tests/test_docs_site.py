@@ -62,9 +62,23 @@ def _yaml_config() -> dict:
     return yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
 
 
+_BUILT: dict[str, Path] = {}
+
+
+def build_site(tmp_path_factory) -> Path:
+    """The site, built once per session with ``mkdocs build --strict`` into a temporary folder
+    (shared with the browser test)."""
+    if "site" not in _BUILT:
+        _BUILT["site"] = _build(tmp_path_factory)
+    return _BUILT["site"]
+
+
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
-    """The site, built once with ``mkdocs build --strict`` into a temporary folder."""
+    return build_site(tmp_path_factory)
+
+
+def _build(tmp_path_factory) -> Path:
     missing = [m for m in ("mkdocs", "material", "mkdocs_gen_files", "mkdocs_literate_nav", "matplotlib")
                if importlib.util.find_spec(m) is None]
     assert not missing, f"the docs site needs {missing}: pip install -e '.[docs]'"
