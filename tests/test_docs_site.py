@@ -12,6 +12,7 @@ import json
 import os
 import re
 import runpy
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -381,3 +382,16 @@ def test_entries_link_the_kernels_that_implement_them(generator):
             assert f"kernels/index.md#{op})" in pages[f"catalog/{entry_id}.md"], (op, entry_id)
             linked += 1
     assert linked >= len(OPS)
+
+
+# --------------------------------------------------------------------------- the deploy workflow
+
+
+def test_pages_workflow_passes_actionlint():
+    workflow = REPO / ".github" / "workflows" / "docs.yml"
+    actionlint = shutil.which("actionlint")
+    assert actionlint, "actionlint not found: pip install -e '.[test]'"
+    proc = subprocess.run([actionlint, "-no-color", str(workflow)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = workflow.read_text(encoding="utf-8")
+    assert "mkdocs build --strict" in text and "actions/deploy-pages@" in text
