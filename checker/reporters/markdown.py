@@ -33,7 +33,7 @@ def _families() -> dict[str, str]:
 def _item(f: Finding, ctx, cat) -> str:
     from kcheck.reporters.sarif import catalog_title, catalog_url
 
-    where = f"`{_escape(ctx.repo_path(f))}:{f.line}`"
+    where = f"`{_escape(f.path)}:{f.line}`"
     text = f"- **{f.severity}** {where} [{f.code} {f.name}]({f.url}): {_escape(f.message)}"
     if f.knowledge:
         links = ", ".join(f"[{_escape(catalog_title(cat, k))}]({catalog_url(k, ctx.docs_url)})" for k in f.knowledge)
@@ -77,8 +77,5 @@ def render(findings: list[Finding], ctx) -> str:
         if group:
             out += ["", f"<details><summary>{len(group)} finding{'s' if len(group) != 1 else ''} {title}</summary>",
                     "", *_list(group, ctx, cat), "", "</details>"]
-    suppressed = sum(1 for f in findings if f.suppressed is not None)
-    if suppressed:
-        out += ["", f"{suppressed} finding{'s' if suppressed != 1 else ''} suppressed in the source."]
     out += ["", f"<sub>[kcheck]({ctx.docs_url}) links every finding to the rule and the catalog entry that explain it.</sub>"]
     return "\n".join(out) + "\n"
