@@ -426,9 +426,9 @@ def _integrity(catalog: Catalog, docs: dict[Path, _Document], rules: Iterable[ty
                     report(path, ["facts", i, "results"],
                            f"results file {fact['results']!r} is not registered as a measurement source")
                 used_sources.add(sid)
-                message = _check_measured(root, fact)
-                if message:
-                    report(path, ["facts", i, "results"], message)
+                problem = _check_measured(root, fact)
+                if problem:
+                    report(path, ["facts", i, problem[0]], problem[1])
         for i, sid in enumerate(listed):
             if sid in catalog.sources and sid not in cited:
                 report(path, ["sources", i], f"source {sid!r} is listed but no fact cites it")
@@ -468,28 +468,48 @@ def _rule_location(rule: type) -> tuple[str, int]:
         return (path.as_posix(), line)
 
 
-def _check_measured(root: Path, fact: dict) -> str | None:
-    """A measured fact names a results file (``kernels/results/<name>.json``) and the dotted
-    ``field`` inside it that holds its value; the value must match what the file says."""
+def _field_steps(field_path: str) -> list[str | dict[str, str]]:
+    """``rows[op=rms_norm,tokens=1,impl=kcheck].median_us`` -> ``["rows", {...}, "median_us"]``.
+
+    A bracket selects the one list item whose keys equal the given values (compared as text).
+    """
+    steps: list[str | dict[str, str]] = []
+    for part in re.findall(r"[^.\[]+|\[[^\]]*\]", field_path):
+        if part.startswith("["):
+            pairs = [p.split("=", 1) for p in part[1:-1].split(",") if p.strip()]
+            steps.append({k.strip(): v.strip() for k, v in (p if len(p) == 2 else (p[0], "") for p in pairs)})
+        else:
+            steps.append(part)
+    return steps
+
+
+def _check_measured(root: Path, fact: dict) -> tuple[str, str] | None:
+    """A measured fact names a results file (``kernels/results/<name>.json``) and the ``field``
+    inside it that holds its value (dotted keys, with ``[key=value,...]`` to pick one row of a
+    list); the value must match what the file says within 0.5%. Returns (field, message)."""
     results = root.parent / fact["results"]
     if not results.is_file():
-        return f"results file {fact['results']!r} not found"
+        return "results", f"results file {fact['results']!r} not found"
     try:
         data = json.loads(results.read_text(encoding="utf-8"))
     except ValueError as exc:
-        return f"results file {fact['results']!r} is not JSON: {exc}"
+        return "results", f"results file {fact['results']!r} is not JSON: {exc}"
     value: Any = data
-    for step in str(fact.get("field", "")).split("."):
-        if isinstance(value, list) and step.isdigit() and int(step) < len(value):
-            value = value[int(step)]
-        elif isinstance(value, dict) and step in value:
+    for step in _field_steps(str(fact.get("field", ""))):
+        if isinstance(step, dict) and isinstance(value, list):
+            matches = [row for row in value if isinstance(row, dict)
+                       and all(str(row.get(k)) == v for k, v in step.items())]
+            if len(matches) != 1:
+                return "field", f"selects {len(matches)} rows of {fact['results']!r}, not exactly one"
+            value = matches[0]
+        elif isinstance(step, str) and isinstance(value, dict) and step in value:
             value = value[step]
         else:
-            return f"results file {fact['results']!r} has no field {fact.get('field')!r}"
+            return "field", f"no such field in {fact['results']!r}"
     stated = fact.get("value")
     if isinstance(stated, (int, float)) and isinstance(value, (int, float)):
         if abs(stated - value) > 0.005 * max(abs(value), 1e-12):
-            return f"value {stated} does not match {value} in {fact['results']!r} at {fact['field']!r}"
+            return "value", f"{stated} does not match {value} in {fact['results']!r}"
     return None
 
 

@@ -117,7 +117,7 @@ def test_cli_validate_exits_2_and_prints_every_problem(tmp_path):
 def test_cli_validate_ok_summary_on_valid_example():
     result = CliRunner().invoke(cat.catalog, ["validate", str(VALID / "knowledge")])
     assert result.exit_code == 0, result.output
-    assert result.stdout.startswith("OK: 2 entries in 2 topics, 6 facts, 3 sources")
+    assert result.stdout.startswith("OK: 2 entries in 2 topics, 7 facts, 3 sources")
 
 
 def test_rule_knowledge_ids_must_exist():
@@ -136,7 +136,9 @@ def test_missing_results_file_is_reported(tmp_path):
     shutil.copytree(VALID, tmp_path, dirs_exist_ok=True)
     (tmp_path / "kernels" / "results" / "example.json").unlink()
     problems = cat.validate(tmp_path / "knowledge")
-    assert [p.message for p in problems] == ["results file 'kernels/results/example.json' not found"]
+    assert [(p.field, p.message) for p in problems] == [
+        ("facts[4].results", "results file 'kernels/results/example.json' not found"),
+        ("facts[5].results", "results file 'kernels/results/example.json' not found")]
 
 
 def test_markdown_body_without_entry_is_reported(tmp_path):
@@ -233,8 +235,8 @@ def test_stats_counts_match_the_catalog():
         "entries": 2,
         "entries_per_topic": {"gemm": 1, "profiling": 1},
         "entries_per_kind": {"procedure": 1, "rule-of-thumb": 1},
-        "facts": 6,
-        "facts_per_evidence": {"cited": 3, "derived": 2, "measured": 1},
+        "facts": 7,
+        "facts_per_evidence": {"cited": 3, "derived": 2, "measured": 2},
         "sources": 3,
         "sources_per_kind": {"measurement": 1, "official-doc": 1, "upstream-code": 1},
     }
