@@ -4,9 +4,12 @@ These rules apply to test and benchmark code only, decided cheaply:
 
 - a file whose path looks like a test or a benchmark (``test_*.py``, ``*_test.py``,
   ``conftest.py``, anything under ``tests/``, ``test/``, ``bench*`` and ``benchmarks/``), or
-  whose text calls ``assert_close``, ``allclose`` or ``do_bench``: every function in it;
+  that calls ``assert_close``, ``allclose`` or ``do_bench``: every function in it;
 - elsewhere, functions (and their nested functions) named ``test*``, ``bench*``,
   ``benchmark*``, ``verify*`` or ``check*``.
+
+The timing rules (KC407-KC409) also need the file to import a GPU library (torch, triton, ...):
+a host timer in a CPU-only script measures something else.
 
 The per-dtype tolerance limits (:data:`TOLERANCE_LIMITS`) are data, kept here in one place.
 """
@@ -21,7 +24,8 @@ from kcheck.rules.triton import arg, nodes_under  # noqa: F401 - shared helpers,
 
 TEST_PATH = re.compile(
     r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$|(^|/)tests?/|(^|/)bench[^/]*(/|\.py$)|(^|/)benchmarks?/")
-SCOPE_TEXT = re.compile(r"assert_close|allclose|do_bench")
+SCOPE_CALLS = {"assert_close", "allclose", "do_bench"}
+GPU_MODULES = ("torch", "triton", "cupy", "cuda", "jax", "tilelang", "cutlass", "flashinfer", "vllm", "sglang")
 SCOPE_FUNCTION = re.compile(r"^_?(test|bench|benchmark|verify|check)", re.IGNORECASE)
 
 # The loosest atol and rtol a comparison may use for an output dtype before it stops checking
@@ -82,8 +86,14 @@ class Scope:
 
     def __init__(self, rule) -> None:
         ctx = rule.context
-        self.model = rule.model
-        self.whole_file = bool(TEST_PATH.search(ctx.path) or SCOPE_TEXT.search(ctx.source))
+        self.model = model = rule.model
+        cached = model.__dict__.get("_measurement_scope")
+        if cached is None:
+            calls_scope = any(isinstance(n, cst.Call) and last(model.call_name(n)) in SCOPE_CALLS
+                              for n in nodes_under(ctx.module, nested=True))
+            gpu = any(q.split(".")[0] in GPU_MODULES for q in model.imports.values())
+            cached = model.__dict__["_measurement_scope"] = (bool(TEST_PATH.search(ctx.path)) or calls_scope, gpu)
+        self.whole_file, self.gpu = cached
 
     def covers(self, node: cst.CSTNode) -> bool:
         if self.whole_file:

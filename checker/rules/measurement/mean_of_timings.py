@@ -102,6 +102,8 @@ def bench_host(fn, x, iters=5):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         scope = Scope(self)
+        if not scope.gpu:
+            return
         timings = self._timing_lists(original_node)
         for node in nodes_under(original_node, nested=True):
             if not isinstance(node, (cst.Call, cst.BinaryOperation)) or not scope.covers(node):

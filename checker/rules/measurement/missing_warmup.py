@@ -104,6 +104,8 @@ def bench(x):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         scope = Scope(self)
+        if not scope.gpu:
+            return
         for region in model.timed_regions:
             if region.kind not in TIMED_KINDS or not scope.covers(region.nodes[0]):
                 continue

@@ -106,6 +106,8 @@ def bench(fn, x, iters=100):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         scope = Scope(self)
+        if not scope.gpu:
+            return
         reported: set[int] = set()
         for region in model.timed_regions:
             if region.kind not in TIMED_KINDS or not scope.covers(region.nodes[0]):

@@ -13,6 +13,8 @@ from typing import Iterator
 
 import libcst as cst
 
+from kcheck.model import children
+
 TRITON_TEXT = r"triton"
 KERNEL_NAMES = {"jit", "autotune", "heuristics"}
 # Meta-parameters by name: upper-case block/tile sizes, group sizes, and the launch options.
@@ -26,15 +28,16 @@ def kernel_gate(summary) -> bool:
     return any(f.decorators & KERNEL_NAMES for f in summary.functions)
 
 
-def nodes_under(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every node under ``root`` (itself included), in source order, not entering nested defs."""
+def nodes_under(root: cst.CSTNode, nested: bool = False) -> Iterator[cst.CSTNode]:
+    """Every node under ``root`` (itself included), in source order; nested function, class and
+    lambda bodies only when ``nested``."""
     stack = [root]
     while stack:
         node = stack.pop()
         yield node
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and node is not root:
+        if not nested and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and node is not root:
             continue
-        stack.extend(reversed(node.children))
+        stack.extend(reversed(children(node)))
 
 
 def tl_op(model, call: cst.CSTNode) -> str | None:

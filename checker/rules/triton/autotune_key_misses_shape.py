@@ -11,10 +11,11 @@ class AutotuneKeyMissesShape(Rule):
 
     ## What it does
     Finds `@triton.autotune` decorators whose `key` is missing or empty, and those whose key
-    names none of the runtime sizes that the tuned block sizes tile: the sizes compared against
+    names none of the runtime sizes that its block sizes tile: the sizes compared against
     `tl.arange(0, BLOCK...)` offsets in masks, and the bounds of loops stepping by a block. The
-    tuned block sizes are the names set in the `triton.Config` dictionaries (or, when the
-    configs are built elsewhere, the `BLOCK...` constexpr parameters).
+    block sizes are the names set in the `triton.Config` dictionaries and the `BLOCK...`
+    constexpr parameters. A key argument the kernel body never reads (a bucketed token count
+    passed only for the autotuner) counts as a key over the shape.
 
     A block larger than the dimension is only safe with masks; an unmasked access over a tuned
     block is reported by KC501.
@@ -114,8 +115,11 @@ def rms(x_ptr, w_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
         if not key.elements:
             self.report(call, kernel=k.name, what="has an empty key")
             return
-        dims = self._tiled_dims(k, self._tuned(k, arg(call, 0, "configs")))
-        if dims and not keys & dims:
+        tuned = self._tuned(k, arg(call, 0, "configs"))
+        dims = self._tiled_dims(k, tuned | {p for p in k.constexprs if META_PARAM.search(p)})
+        used = names_in(k.fn.body)
+        proxies = {key for key in keys if key in k.runtime_params() and key not in used}  # e.g. a token bucket
+        if dims and not keys & dims and not proxies:
             self.report(call, kernel=k.name,
                         what=f"keys on {sorted(keys)} but not on the sizes its blocks tile ({', '.join(sorted(dims))})")
 

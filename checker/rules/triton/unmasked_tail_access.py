@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kcheck.model import children
+
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
     BLOCKED_BOUND, TRITON_TEXT, arg, is_none, kernel_gate, kernels, names_in, tainted_names, tl_op,
@@ -141,7 +143,7 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
                         if found is not None:
                             found.append(bounds.get(node.value, "BLOCK"))
                         return True
-                    stack.extend(node.children)
+                    stack.extend(children(node))
                 return False
 
             tainted: set[str] = set()
