@@ -5,6 +5,7 @@
     python -m kcheck.kernels all --out kernels/results/h200.json        # both, one file
     python -m kcheck.kernels verify --op rms_norm --impl mypkg.norm:my_rms_norm   # your kernel, our cases
     python -m kcheck.kernels verify --spec mypkg.norm:SPEC                          # your own KernelSpec
+    python -m kcheck.kernels table kernels/results/h200.json                       # Markdown summary
 
 Exit status: 0 when every check passed, 1 when one failed, 2 on bad arguments.
 """
@@ -78,7 +79,8 @@ def _print_autotune(chosen) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kcheck.kernels", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=("verify", "bench", "all"))
+    parser.add_argument("command", choices=("verify", "bench", "all", "table"))
+    parser.add_argument("results", nargs="?", help="results JSON (table only)")
     parser.add_argument("--op", action="append", choices=OPS, help="op to run (repeatable; default all)")
     parser.add_argument("--spec", action="append", help="MODULE:ATTR of your own KernelSpec (repeatable)")
     parser.add_argument("--impl", help="MODULE:FUNCTION replacing the implementation of the one --op")
@@ -89,6 +91,15 @@ def main(argv=None) -> int:
     parser.add_argument("--commit", help="kcheck commit to record (default: $KCHECK_COMMIT or git rev-parse HEAD)")
     parser.add_argument("--out", help="write the results JSON here")
     args = parser.parse_args(argv)
+
+    if args.command == "table":
+        if not args.results:
+            parser.error("table needs a results JSON file")
+        from kcheck.kernels.harness import summary_table
+
+        with open(args.results) as f:
+            print(summary_table(json.load(f)))
+        return 0
 
     import torch
 

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import configs, device_reason, fallback, token_bucket
+from kcheck.kernels._launch import configs, device_reason, fallback, prune_for_small_batches, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
@@ -42,6 +42,7 @@ from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKE
         triton.Config({"ROWS": 4}, num_warps=16),
     ),
     key=["N", "token_bucket"],
+    prune_configs_by={"early_config_prune": prune_for_small_batches},
     restore_value=["x_ptr", "r_ptr"],  # tuning runs must not accumulate into in-place inputs
 )
 @triton.jit

@@ -378,3 +378,27 @@ def environment(commit: str | None = None) -> dict[str, Any]:
         "triton": triton.__version__,
         "cuda": torch.version.cuda,
     }
+
+
+def summary_table(result: Mapping[str, Any], dtype: str = "bfloat16") -> str:
+    """A Markdown table of a results file: kcheck against the fastest peer at each (op, tokens)."""
+    lines = [
+        "| op | T | kcheck µs | best peer | peer µs | speed-up | kcheck GB/s | of copy | of datasheet |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in result["rows"]:
+        if row["dtype"] == dtype:
+            groups.setdefault((row["op"], row["tokens"]), []).append(row)
+    for (op, tokens), rows in groups.items():
+        ours = next((r for r in rows if r["impl"] == "kcheck"), None)
+        others = [r for r in rows if r["impl"] != "kcheck"]
+        if ours is None or not others:
+            continue
+        peer = min(others, key=lambda r: r["median_us"])
+        sheet = f"{ours['frac_datasheet']:.0%}" if ours["frac_datasheet"] is not None else "–"
+        lines.append(
+            f"| {op} | {tokens} | {ours['median_us']:.2f} | {peer['impl']} | {peer['median_us']:.2f} | "
+            f"{peer['median_us'] / ours['median_us']:.2f} | {ours['gbps']:.0f} | {ours['frac_copy']:.0%} | {sheet} |"
+        )
+    return "\n".join(lines)

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import INTERPRET, configs, device_reason, fallback, token_bucket
+from kcheck.kernels._launch import INTERPRET, configs, device_reason, fallback, prune_for_small_batches, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
 
@@ -59,6 +59,7 @@ def _round_to_e4m3(v):
         triton.Config({"ROWS": 4}, num_warps=16),
     ),
     key=["N", "token_bucket"],
+    prune_configs_by={"early_config_prune": prune_for_small_batches},
 )
 @triton.jit
 def _per_token_fp8_quant_kernel(

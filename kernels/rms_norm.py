@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import configs, device_reason, fallback, token_bucket
+from kcheck.kernels._launch import configs, device_reason, fallback, prune_for_small_batches, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -38,6 +38,7 @@ MAX_HIDDEN = 65536
         triton.Config({"ROWS": 4}, num_warps=16),
     ),
     key=["N", "token_bucket"],
+    prune_configs_by={"early_config_prune": prune_for_small_batches},
 )
 @triton.jit
 def _rms_norm_kernel(

@@ -1,0 +1,73 @@
+"""``python -m kcheck.kernels``, the committed results file and the README table drawn from it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kcheck.kernels import OPS
+from kcheck.kernels.__main__ import main
+from kcheck.kernels.harness import summary_table
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "kernels" / "results" / "h200.json"
+KEYS = {"kcheck_commit", "date", "gpu", "driver", "torch", "triton", "cuda", "ceilings", "rows", "verify"}
+
+
+def test_verify_writes_a_results_file(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["verify", "--op", "silu_and_mul", "--dtype", "float16", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert set(result) == KEYS
+    assert result["verify"] and all(c["passed"] and c["op"] == "silu_and_mul" for c in result["verify"])
+    assert set(result["verify"][0]) == {"op", "dtype", "case", "reason", "passed", "rel_err", "max_abs_err", "graph_replay"}
+    assert "odd-intermediate" in capsys.readouterr().out
+
+
+def test_verify_of_a_broken_user_kernel_exits_1(tmp_path):
+    mod = tmp_path / "user_kernels.py"
+    mod.write_text("def wrong(x, weight, eps=1e-6, out=None):\n    return out.copy_(x)\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert main(["verify", "--op", "rms_norm", "--dtype", "float16", "--impl", "user_kernels:wrong"]) == 1
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_bad_impl_reference_is_a_usage_error():
+    with pytest.raises(SystemExit, match="MODULE:ATTRIBUTE"):
+        main(["verify", "--op", "rms_norm", "--impl", "no_colon"])
+
+
+def test_bench_without_a_gpu_exits_2():
+    assert main(["bench", "--op", "rms_norm"]) == 2
+
+
+def test_package_import_loads_neither_torch_nor_triton():
+    code = "import sys, kcheck, kcheck.kernels; print('torch' in sys.modules, 'triton' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_committed_results_cover_every_op_shape_and_peer():
+    result = json.loads(RESULTS.read_text())
+    assert set(result) == KEYS and result["gpu"] == "NVIDIA H200"
+    assert result["ceilings"]["copy_gbps"] > 0 and result["ceilings"]["datasheet_gbps"] == 4800
+    verified = {(c["op"], c["dtype"]) for c in result["verify"]}
+    assert verified == {(op, dt) for op in OPS for dt in ("bfloat16", "float16")}
+    assert all(c["passed"] and c["graph_replay"] for c in result["verify"])
+    timed = {(r["op"], r["tokens"], r["impl"]) for r in result["rows"]}
+    for op in OPS:
+        for tokens in (1, 32, 256, 4096, 16384):
+            assert {(op, tokens, "kcheck"), (op, tokens, "torch"), (op, tokens, "torch.compile")} <= timed
+    for r in result["rows"]:
+        assert r["gbps"] == pytest.approx(r["frac_copy"] * result["ceilings"]["copy_gbps"], rel=1e-2, abs=0.5)
+
+
+def test_readme_table_is_drawn_from_the_committed_results():
+    table = summary_table(json.loads(RESULTS.read_text()))
+    assert table in (REPO / "kernels" / "README.md").read_text()
