@@ -284,3 +284,24 @@ def test_guide_has_the_common_sections_and_links_resolve(guide):
             assert link.removeprefix("../../rules/").rstrip("/") in rules, link
         else:
             assert link.startswith("../") and link.strip("./") in stems, link
+
+
+# ------------------------------------------------------------------ the installed wheel
+
+
+@pytest.mark.slow
+def test_wheel_outside_the_repository_validates_and_cites_the_catalog(tmp_path):
+    """Build the wheel, install it (dependencies from this interpreter) and run it from elsewhere."""
+    repo = Path(__file__).resolve().parents[1]
+    run = lambda *cmd, **kw: subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600, **kw)  # noqa: E731
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(tmp_path / "wheels"), str(repo))
+    wheel = next((tmp_path / "wheels").glob("kcheck-*.whl"))
+    run(sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv"))
+    bin_dir = tmp_path / "venv" / "bin"
+    run(str(bin_dir / "pip"), "install", "-q", "--no-deps", str(wheel))
+    where = run(str(bin_dir / "python"), "-c", "import kcheck.catalog as c; print(c.default_root())",
+                cwd=tmp_path).stdout.strip()
+    assert where.startswith(str(tmp_path / "venv")), where
+    assert run(str(bin_dir / "kcheck"), "catalog", "validate", cwd=tmp_path).stdout.startswith("OK: ")
+    shown = run(str(bin_dir / "kcheck"), "catalog", "show", "profiling/amdahl-ceiling", cwd=tmp_path).stdout
+    assert "CUDA C++ Best Practices Guide" in shown
