@@ -161,7 +161,7 @@ def load_diff(ref: str, cwd: Path | None = None, context: int = CONTEXT_LINES) -
     if top is None:
         raise DiffError(f"{cwd or Path.cwd()} is not inside a git repository")
     base = _resolve_base(ref, top)
-    text = _git(["diff", "--no-color", "--no-ext-diff", "--find-renames", f"--unified={context}", base, "--"], top)
+    text = _git(["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames", f"--unified={context}", base, "--"], top)
     diff = Diff(top=top, base=base, files=parse_unified(text))
     untracked = _git(["ls-files", "-z", "--others", "--exclude-standard"], top)
     for rel in filter(None, untracked.split("\0")):

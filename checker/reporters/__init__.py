@@ -49,6 +49,7 @@ class ReportContext:
     hidden: list[tuple[Finding, str]] = field(default_factory=list)  # (finding, OUTSIDE_DIFF or BASELINED)
     format: str = "concise"
     _repo_root: Path | None = field(default=None, repr=False)
+    _lines: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
     def display_path(self, finding: Finding) -> str:
         """The path as the user should click it: relative to the current folder."""
@@ -76,13 +77,13 @@ class ReportContext:
 
     def source_lines(self, finding: Finding) -> list[str]:
         """The lines of the finding's file (empty when it cannot be read); cached per path."""
-        cache = self.__dict__.setdefault("_lines", {})
-        if finding.path not in cache:
+        if finding.path not in self._lines:
             try:
-                cache[finding.path] = (self.root / finding.path).read_text(encoding="utf-8", errors="replace").splitlines()
+                text = (self.root / finding.path).read_text(encoding="utf-8", errors="replace")
             except OSError:
-                cache[finding.path] = []
-        return cache[finding.path]
+                text = ""
+            self._lines[finding.path] = text.splitlines()
+        return self._lines[finding.path]
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
