@@ -377,16 +377,11 @@ def _integrity(catalog: Catalog, docs: dict[Path, _Document], rules: Iterable[ty
         eid: {f.get("key") for f in e.get("facts", []) if isinstance(f, dict) and f.get("key")}
         for eid, e in catalog.entries.items()
     }
-    ids_seen: dict[str, Path] = {}
     for entry_id, entry in sorted(catalog.entries.items()):
         path = catalog.files[entry_id]
-        declared = entry.get("id")
-        if declared != entry_id:
-            report(path, ["id"], f"id {declared!r} does not match its file; expected {entry_id!r}")
-        if isinstance(declared, str):
-            if declared in ids_seen and ids_seen[declared] != path:
-                report(path, ["id"], f"duplicate id {declared!r} (also in {_rel(ids_seen[declared], root)})")
-            ids_seen.setdefault(declared, path)
+        # Ids are unique because each must equal its file's <topic>/<slug>.
+        if entry.get("id") != entry_id:
+            report(path, ["id"], f"id {entry.get('id')!r} does not match its file; expected {entry_id!r}")
         topic = entry_id.split("/")[0]
         if entry.get("topic") in catalog.topics and entry.get("topic") != topic:
             report(path, ["topic"], f"topic {entry.get('topic')!r} does not match its folder {topic!r}")
