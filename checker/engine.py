@@ -180,7 +180,7 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
     lines = source.splitlines()
     raw: list[Finding] = []
     if rules:
-        raw, parse_problem = _run_rules(source, rel, config, rules, lines, result)
+        raw, parse_problem = _run_rules(source, rel, config, rules, lines, result, tree)
         if parse_problem is not None and "KC900" in meta_on:
             result.findings.append(_meta_finding("KC900", parse_problem, rel, 1, 1, config))
             return result
@@ -202,10 +202,10 @@ def _with(finding: Finding, **changes) -> Finding:
     return Finding.from_dict(data)
 
 
-def _run_rules(source, rel, config, rules, lines, result) -> tuple[list[Finding], str | None]:
+def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Finding], str | None]:
     import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
 
+    from kcheck import positions
     from kcheck.model import build_model
     from kcheck.rule import FileContext
 
@@ -222,23 +222,23 @@ def _run_rules(source, rel, config, rules, lines, result) -> tuple[list[Finding]
             visitors.append(rule(context))
         except Exception:  # noqa: BLE001 - a rule's bug is reported, the scan goes on
             result.errors.append(f"internal error: {rule.CODE} failed to start on {rel}:\n{traceback.format_exc()}")
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     try:
-        wrapper.visit_batched(visitors)
+        _dispatch(visitors, module)
     except Exception:  # noqa: BLE001
         result.errors.append(f"internal error while checking {rel}:\n{traceback.format_exc()}")
         return [], None
     reports = [r for v in visitors for r in v.reports]
     if not reports:
         return [], None
-    positions = wrapper.resolve(PositionProvider)
+    nodes = [r.node for r in reports]
+    spans = positions.resolve(module, tree, source, nodes) or positions.resolve_with_libcst(module, nodes)
     out: list[Finding] = []
     seen: set[tuple] = set()
     for rep in reports:
-        pos = positions.get(rep.node)
+        pos = spans.get(id(rep.node))
         if pos is None:
             continue
-        key = (rep.rule.CODE, pos.start.line, pos.start.column, rep.message)
+        key = (rep.rule.CODE, pos.line, pos.column, rep.message)
         if key in seen:
             continue
         seen.add(key)
@@ -246,11 +246,47 @@ def _run_rules(source, rel, config, rules, lines, result) -> tuple[list[Finding]
         out.append(Finding(
             code=rule.CODE, name=rule.NAME, message=rep.message,
             severity=config.severity_of(rule.CODE, rule.NAME, rule.SEVERITY), path=rel,
-            line=pos.start.line, column=pos.start.column + 1, end_line=pos.end.line, end_column=pos.end.column + 1,
+            line=pos.line, column=pos.column + 1, end_line=pos.end_line, end_column=pos.end_column + 1,
             knowledge=tuple(rule.KNOWLEDGE), url=rule_url(rule.NAME, config.docs_url), context=rep.context,
-            source_line=lines[pos.start.line - 1].strip() if pos.start.line <= len(lines) else "",
+            source_line=lines[pos.line - 1].strip() if pos.line <= len(lines) else "",
         ))
     return out, None
+
+
+def _dispatch(visitors, module) -> None:
+    """Run every rule's ``visit_<Node>``/``leave_<Node>`` methods in one walk of the tree.
+
+    libcst's own ``visit_batched`` rebuilds each node as it goes; the rules only read the tree,
+    so a plain walk over the node fields does the same job at a fraction of the cost.
+    """
+    from kcheck.model import children
+
+    enter: dict[str, list] = {}
+    leave: dict[str, list] = {}
+    for v in visitors:
+        for name, fn in v.get_visitors().items():
+            kind, _, node_type = name.partition("_")
+            if "_" in node_type:
+                raise TypeError(f"{type(v).__name__}.{name}: attribute visitors are not supported")
+            (enter if kind == "visit" else leave).setdefault(node_type, []).append(fn)
+    if set(enter) | set(leave) <= {"Module"}:
+        for fn in enter.get("Module", []):
+            fn(module)
+        for fn in leave.get("Module", []):
+            fn(module)
+        return
+    stack: list[tuple[object, bool]] = [(module, False)]
+    while stack:
+        node, done = stack.pop()
+        name = type(node).__name__
+        if done:
+            for fn in leave.get(name, ()):
+                fn(node)
+            continue
+        for fn in enter.get(name, ()):
+            fn(node)
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(children(node)))
 
 
 def _meta_findings(directives, rel, config, meta_on, lines) -> list[Finding]:

@@ -267,6 +267,13 @@ _SKIP_FIELDS = {
     "trailing_whitespace", "default_indent", "default_newline", "encoding", "operator",
 }
 _FIELDS: dict[type, tuple[str, ...]] = {}
+# where the dataclass field order is not the source order
+_SOURCE_ORDER: dict[type, tuple[str, ...]] = {
+    cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "bases", "keywords", "body"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.IfExp: ("body", "test", "orelse"),
+}
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
@@ -275,8 +282,9 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     if names is None:
         import dataclasses
 
-        names = tuple(f.name for f in dataclasses.fields(node)
-                      if f.name not in _SKIP_FIELDS and not f.name.startswith("whitespace"))
+        names = _SOURCE_ORDER.get(type(node)) or tuple(
+            f.name for f in dataclasses.fields(node)
+            if f.name not in _SKIP_FIELDS and not f.name.startswith("whitespace"))
         _FIELDS[type(node)] = names
     out: list[cst.CSTNode] = []
     for name in names:

@@ -11,6 +11,7 @@ from kcheck.config import Config, ConfigError, clear_caches, config_for, load_fi
 SYNC_IN_WINDOW = """import torch
 def bench(fn, x):
     start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    fn(x)
     start.record()
     fn(x).item()
     end.record()
