@@ -167,8 +167,8 @@ def work_calls(model, nodes) -> list[cst.Call]:
     for root in nodes:
         for n in nodes_under(root):
             if isinstance(n, cst.Call) and last(model.dotted(n.func) or code(n.func)) not in MEASUREMENT_CALLS:
-                if model.log_kind(n) or model.sync_kind(n):
-                    continue
+                if model.log_kind(n) or model.sync_kind(n) or model.compile_kind(n) or isinstance(n.func, cst.Call):
+                    continue  # KC2xx's business, or the call of a compiled callable
                 if isinstance(n.func, cst.Attribute) and isinstance(n.func.value, cst.Call):
                     continue  # the outer call of a chain (fn(x).sum()): the inner one is listed
                 out.append(n)

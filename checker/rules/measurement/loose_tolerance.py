@@ -18,9 +18,9 @@ class LooseTolerance(Rule):
     above the limit for the dtypes the test uses. The limits are a table kept as data
     (`kcheck.rules.measurement.TOLERANCE_LIMITS`): 1e-3 for FP32, 5e-2 for FP16 and 1e-1 for
     BF16, each far above `torch.testing.assert_close`'s defaults. The dtypes come from the
-    function, its decorators (`pytest.mark.parametrize`) and the module's constants; the
-    loosest one wins, BF16 is assumed when none is named or a `dtype` parameter comes from
-    elsewhere, and tests of quantised outputs (FP8, INT8, FP4) are not judged.
+    function and its decorators (`pytest.mark.parametrize`), else from the module's top level;
+    the loosest one wins, BF16 is assumed when none is named, and tests of quantised outputs
+    (FP8, INT8, FP4) are not judged.
 
     ## Why is this bad?
     A tolerance is the check. `atol=1.0` on BF16 values of magnitude about one accepts any
@@ -93,7 +93,7 @@ def test_softmax():
         for node in nodes_under(original_node, nested=True):
             if not (isinstance(node, cst.Call) and is_compare(model, node, TOLERANCE_COMPARES) and scope.covers(node)):
                 continue
-            dtypes = self._dtypes(node) | module_dtypes
+            dtypes = self._dtypes(node) or module_dtypes
             if "quantized" in dtypes:
                 continue
             dtypes = dtypes & TOLERANCE_LIMITS.keys() or {"bfloat16"}
@@ -106,9 +106,8 @@ def test_softmax():
                     break
 
     def _dtypes(self, call: cst.Call) -> set[str]:
+        """Dtypes named in the enclosing functions and their decorators (empty: ask the module)."""
         found: set[str] = set()
         for fn in (a for a in self.model.ancestors(call) if isinstance(a, cst.FunctionDef)):
             found |= dtypes_in(self.model, [fn])
-            if any(p.name.value == "dtype" for p in fn.params.params):
-                found.add("bfloat16")  # the dtype comes from outside: assume the loosest common one
         return found

@@ -20,7 +20,8 @@ class SpeedupWithoutCheck(Rule):
     saying "speedup", "speed-up", "x faster", or a variable named `*speedup*`) in a module that
     never checks the candidate's result: no `assert_close`/`allclose`/`isclose`/`torch.equal`,
     no call to a `verify*`/`check*`/`assert*`/`compare*` function, and no `assert` on values
-    (asserts on shapes, dtypes, devices and availability do not count).
+    (asserts on shapes, dtypes, devices and availability do not count, nor do comparisons that
+    are only printed).
 
     ## Why is this bad?
     A kernel bug produces fluent, plausible, wrong output at a very good latency: a kernel that
@@ -93,6 +94,8 @@ def benchmark(fn, baseline, x):
         for node in nodes_under(original_node, nested=True):
             claim = False
             if isinstance(node, cst.SimpleString):
+                if isinstance(self.model.parent(node), cst.Expr):
+                    continue  # a docstring describes, it does not report
                 claim = bool(SPEEDUP.search(str(node.evaluated_value)))
             elif isinstance(node, cst.FormattedStringText):
                 claim = bool(SPEEDUP.search(node.value))
@@ -112,8 +115,9 @@ def benchmark(fn, baseline, x):
         model = self.model
         for n in nodes_under(module, nested=True):
             if isinstance(n, cst.Call):
-                if is_compare(model, n, COMPARES) or last(model.dotted(n.func)).lower().startswith(CHECKERS):
-                    return True
+                checks = is_compare(model, n, COMPARES) or last(model.dotted(n.func)).lower().startswith(CHECKERS)
+                if checks and not any(isinstance(a, cst.Call) and model.log_kind(a) for a in model.ancestors(n)):
+                    return True  # a comparison that is only printed checks nothing
             elif isinstance(n, cst.Assert):
                 words = {x.value for x in nodes_under(n.test) if isinstance(x, cst.Name)}
                 words |= {x.attr.value for x in nodes_under(n.test) if isinstance(x, cst.Attribute)}

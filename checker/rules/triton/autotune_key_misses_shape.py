@@ -87,7 +87,8 @@ import triton.language as tl
 @triton.jit
 def rms(x_ptr, w_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
     cols = tl.arange(0, BLOCK_SIZE)
-    x = tl.load(x_ptr + cols, mask=cols < n_cols, other=0.0)
+    x = tl.load(x_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    y = x * tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
 """,
     ]
     PREFILTER = (TRITON_TEXT, r"autotune")
