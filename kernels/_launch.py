@@ -58,9 +58,10 @@ def prune_for_small_batches(configs: list[triton.Config], named_args: dict, **_:
     """Up to 1024 tokens, keep one row per program and 8 or more warps for the row-wise kernels.
 
     A bucket is tuned on the first token count that reaches it, and at a few microseconds the
-    timings the autotuner compares differ by less than their noise: on an H200 it once picked
-    4 rows per program for the 64-token bucket from a 37-token call, 1.2 us slower at T=32
-    than the one-row config a sweep over all candidates found best at T=1, 32 and 256.
+    timings the autotuner compares differ by less than their noise. On an H200 it once picked
+    4 rows per program for the 64-token bucket from a 37-token call, and fused add+RMSNorm took
+    6.11 us at T=32, against 4.86 us with this pruning. A sweep over all candidates found one row
+    per program and 8 or 16 warps best at T=1, 32 and 256.
     """
     if named_args.get("token_bucket", 65536) > 1024:
         return configs
