@@ -13,10 +13,12 @@ import ast
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
 import traceback
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,7 +164,9 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
     if not rules and not directives and "KC900" not in meta_on:
         return result
     try:
-        tree = ast.parse(source, filename=rel)
+        with warnings.catch_warnings():  # SyntaxWarnings about the scanned code are not kcheck's to print
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source, filename=rel)
     except SyntaxError as exc:
         if "KC900" in meta_on:
             result.findings.append(_meta_finding(
@@ -253,6 +257,20 @@ def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Fi
     return out, None
 
 
+_METHODS: dict[type, tuple[str, ...]] = {}
+
+
+def _visitor_methods(cls: type) -> tuple[str, ...]:
+    """The ``visit_*``/``leave_*`` methods a rule class defines (cached; libcst's lookup is slow)."""
+    if cls not in _METHODS:
+        from kcheck.rule import Rule
+
+        base = set(dir(Rule))
+        _METHODS[cls] = tuple(n for n in dir(cls) if n.startswith(("visit_", "leave_")) and (
+            n not in base or getattr(cls, n) is not getattr(Rule, n)))
+    return _METHODS[cls]
+
+
 def _dispatch(visitors, module) -> None:
     """Run every rule's ``visit_<Node>``/``leave_<Node>`` methods in one walk of the tree.
 
@@ -264,7 +282,8 @@ def _dispatch(visitors, module) -> None:
     enter: dict[str, list] = {}
     leave: dict[str, list] = {}
     for v in visitors:
-        for name, fn in v.get_visitors().items():
+        for name in _visitor_methods(type(v)):
+            fn = getattr(v, name)
             kind, _, node_type = name.partition("_")
             if "_" in node_type:
                 raise TypeError(f"{type(v).__name__}.{name}: attribute visitors are not supported")
@@ -320,8 +339,10 @@ def _meta_findings(directives, rel, config, meta_on, lines) -> list[Finding]:
 
 def _read(job: Job) -> tuple[str | None, bytes, Finding | None]:
     try:
-        size = os.path.getsize(job.path)
-        if size > MAX_FILE_BYTES:
+        info = os.stat(job.path)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device named *.py: reading it could block forever
+            return None, b"", _meta_finding("KC900", "cannot read file: not a regular file", job.rel, 1, 1, job.config)
+        if info.st_size > MAX_FILE_BYTES:
             return None, b"", None
         with open(job.path, "rb") as fh:
             data = fh.read()

@@ -89,6 +89,8 @@ class ModuleModel:
     kernel_claims: list = field(default_factory=list)  # kcheck.claims.Claim: code presented as a kernel
     launch_sites: dict = field(default_factory=dict)  # id(call) -> kcheck.claims.Launch: kernel launches and dispatches
     cpu_names: dict[int, set[str]] = field(default_factory=dict)  # id(function) -> names bound to CPU tensors
+    calls: list[cst.Call] = field(default_factory=list)  # every call, in source order
+    withs: list[cst.With] = field(default_factory=list)
 
     # -- names ---------------------------------------------------------------------------------
 
@@ -289,11 +291,28 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     out: list[cst.CSTNode] = []
     for name in names:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        kind = type(value)
+        if kind in _NODE_TYPES:
             out.append(value)
-        elif isinstance(value, (list, tuple)):
-            out.extend(v for v in value if isinstance(v, cst.CSTNode))
+        elif kind is list or kind is tuple:
+            out.extend(v for v in value if type(v) in _NODE_TYPES)
     return out
+
+
+def _all_node_types() -> frozenset[type]:
+    """Every concrete libcst node class (a set lookup is far cheaper than an ABC isinstance)."""
+    seen: set[type] = set()
+    todo = [cst.CSTNode]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+    return frozenset(seen)
+
+
+_NODE_TYPES = _all_node_types()
 
 
 def walk(root: cst.CSTNode, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
@@ -354,6 +373,10 @@ def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
             model.scope_names[id(node)] = scope
             model.functions.setdefault(node.name.value, []).append(node)
             function = node
+        elif isinstance(node, cst.Call):
+            model.calls.append(node)
+        elif isinstance(node, cst.With):
+            model.withs.append(node)
         elif isinstance(node, cst.Assign) and function is not None and isinstance(node.value, cst.Call):
             if model.is_cpu_factory(node.value):
                 names = model.cpu_names.setdefault(id(function), set())
@@ -389,35 +412,54 @@ def _is_host_timer(model: ModuleModel, call: cst.Call) -> bool:
     return (model.call_name(call) or "") in HOST_TIMERS
 
 
-def _blocks(module: cst.Module) -> Iterator[tuple[cst.CSTNode | None, list[cst.CSTNode]]]:
-    """Every statement list in the module with its enclosing function (None at module level)."""
-    stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(module, None)]
-    while stack:
-        node, function = stack.pop()
-        body = getattr(node, "body", None)
-        if isinstance(node, cst.FunctionDef):
-            function = node
-        if isinstance(body, (list, tuple)):
-            yield function, list(body)
-        elif isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-            yield function, list(body.body)
-        for child in children(node):
-            if isinstance(child, (cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, cst.ExceptHandler,
-                                  cst.Finally, cst.BaseSuite)) or isinstance(child, cst.Module):
-                stack.append((child, function))
+def _statements_holding(model: ModuleModel, node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, int]]:
+    """(block, index) of every statement that contains ``node``, innermost first, up to the
+    enclosing function or class (a ``def`` statement does not run the code in its body)."""
+    child = node
+    for anc in model.ancestors(node):
+        if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return
+        if isinstance(anc, (cst.Module, cst.IndentedBlock, cst.SimpleStatementSuite)):
+            body = anc.body
+            for i, stmt in enumerate(body):
+                if stmt is child:
+                    yield anc, i
+                    break
+        child = anc
 
 
 def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
     config = model.config
-    for function, stmts in _blocks(module):
-        records = [i for i, s in enumerate(stmts) if any(_is_record(model, c) for c in _statement_calls(s))]
-        if len(records) >= 2 and records[-1] - records[0] > 1:
+    records: dict[int, set[int]] = {}
+    timers: dict[int, set[int]] = {}
+    blocks: dict[int, cst.CSTNode] = {}
+    for call in model.calls:
+        marks = records if _is_record(model, call) else timers if _is_host_timer(model, call) else None
+        if marks is not None:
+            for block, index in _statements_holding(model, call):
+                blocks[id(block)] = block
+                marks.setdefault(id(block), set()).add(index)
+        else:
+            name = model.call_name(call) or ""
+            if name.split(".")[-1] in BENCH_TIMERS:
+                target = _bench_target(model, call)
+                if target is not None:
+                    model.timed_regions.append(TimedRegion(
+                        "bench-callable", f"the callable timed by {name.split('.')[-1]}()",
+                        [target], model.enclosing_function(call)))
+    for key, indices in records.items():
+        first, last = min(indices), max(indices)
+        if last - first > 1:
+            block = blocks[key]
             model.timed_regions.append(TimedRegion(
                 "event-window", "a CUDA-event window (start.record() ... end.record())",
-                stmts[records[0] + 1:records[-1]], function))
-        timers = [i for i, s in enumerate(stmts) if any(_is_host_timer(model, c) for c in _statement_calls(s))]
-        if len(timers) >= 2 and timers[-1] - timers[0] > 1:
-            start, stop = timers[0], timers[-1]
+                list(block.body[first + 1:last]), model.enclosing_function(block)))
+    for key, indices in timers.items():
+        start, stop = min(indices), max(indices)
+        if stop - start > 1:
+            block = blocks[key]
+            stmts = list(block.body)
+            function = model.enclosing_function(block)
             inner = stmts[start + 1:stop]
             exempt: set[int] = set()
             j = len(inner) - 1
@@ -428,24 +470,13 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
             model.timed_regions.append(TimedRegion(
                 "host-timer", "a host-timer window (perf_counter() ... perf_counter())",
                 inner, function, exempt, synced, stmts[stop]))
-        for stmt in stmts:
-            if isinstance(stmt, cst.With):
-                for item in stmt.items:
-                    call = item.item
-                    if isinstance(call, cst.Call) and (model.call_name(call) or "") in (
-                        "torch.cuda.graph", "torch.cuda.graphs.graph"
-                    ):
-                        model.timed_regions.append(TimedRegion(
-                            "graph-capture", "a CUDA-graph capture (with torch.cuda.graph(...))",
-                            [stmt.body], function))
-            for call in _statement_calls(stmt):
-                name = model.call_name(call) or ""
-                if name.split(".")[-1] in BENCH_TIMERS:
-                    target = _bench_target(model, call)
-                    if target is not None:
-                        model.timed_regions.append(TimedRegion(
-                            "bench-callable", f"the callable timed by {name.split('.')[-1]}()",
-                            [target], function))
+    for stmt in model.withs:
+        for item in stmt.items:
+            call = item.item
+            if isinstance(call, cst.Call) and (model.call_name(call) or "") in ("torch.cuda.graph", "torch.cuda.graphs.graph"):
+                model.timed_regions.append(TimedRegion(
+                    "graph-capture", "a CUDA-graph capture (with torch.cuda.graph(...))",
+                    [stmt.body], model.enclosing_function(stmt)))
     for defs in model.functions.values():
         for fn in defs:
             if config.is_hot_path(fn.name.value):
