@@ -39,9 +39,9 @@ INDEX_FILE = "index.yaml"
 MEASURED_TOLERANCE = 0.03  # relative; medians of device timings move about 1% between runs
 SOURCES_FILE = "sources.yaml"
 _FACT_REF = re.compile(r"^(?P<id>[a-z0-9-]+/[a-z0-9-]+)#(?P<key>[a-z0-9-]+)$")
-# A number standing alone in prose: 132, 3.35, 151,936, 1e-6. Digits inside names (H100, fp8,
+# A number standing alone in prose: 132, 3.35, 151,936, 1e-6, 1.43x. Digits inside names (H100, fp8,
 # Llama-3) and hyphenated ranges or compounds (80-90%, 32-bit) are not taken as claims.
-_NUMBER = re.compile(r"(?<![\w.\-])\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?(?![\w\-]|,\d)")
+_NUMBER = re.compile(r"(?<![\w.\-])\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?(?!(?!x\b)[\w\-]|,\d)")
 
 
 def _numbers(text: str) -> set[float]:
