@@ -469,7 +469,7 @@ def _plot(result: dict, op: str) -> bytes:
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     with plt.rc_context({"svg.hashsalt": "kcheck", "font.size": 9, "axes.spines.top": False,
                          "axes.spines.right": False}):
-        fig, axes = plt.subplots(1, len(dtypes), figsize=(4.2 * len(dtypes) + 0.6, 3.2), squeeze=False,
+        fig, axes = plt.subplots(1, len(dtypes), figsize=(5.6 * len(dtypes) + 0.6, 3.4), squeeze=False,
                                  sharey=True)
         ceilings = result.get("ceilings", {})
         for ax, dtype in zip(axes[0], dtypes):
@@ -499,7 +499,32 @@ def _plot(result: dict, op: str) -> bytes:
 
 
 def _pct(value) -> str:
-    return f"{100 * value:.0f}%" if isinstance(value, (int, float)) else "—"
+    if not isinstance(value, (int, float)):
+        return "—"
+    return f"{100 * value:.0f}%" if value >= 0.1 else f"{100 * value:.1f}%"
+
+
+def _results_table(rows: list[dict]) -> list[str]:
+    """One line per dtype and token count: kcheck's time, bandwidth and fractions of the ceilings,
+    each peer's time, and the best peer's time over kcheck's (above 1: kcheck is faster)."""
+    peers = sorted({r["impl"] for r in rows} - {"kcheck"},
+                   key=lambda i: (PEER_ORDER.index(i) if i in PEER_ORDER else len(PEER_ORDER), i))
+    grid: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for r in rows:
+        grid[(r["dtype"], r["tokens"])][r["impl"]] = r
+    out = ["| dtype | tokens | kcheck µs | GB/s | of copy | of datasheet | "
+           + " | ".join(f"{p} µs" for p in peers) + " | best peer ÷ kcheck |",
+           "|---|---:|---:|---:|---:|---:|" + "---:|" * len(peers) + "---:|"]
+    for (dtype, tokens), by_impl in sorted(grid.items()):
+        own = by_impl.get("kcheck")
+        cells = [dtype, str(tokens)]
+        cells += ([f"**{own['median_us']:.2f}**", f"{own['gbps']:,.0f}", _pct(own.get("frac_copy")),
+                   _pct(own.get("frac_datasheet"))] if own else ["—"] * 4)
+        cells += [f"{by_impl[p]['median_us']:.2f}" if p in by_impl else "—" for p in peers]
+        times = [by_impl[p]["median_us"] for p in peers if p in by_impl]
+        cells.append(f"{min(times) / own['median_us']:.2f}×" if own and times and own["median_us"] else "—")
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 def _kernels_pages(results_dir: Path, modules: dict[str, str], catalog) -> list[Page]:
@@ -514,7 +539,7 @@ def _kernels_pages(results_dir: Path, modules: dict[str, str], catalog) -> list[
             raise ValueError(f"{path}: not a kernels results file: expected an object with 'rows'")
         results.append((path.stem, data))
     pages: list[Page] = []
-    out = ["# Reference kernels", "",
+    out = ["---", "hide:", "  - navigation", "---", "", "# Reference kernels", "",
            "Triton kernels for the serving ops the catalog discusses, written the way the catalog says: "
            "fp32 accumulation, masked tails, int64 offsets, declared and announced fallbacks. One harness "
            "verifies each against an upcast torch reference (fresh random inputs, poisoned outputs, NaN "
@@ -522,15 +547,19 @@ def _kernels_pages(results_dir: Path, modules: dict[str, str], catalog) -> list[
            "flushed, against torch eager, `torch.compile` and other peers when installed.", "",
            "```bash", "python -m kcheck.kernels all --out kernels/results/<gpu>.json", "```", ""]
     if results:
-        out += ["## Machines", "", "| Results | GPU | Driver | torch | Triton | CUDA | Copy ceiling | Datasheet | Date | Commit |",
-                "|---|---|---|---|---|---|---:|---:|---|---|"]
+        out += ["## Machines", "",
+                "Each results file records where and when it ran; *copy* is the device-to-device copy "
+                "bandwidth measured on that machine, the ceiling a memory-bound kernel is judged against.", "",
+                "| Results | GPU (driver) | torch · Triton · CUDA | Copy | Datasheet | Run |",
+                "|---|---|---|---:|---:|---|"]
         for stem, data in results:
             c = data.get("ceilings", {})
             commit = str(data.get("kcheck_commit") or "")[:10]
-            out.append(f"| `{stem}` | {_cell(data.get('gpu'))} | {data.get('driver') or '—'} | {data.get('torch')} "
-                       f"| {data.get('triton')} | {data.get('cuda') or '—'} | "
-                       f"{c.get('copy_gbps', 0) or 0:,.0f} GB/s | {c.get('datasheet_gbps', 0) or 0:,.0f} GB/s "
-                       f"| {str(data.get('date', ''))[:10]} | `{commit}` |")
+            out.append(f"| [`{stem}.json`](https://github.com/kcheck/kcheck/blob/main/kernels/results/{stem}.json) "
+                       f"| {_cell(data.get('gpu'))} ({data.get('driver') or '—'}) "
+                       f"| {data.get('torch')} · {data.get('triton')} · {data.get('cuda') or '—'} "
+                       f"| {c.get('copy_gbps', 0) or 0:,.0f} GB/s | {c.get('datasheet_gbps', 0) or 0:,.0f} GB/s "
+                       f"| {str(data.get('date', ''))[:10]} `{commit}` |")
         out.append("")
     else:
         out += ['!!! note "No results yet"', "",
@@ -548,7 +577,7 @@ def _kernels_pages(results_dir: Path, modules: dict[str, str], catalog) -> list[
             checks = [v for v in data.get("verify", []) if v.get("op") == op]
             if not rows and not checks:
                 continue
-            out += [f"### {op} on {_cell(data.get('gpu'))} {{#{op}-{stem}}}", ""]
+            out += [f"### `{op}` on {_cell(data.get('gpu'))} {{#{op}-{stem}}}", ""]
             if checks:
                 passed = sum(1 for v in checks if v.get("passed"))
                 failed = [v for v in checks if not v.get("passed")]
@@ -561,15 +590,8 @@ def _kernels_pages(results_dir: Path, modules: dict[str, str], catalog) -> list[
             if rows:
                 plot = f"kernels/plots/{stem}-{op}.svg"
                 pages.append(Page(plot, _plot(data, op)))
-                out += [f"![Achieved bandwidth of {op} on {_cell(data.get('gpu'))}]({_rel(src, plot)})", "",
-                        "| dtype | tokens | impl | median µs | GB/s | of copy | of datasheet |",
-                        "|---|---:|---|---:|---:|---:|---:|"]
-                for r in sorted(rows, key=lambda r: (r["dtype"], r["tokens"],
-                                                      PEER_ORDER.index(r["impl"]) if r["impl"] in PEER_ORDER else 9)):
-                    impl = f"**{r['impl']}**" if r["impl"] == "kcheck" else r["impl"]
-                    out.append(f"| {r['dtype']} | {r['tokens']} | {impl} | {r['median_us']:.2f} | {r['gbps']:,.0f} "
-                               f"| {_pct(r.get('frac_copy'))} | {_pct(r.get('frac_datasheet'))} |")
-                out.append("")
+                out += [f"![Achieved bandwidth of {op} on {_cell(data.get('gpu'))}]({_rel(src, plot)})", ""]
+                out += _results_table(rows)
     pages.append(Page(src, "\n".join(out) + "\n"))
     return pages
 

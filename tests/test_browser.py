@@ -88,8 +88,12 @@ def _search(page, query: str) -> list[tuple[str, str]]:
     """Type ``query`` into Material's search box; the results as (URL path, text), best first."""
     page.locator("label.md-search__icon, .md-search__input").first.click()
     box = page.locator("input.md-search__input")
-    box.fill(query)
-    page.locator(".md-search-result__item").first.wait_for(timeout=15_000)
+    # The index loads in a web worker; on a busy machine that takes a while. Type once it is ready.
+    page.wait_for_function(
+        "() => !/Initializing/i.test(document.querySelector('.md-search-result__meta')?.textContent || '')",
+        timeout=60_000)
+    box.press_sequentially(query)  # Material reacts to key events, not to a set value
+    page.locator(".md-search-result__item").first.wait_for(timeout=60_000)
     links = page.locator(RESULT)
     return [(urlsplit(links.nth(i).get_attribute("href")).path, " ".join((links.nth(i).text_content() or "").split()))
             for i in range(links.count())]
