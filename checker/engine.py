@@ -118,6 +118,9 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
             except (OSError, RuntimeError):  # a symlink loop
                 problems.append(f"{f}: cannot resolve (symlink loop?)")
                 continue
+            if not resolved.exists():
+                problems.append(f"{f}: broken symlink, skipped")
+                continue
             key = str(resolved)
             if key in seen:
                 continue
@@ -257,20 +260,6 @@ def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Fi
     return out, None
 
 
-_METHODS: dict[type, tuple[str, ...]] = {}
-
-
-def _visitor_methods(cls: type) -> tuple[str, ...]:
-    """The ``visit_*``/``leave_*`` methods a rule class defines (cached; libcst's lookup is slow)."""
-    if cls not in _METHODS:
-        from kcheck.rule import Rule
-
-        base = set(dir(Rule))
-        _METHODS[cls] = tuple(n for n in dir(cls) if n.startswith(("visit_", "leave_")) and (
-            n not in base or getattr(cls, n) is not getattr(Rule, n)))
-    return _METHODS[cls]
-
-
 def _dispatch(visitors, module) -> None:
     """Run every rule's ``visit_<Node>``/``leave_<Node>`` methods in one walk of the tree.
 
@@ -282,8 +271,7 @@ def _dispatch(visitors, module) -> None:
     enter: dict[str, list] = {}
     leave: dict[str, list] = {}
     for v in visitors:
-        for name in _visitor_methods(type(v)):
-            fn = getattr(v, name)
+        for name, fn in v.get_visitors().items():
             kind, _, node_type = name.partition("_")
             if "_" in node_type:
                 raise TypeError(f"{type(v).__name__}.{name}: attribute visitors are not supported")
