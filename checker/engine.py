@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 import warnings
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +170,8 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
     try:
         with warnings.catch_warnings():  # SyntaxWarnings about the scanned code are not kcheck's to print
             warnings.simplefilter("ignore")
+            with warnings.catch_warnings():  # SyntaxWarnings about the scanned code are not kcheck's to print
+            warnings.simplefilter("ignore")
             tree = ast.parse(source, filename=rel)
     except SyntaxError as exc:
         if "KC900" in meta_on:
@@ -260,6 +263,20 @@ def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Fi
     return out, None
 
 
+_METHODS: dict[type, tuple[str, ...]] = {}
+
+
+def _visitor_methods(cls: type) -> tuple[str, ...]:
+    """The ``visit_*``/``leave_*`` methods a rule class defines (cached; libcst's lookup is slow)."""
+    if cls not in _METHODS:
+        from kcheck.rule import Rule
+
+        base = set(dir(Rule))
+        _METHODS[cls] = tuple(n for n in dir(cls) if n.startswith(("visit_", "leave_")) and (
+            n not in base or getattr(cls, n) is not getattr(Rule, n)))
+    return _METHODS[cls]
+
+
 def _dispatch(visitors, module) -> None:
     """Run every rule's ``visit_<Node>``/``leave_<Node>`` methods in one walk of the tree.
 
@@ -271,7 +288,8 @@ def _dispatch(visitors, module) -> None:
     enter: dict[str, list] = {}
     leave: dict[str, list] = {}
     for v in visitors:
-        for name, fn in v.get_visitors().items():
+        for name in _visitor_methods(type(v)):
+            fn = getattr(v, name)
             kind, _, node_type = name.partition("_")
             if "_" in node_type:
                 raise TypeError(f"{type(v).__name__}.{name}: attribute visitors are not supported")
