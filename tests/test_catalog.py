@@ -305,3 +305,8 @@ def test_wheel_outside_the_repository_validates_and_cites_the_catalog(tmp_path):
     assert run(str(bin_dir / "kcheck"), "catalog", "validate", cwd=tmp_path).stdout.startswith("OK: ")
     shown = run(str(bin_dir / "kcheck"), "catalog", "show", "profiling/amdahl-ceiling", cwd=tmp_path).stdout
     assert "CUDA C++ Best Practices Guide" in shown
+
+
+def test_numbers_in_prose_are_claims_but_names_and_ranges_are_not():
+    text = "132 SMs, 3.35 TB/s, 151,936 tokens, eps 1e-6, 37x faster; H100, fp8, Llama-3, 80-90%, 32-bit, 2 passes"
+    assert cat._numbers(text) == {132.0, 3.35, 151936.0, 37.0}
