@@ -19,7 +19,6 @@ import sys
 import time
 import traceback
 import warnings
-import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,8 +168,6 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
         return result
     try:
         with warnings.catch_warnings():  # SyntaxWarnings about the scanned code are not kcheck's to print
-            warnings.simplefilter("ignore")
-            with warnings.catch_warnings():  # SyntaxWarnings about the scanned code are not kcheck's to print
             warnings.simplefilter("ignore")
             tree = ast.parse(source, filename=rel)
     except SyntaxError as exc:
