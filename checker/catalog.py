@@ -333,8 +333,28 @@ def validate(root: Path | None = None, rules: Iterable[type] | None = None) -> l
     for path, doc in docs.items():
         kind = {INDEX_FILE: "index", SOURCES_FILE: "sources"}.get(path.name) if path.parent == root else "entry"
         problems += _schema_problems(validators[kind], doc, _rel(path, root))
+        problems += _duplicate_keys(doc.node, _rel(path, root))
     problems += _integrity(catalog, docs, rules)
     return sorted(set(problems))
+
+
+def _duplicate_keys(node: Any, rel: str, where: tuple = ()) -> list[Problem]:
+    """YAML keeps the last of two equal keys silently; a catalog file must not repeat one."""
+    import yaml
+
+    problems = []
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            if key_node.value in seen:
+                problems.append(Problem(rel, key_node.start_mark.line + 1, _field_name([*where, key_node.value]),
+                                        "duplicate key"))
+            seen.add(key_node.value)
+            problems += _duplicate_keys(value_node, rel, (*where, key_node.value))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            problems += _duplicate_keys(item, rel, (*where, i))
+    return problems
 
 
 def _rel(path: Path, root: Path) -> str:
