@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.triton import TRITON_TEXT, is_tl_attr, kernel_gate, kernels, names_in, nodes_under, tl_op
+from kcheck.rules.triton import META_PARAM, TRITON_TEXT, is_tl_attr, kernel_gate, kernels, names_in, nodes_under, tl_op
 
 # Sizes that stay small in serving: head, expert, top-k and group counts.
 SMALL = re.compile(r"head|expert|topk|top_k|group|^[HE]$", re.IGNORECASE)
@@ -18,9 +18,10 @@ class Int32OffsetOverflow(Rule):
     ## What it does
     Inside a `@triton.jit` function, finds products of a program id (`tl.program_id(...)`, or a
     name computed from one) with a runtime argument (a stride or a size that is not a
-    `tl.constexpr`), where neither side was cast to `tl.int64` first. Products with a
-    `tl.constexpr` block size, with a literal, or with head, expert, top-k and group counts are
-    left alone: those stay small.
+    `tl.constexpr`), where neither side was cast to `tl.int64` first. Products with a block
+    size (a `tl.constexpr`, or a parameter named like one, which KC504 reports), with a literal,
+    or with head, expert, top-k and group counts or ids (`head * stride_h`) are left alone:
+    those stay small.
 
     ## Why is this bad?
     Program ids and the integer arguments Triton receives are 32-bit, so `pid * stride` wraps
@@ -122,8 +123,9 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
             for n in nodes_under(root):
                 if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply):
                     for pid_side, other in ((n.left, n.right), (n.right, n.left)):
-                        big = {x for x in names_in(other) & runtime if not SMALL.search(x)}
-                        if big and is_pid(pid_side) and not wide(other):
+                        big = {x for x in names_in(other) & runtime if not (SMALL.search(x) or META_PARAM.search(x))}
+                        small_index = any(SMALL.search(x) for x in names_in(pid_side))  # a head or expert id
+                        if big and is_pid(pid_side) and not wide(other) and not small_index:
                             self.report(n, pid=_text(pid_side), other=_text(other))
                             break
 

@@ -172,8 +172,9 @@ def k(a, b):
                 op = tl_op(model, expr)
                 if op == "load":
                     pointer = arg(expr, 0, "pointer")
-                    names = {n.value for n in nodes_under(pointer) if isinstance(n, cst.Name)} if pointer else set()
-                    return None if any(INT_POINTER.search(n) for n in names) else LOADED
+                    bases = {n.value for n in nodes_under(pointer) if isinstance(n, cst.Name)} & set(k.params) \
+                        if pointer is not None else set()
+                    return None if any(INT_POINTER.search(n) for n in bases) else LOADED
                 if op == "cast":
                     return kind(cst.Call(cst.Attribute(expr.args[0].value, cst.Name("to")), [expr.args[1]])) \
                         if len(expr.args) >= 2 else None

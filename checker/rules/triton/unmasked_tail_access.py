@@ -6,7 +6,7 @@ from kcheck.model import children
 
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, TRITON_TEXT, arg, is_none, kernel_gate, kernels, names_in, tainted_names, tl_op,
+    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, is_none, kernel_gate, kernels, names_in, tainted_names, tl_op,
 )
 
 CLAMPS = {"minimum", "where"}
@@ -19,7 +19,8 @@ class UnmaskedTailAccess(Rule):
     Inside a `@triton.jit` function, finds `tl.load`/`tl.store` calls whose pointer is built from
     `tl.arange(0, BLOCK...)` offsets (directly or through assigned names) and that pass no `mask`
     and no `boundary_check`. A bound whose name contains `BLOCK`, `TILE` or `CHUNK` marks a
-    blocked dimension that can have a partial last block. Offsets that were wrapped (`offs % N`)
+    blocked dimension that can have a partial last block; one named for a model dimension taken
+    whole (`BLOCK_DMODEL`, `BLOCK_HEADDIM`, `BLOCK_DPE`, `BLOCK_D`) does not. Offsets that were wrapped (`offs % N`)
     or clamped (`tl.minimum`, `tl.where`) are safe, and so is an access inside an
     `if EVEN_K:`-style branch on a `tl.constexpr` parameter (an unmasked fast path the launcher
     chose on purpose).
@@ -135,7 +136,8 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
                             continue
                         if op == "arange":
                             bound = arg(node, 1, "end")
-                            if isinstance(bound, cst.Name) and BLOCKED_BOUND.search(bound.value):
+                            if isinstance(bound, cst.Name) and BLOCKED_BOUND.search(bound.value) and not EXACT_BOUND.search(
+                                    bound.value):
                                 if found is not None:
                                     found.append(bound.value)
                                 return True
