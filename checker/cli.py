@@ -255,8 +255,9 @@ def baseline_cmd(paths, output, config_file, force_exclude) -> None:
         sys.exit(EXIT_ERROR)
     write_atomic(str(output), dumps(result.findings))
     active = [f for f in result.findings if f.suppressed is None]
-    click.echo(f"kcheck: wrote {len(entries_for(active))} entries ({len(active)} findings in {result.files} files) to {output}",
-               err=True)
+    n = len(entries_for(active))
+    click.echo(f"kcheck: wrote {n} entr{'ies' if n != 1 else 'y'} for {len(active)} finding{'s' if len(active) != 1 else ''} "
+               f"in {result.files} file{'s' if result.files != 1 else ''} to {output}", err=True)
 
 
 @main.command("comment")

@@ -111,7 +111,7 @@ def project(tmp_path, monkeypatch) -> Path:
 
 def test_baseline_then_check_shows_only_new_findings(project, run_kcheck):
     code, _, err = run_kcheck("baseline", ".")
-    assert code == 0 and "wrote 1 entries (1 findings in 1 files) to kcheck-baseline.json" in err
+    assert code == 0 and "wrote 1 entry for 1 finding in 1 file to kcheck-baseline.json" in err
     data = json.loads((project / "kcheck-baseline.json").read_text())
     assert data["entries"][0]["source_line"] == "torch.cuda.synchronize()"
     assert data["entries"][0]["context"] == "bench"
