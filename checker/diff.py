@@ -101,6 +101,8 @@ def _resolve_base(ref: str, top: Path) -> str:
     tree, so every staged line is added. Without a merge base (a shallow clone) ``ref`` itself is
     used.
     """
+    if ref.startswith("-"):
+        raise DiffError(f"{ref!r} is not a git revision")
     try:
         _git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], top)
     except DiffError:
@@ -110,7 +112,7 @@ def _resolve_base(ref: str, top: Path) -> str:
     try:
         commit = _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], top).strip()
     except DiffError:
-        raise DiffError(f"unknown git revision {ref!r} (fetch it first, e.g. `git fetch origin {ref}`)") from None
+        raise DiffError(f"unknown git revision {ref!r} (not fetched? in CI, check out with fetch-depth: 0)") from None
     try:
         return _git(["merge-base", commit, "HEAD"], top).strip()
     except DiffError:

@@ -129,6 +129,8 @@ def test_first_commit_diffs_against_the_empty_tree(tmp_path):
 def test_errors_are_clear(repo, tmp_path_factory):
     with pytest.raises(DiffError, match="unknown git revision 'nope'"):
         load_diff("nope", repo)
+    with pytest.raises(DiffError, match="is not a git revision"):
+        load_diff("--output=x", repo)
     outside = tmp_path_factory.mktemp("plain")
     with pytest.raises(DiffError, match="not inside a git repository"):
         load_diff("HEAD", outside)
