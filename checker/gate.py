@@ -30,6 +30,7 @@ class Summary:
     class_names: set[str]
     base_names: set[str]  # last component of each base class
     imports: set[str]  # imported modules and names, dotted
+    path: str = ""  # the file, relative to the project root
 
     def scopes(self) -> list[FunctionSummary]:
         """The functions plus the module's top level, as a pseudo-function ``<module>``."""
@@ -58,9 +59,17 @@ class Summary:
         return False
 
 
+# statement kinds recorded as pseudo-names, so gates can ask "does this function assert?"
+MARKERS = {ast.Assert: "<assert>", ast.Raise: "<raise>", ast.ExceptHandler: "<except>", ast.If: "<if>",
+           ast.IfExp: "<if>"}
+
+
 def _names(node: ast.AST) -> set[str]:
     out: set[str] = set()
     for sub in ast.walk(node):
+        marker = MARKERS.get(type(sub))
+        if marker:
+            out.add(marker)
         if isinstance(sub, ast.Name):
             out.add(sub.id)
         elif isinstance(sub, ast.Attribute):

@@ -34,15 +34,22 @@ KIND_TEXT = {"dtype": "the dtype", "device": "the device", "shape": "a shape", "
              "layout": "the memory layout", "rank": "the rank"}
 
 
-def dispatch_gate(summary) -> bool:
+def dispatch_gate(summary, needs: set[str] | None = None) -> bool:
     """A file that can hold a launch site: a Triton kernel, a name with 'kernel' in it, torch.ops,
-    an inline extension or an import of a kernel module (mirrors :func:`kcheck.claims._find_launches`)."""
-    if any(f.decorators & {"jit", "autotune", "heuristics"} for f in summary.functions):
+    an inline extension or an import of a kernel module (mirrors :func:`kcheck.claims._find_launches`).
+
+    With ``needs`` (names or the gate's statement markers such as ``<assert>``), some function that
+    uses one of them must also reach a dispatch name within two calls, as :func:`dispatchers` does."""
+    jit = {f.name for f in summary.functions if f.decorators & {"jit", "autotune", "heuristics"}}
+    kernelish = {n for n in summary.all_names if "kernel" in n.lower()}
+    extension = any("cpp_extension" in i or "_custom_ops" in i or "sgl_kernel" in i or "_C" in i.split(".")
+                    for i in summary.imports)
+    if not (jit or kernelish or "ops" in summary.all_names or extension):
+        return False
+    if needs is None or extension:
         return True
-    if "ops" in summary.all_names or any("kernel" in n.lower() for n in summary.all_names):
-        return True
-    return any("cpp_extension" in i or "_custom_ops" in i or "sgl_kernel" in i or "_C" in i.split(".")
-               for i in summary.imports)
+    targets = jit | kernelish | {"ops", "_C"}
+    return any(f.names & needs and summary.reaches(f, targets, depth=2) for f in summary.functions)
 
 
 # -- where the dispatches are ----------------------------------------------------------------------

@@ -94,7 +94,7 @@ def paged_attention(out, q, k_cache, v_cache, head_size):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return dispatch_gate(summary)
+        return dispatch_gate(summary, {"<assert>", "<raise>"})
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

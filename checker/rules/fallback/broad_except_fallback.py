@@ -86,7 +86,7 @@ def moe(x, w):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return dispatch_gate(summary)
+        return dispatch_gate(summary, {"<except>"})
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

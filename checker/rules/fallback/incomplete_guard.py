@@ -77,7 +77,7 @@ def rms_norm(x, w, eps):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return dispatch_gate(summary)
+        return dispatch_gate(summary, {"is_cuda", "device", "type"})
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

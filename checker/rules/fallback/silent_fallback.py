@@ -91,7 +91,7 @@ def rotary(q, k, cos, sin, head_size):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return dispatch_gate(summary)
+        return dispatch_gate(summary, {"<if>", "<except>"})
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -107,8 +107,12 @@ class Scope:
 
 
 def scope_gate(summary, wanted: set[str]) -> bool:
-    """Cheap: the file uses one of ``wanted`` somewhere (the scope itself is decided later)."""
-    return bool(summary.all_names & wanted)
+    """Cheap: test or benchmark code (as :class:`Scope` decides it) that uses one of ``wanted``."""
+    if not summary.all_names & wanted:
+        return False
+    if TEST_PATH.search(summary.path) or summary.all_names & SCOPE_CALLS:
+        return True
+    return any(SCOPE_FUNCTION.match(f.name) and summary.reaches(f, wanted) for f in summary.functions)
 
 
 def calls(model, root: cst.CSTNode, depth: int = 3):
