@@ -1,0 +1,149 @@
+"""The scan engine: discovery, exclusion, git-awareness, stdin, the result cache, worker processes,
+and the promise that the shortcuts (prefilter, gates, cache) never change what is found."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from kcheck import engine
+from kcheck.config import config_for
+from kcheck.engine import discover, scan
+
+BENCH = """import torch
+def bench(fn, x):
+    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    fn(x)
+    start.record()
+    fn(x).item()
+    end.record()
+"""
+
+
+def _rels(paths: list[str]) -> list[str]:
+    jobs, problems = discover(paths)
+    assert not problems, problems
+    return sorted(j.rel for j in jobs)
+
+
+def _keys(result) -> list[tuple]:
+    return [(f.path, f.line, f.column, f.code, f.message) for f in result.findings]
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+# -- discovery ------------------------------------------------------------------------------------
+
+
+def test_discovery_walks_python_files_and_skips_default_excludes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"a.py": "", "pkg/b.py": "", "pkg/c.pyi": "", "notes.txt": "", "build/gen.py": "",
+                      ".venv/lib/site.py": "", "pkg/__pycache__/x.py": "", "node_modules/m.py": ""})
+    assert _rels(["."]) == ["a.py", "pkg/b.py", "pkg/c.pyi"]
+
+
+def test_config_exclude_applies_to_folders_but_not_to_named_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"pyproject.toml": '[tool.kcheck]\nroot = true\nextend-exclude = ["gen", "*_pb2.py"]\n',
+                      "a.py": "", "gen/big.py": "", "pkg/m_pb2.py": "", "pkg/m.py": ""})
+    assert _rels(["."]) == ["a.py", "pkg/m.py"]
+    assert _rels(["gen/big.py"]) == ["gen/big.py"]  # a file named on the command line is checked
+    jobs, _ = discover(["gen/big.py"], force_exclude=True)
+    assert jobs == []
+
+
+def test_a_file_named_twice_is_scanned_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"a.py": ""})
+    assert _rels(["a.py", ".", "./a.py"]) == ["a.py"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_in_a_git_repository_ignored_files_are_skipped_and_untracked_ones_scanned(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q"], check=True)
+    _write(tmp_path, {".gitignore": "generated/\nscratch.py\n", "tracked.py": "", "untracked.py": "",
+                      "scratch.py": "", "generated/out.py": ""})
+    subprocess.run(["git", "add", "tracked.py", ".gitignore"], check=True)
+    assert _rels(["."]) == ["tracked.py", "untracked.py"]
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+def test_stdin_reports_what_the_same_file_reports(tmp_path, run_kcheck, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.py").write_text(BENCH)
+    _, from_file, _ = run_kcheck("check", "--no-cache", "bench.py")
+    _, from_stdin, _ = run_kcheck("check", "-", "--stdin-filename", "bench.py", input=BENCH)
+    assert from_file == from_stdin and "KC201" in from_file
+
+
+def test_cache_hits_and_invalidation(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "bench.py": BENCH, "clean.py": "x = 1\n"})
+
+    def run():
+        config_for.cache_clear()  # as a new kcheck process would, read the configuration again
+        jobs, _ = discover(["."])
+        return scan(jobs, 1)
+
+    cold = run()
+    assert cold.cached == 0 and (tmp_path / ".kcheck_cache").is_dir()
+    warm = run()
+    assert warm.cached == 2 and _keys(warm) == _keys(cold)
+
+    (tmp_path / "bench.py").write_text(BENCH.replace("fn(x).item()", "fn(x)\n    fn(x).cpu()"))
+    edited = run()
+    assert edited.cached == 1  # only the edited file was checked again
+    assert [f.message.split()[0] for f in edited.findings] == [".cpu()"]
+
+    (tmp_path / "pyproject.toml").write_text('[tool.kcheck]\nroot = true\nignore = ["KC201"]\n')
+    reconfigured = run()
+    assert reconfigured.cached == 0 and not any(f.code == "KC201" for f in reconfigured.findings)
+
+    monkeypatch.setattr(engine, "__version__", "0.0.0-test")
+    assert run().cached == 0  # another kcheck version never reads these results
+
+
+def test_no_cache_and_no_shortcuts_never_touch_the_cache(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "bench.py": BENCH})
+    jobs, _ = discover(["."])
+    scan(jobs, 1, cache=False)
+    scan(jobs, 1, shortcuts=False)
+    assert not (tmp_path / ".kcheck_cache").exists()
+
+
+def test_worker_processes_find_the_same_as_one_process(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    files = {f"m{i}.py": (BENCH if i % 5 == 0 else f"x = {i}\n") for i in range(40)}
+    files["bad.py"] = "def f(:\n"
+    _write(tmp_path, files)
+    jobs, _ = discover(["."])
+    one = scan(jobs, 1, cache=False)
+    two = scan(jobs, 2, cache=False)
+    assert len(one.findings) == 9 and _keys(one) == _keys(two)  # 8 KC201 and one KC900
+
+
+@pytest.mark.parametrize("folder", ["examples", "kernels", "checker"])
+def test_shortcuts_change_no_finding_on_a_whole_tree(folder):
+    jobs, _ = discover([str(REPO / folder)])
+    fast = scan(jobs, 1, cache=False)
+    slow = scan(jobs, 1, shortcuts=False)
+    assert not fast.internal_error and not slow.internal_error
+    assert _keys(fast) == _keys(slow)
+    assert slow.parsed == len(jobs)
+    if folder == "examples":
+        assert fast.findings  # the example tree exists to have findings
+    else:
+        assert fast.parsed < slow.parsed  # the shortcuts did skip work
