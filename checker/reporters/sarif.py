@@ -70,7 +70,7 @@ def rule_descriptor(rule, docs_url: str, cat) -> dict:
         "help": {"text": f"{full}\n\nDocs: {record['url']}", "markdown": markdown},
         "helpUri": record["url"],
         "defaultConfiguration": {"level": LEVELS[rule.SEVERITY]},
-        "properties": {"tags": ["kcheck", record["family"]], "knowledge": list(rule.KNOWLEDGE)},
+        "properties": {"tags": ["kcheck", rule.family().replace("_", "-")], "knowledge": list(rule.KNOWLEDGE)},
     }
 
 
