@@ -1,7 +1,8 @@
 """The kernel tests run every Triton kernel on the CPU through Triton's interpreter.
 
-``TRITON_INTERPRET`` is read when triton is imported, so it is set here, before any test
-module imports the kernels. Without torch and triton (the ``kcheck[kernels]`` extra) the
+Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a kernel, and
+``kcheck.kernels._launch`` when it is imported, so it is set here, before any test module
+imports the kernels. Without torch and triton (the ``kcheck[kernels]`` extra) the
 directory is skipped and pytest reports it as skipped.
 """
 
@@ -12,8 +13,8 @@ import sys
 
 import pytest
 
-if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-    raise RuntimeError("triton was imported before tests/kernels/conftest.py could set TRITON_INTERPRET=1")
+if "kcheck.kernels._launch" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+    raise RuntimeError("kcheck.kernels was imported before tests/kernels/conftest.py could set TRITON_INTERPRET=1")
 os.environ["TRITON_INTERPRET"] = "1"
 
 torch = pytest.importorskip("torch")
