@@ -17,7 +17,9 @@ class ConstantTestInputs(Rule):
     `torch.ones`, `torch.full`, `torch.arange`, `torch.linspace` or `torch.eye` and nothing
     random is drawn: no `torch.randn`/`rand`/`randint`/`normal_`/`uniform_`/`make_tensor`, no
     loaded data, neither in the function, in the same-module helpers and fixtures it uses, nor
-    in its decorators. Buffers that are themselves compared (outputs) do not count as inputs.
+    in its decorators; seeding a generator (`manual_seed`, `set_seed`) counts as drawing. Buffers
+    that are themselves compared (outputs) and constants written inside the comparison (the
+    expected value) do not count as inputs.
 
     ## Why is this bad?
     Constant inputs make a wrong kernel look right: every row of `torch.ones` is the same, so
@@ -107,11 +109,12 @@ def check_gather(n=128):
             if not compares or self._draws_random(fn, reached):
                 continue
             compared = {_base(a.value) for c in compares for a in c.args}
+            expected = {id(n) for c in compares for a in c.args for n in nodes_under(a.value)}
             for node in nodes_under(fn.body):
                 if isinstance(node, cst.Call) and (model.call_name(node) or "") in CONSTANT_FACTORIES:
                     target = self._assigned_name(node)
-                    if target is not None and target in compared:
-                        continue  # an output buffer, not an input
+                    if (target is not None and target in compared) or id(node) in expected:
+                        continue  # an output buffer or the expected value, not an input
                     self.report(node, factory=model.call_name(node), function=fn.name.value)
                     break
 
@@ -124,6 +127,7 @@ def check_gather(n=128):
                 roots.append(fixture.body)
         extra = [c for r in roots for c in calls(model, r)]
         return any(last(model.call_name(c)) in RANDOM_CALLS or "random" in (model.call_name(c) or "")
+                   or "seed" in last(model.call_name(c) or model.dotted(c.func)).lower()
                    for c in [*reached, *extra])
 
     def _assigned_name(self, call: cst.Call) -> str | None:

@@ -13,6 +13,8 @@ REFERENCE = re.compile(
 REDUCTIONS = {"sum", "mean", "var", "std", "softmax", "log_softmax", "logsumexp", "cumsum", "norm", "var_mean",
               "prod"}
 WIDE = {"float32", "float64", "float", "double"}
+VIEWS = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "unsqueeze", "squeeze", "clone",
+         "detach", "expand", "expand_as", "view_as", "t", "narrow", "unflatten"}
 LOW_TEXT = re.compile(r"bfloat16|float16|\bhalf\b|bf16|fp16")
 
 
@@ -22,9 +24,13 @@ class LowPrecisionReference(Rule):
     ## What it does
     In modules that handle FP16/BF16 data, finds reference functions (named
     `ref_*`, `*_ref`, `reference*`, `naive_*`, `torch_*`, `*_native`, `forward_native`, ...)
-    that reduce (`sum`, `mean`, `var`, `softmax`, `logsumexp`, `cumsum`, `norm`) without ever
-    upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
+    that reduce (`sum`, `mean`, `var`, `softmax`, `logsumexp`, `cumsum`, `norm`) a value they
+    computed themselves (an elementwise intermediate already rounded to 16 bits, such as
+    `x.pow(2)` or `logits / temperature`) without ever upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
     function, and no call site in the module that passes upcast inputs.
+
+    PyTorch's own reductions accumulate in FP32 internally, so `torch.softmax(x)` of an input
+    is left alone; the loss is in the rounded intermediates.
 
     ## Why is this bad?
     A reference in BF16 rounds at every step, so its error is as large as the kernel's: the
@@ -98,12 +104,36 @@ DTYPES = [torch.float16, torch.bfloat16]
         if not LOW_TEXT.search(self.context.source):
             return
         for fn in (f for defs in self.model.functions.values() for f in defs):
-            if not REFERENCE.search(fn.name.value) or self._upcasts(fn.body) or self._called_upcast(fn, original_node):
+            if fn.name.value.startswith("test") or not REFERENCE.search(fn.name.value) or self._upcasts(fn.body) or self._called_upcast(fn, original_node):
                 continue
+            computed = self._computed_names(fn)
             for node in nodes_under(fn.body):
-                if isinstance(node, cst.Call) and last(self.model.dotted(node.func)) in REDUCTIONS:
-                    self.report(node, function=fn.name.value, op=last(self.model.dotted(node.func)))
-                    break
+                if isinstance(node, cst.Call) and _op(node) in REDUCTIONS:
+                    if self._computed(_reduced(node), computed):
+                        self.report(node, function=fn.name.value, op=_op(node))
+                        break
+
+    def _computed_names(self, fn: cst.FunctionDef) -> set[str]:
+        """Names the function assigns from arithmetic or non-view calls: low-precision intermediates."""
+        names: set[str] = set()
+        for _ in range(2):
+            for n in nodes_under(fn.body):
+                if isinstance(n, cst.Assign) and self._computed(n.value, names):
+                    names |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+        return names
+
+    def _computed(self, expr: cst.CSTNode | None, computed: set[str]) -> bool:
+        """Whether ``expr`` was rounded in low precision before (views of inputs were not)."""
+        while True:
+            if isinstance(expr, cst.Subscript):
+                expr = expr.value
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in VIEWS:
+                expr = expr.func.value
+            else:
+                break
+        if isinstance(expr, cst.Name):
+            return expr.value in computed
+        return isinstance(expr, (cst.BinaryOperation, cst.Call, cst.UnaryOperation))
 
     def _upcasts(self, root: cst.CSTNode) -> bool:
         for n in nodes_under(root):
@@ -124,3 +154,18 @@ DTYPES = [torch.float16, torch.bfloat16]
                 if any(self._upcasts(a.value) for a in n.args):
                     return True
         return False
+
+
+def _reduced(call: cst.Call) -> cst.CSTNode | None:
+    """What a reduction reduces: the receiver of ``x.sum()``, the first argument of ``torch.sum(x)``."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("torch", "F", "np"):
+        return call.args[0].value if call.args else None
+    if isinstance(func, cst.Attribute) and not (isinstance(func.value, cst.Attribute)):
+        return func.value
+    return call.args[0].value if call.args else None
+
+
+def _op(call: cst.Call) -> str:
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else (func.value if isinstance(func, cst.Name) else "")

@@ -15,7 +15,9 @@ class MissingWarmup(Rule):
     In test and benchmark code, finds CUDA-event windows (`start.record()` ... `end.record()`)
     and host-timer windows (`perf_counter()` ... `perf_counter()`) where the timed function is
     not called anywhere before the window opens, and the function has no warm-up of its own
-    (nothing named `warmup`, `warm_up`, `n_warmup`...). Also finds `do_bench(..., warmup=0)`.
+    (nothing named `warmup`, `warm_up`, `n_warmup`...). When the timed call is a parameter
+    (`fn(*args)` in a timing helper), the helper's same-module callers must warm up the callable
+    they pass instead. Also finds `do_bench(..., warmup=0)`.
 
     ## Why is this bad?
     The first call of a Triton kernel compiles it, the first call with a new autotune key runs
@@ -87,6 +89,19 @@ def bench(fn, x):
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / 100
+if __name__ == "__main__":
+    print(bench(my_kernel, torch.randn(4096, 4096, device="cuda")))
+""",
+        """
+import torch
+def bench_gemm(a, b):
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    c = my_gemm(a, b)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
 """,
         """
 import triton
@@ -113,24 +128,47 @@ def bench(x):
             if not timed:
                 continue
             root = region_root(model, region)
-            order: dict[int, int] = {}
-            warm = False
-            for i, n in enumerate(nodes_under(root)):
-                order[id(n)] = i
-                if isinstance(n, cst.Name) and "warm" in n.value.lower():
-                    warm = True
-            if warm:
+            start = self._outermost_loop(region.nodes[0], root)
+            if self._warm(root, start, {code(c.func) for c in timed}):
                 continue
-            start = order.get(id(self._outermost_loop(region.nodes[0], root)), order.get(id(region.nodes[0]), 0))
-            names = {code(c.func) for c in timed}
-            before = any(isinstance(n, cst.Call) and order.get(id(n), start) < start and code(n.func) in names
-                         for n in nodes_under(root))
-            if not before:
+            by_callers = self._warmed_by_callers(region.function, timed, original_node)
+            if by_callers is None or not by_callers:
                 self.report(timed[0], call=code(timed[0].func), how="with no warm-up call before the timing starts")
         for node in nodes_under(original_node, nested=True):
             if isinstance(node, cst.Call) and last(model.call_name(node)) == "do_bench":
                 if int_value(None, arg(node, 99, "warmup")) == 0:
                     self.report(node, call="do_bench", how="with warmup=0")
+
+    def _warm(self, root: cst.CSTNode, start: cst.CSTNode, names: set[str]) -> bool:
+        """``root`` warms up: it names a warm-up, or calls one of ``names`` before ``start``."""
+        seen_start = False
+        for n in nodes_under(root):
+            if n is start:
+                seen_start = True
+            if isinstance(n, cst.Name) and "warm" in n.value.lower():
+                return True
+            if not seen_start and isinstance(n, cst.Call) and code(n.func) in names:
+                return True
+        return False
+
+    def _warmed_by_callers(self, fn, timed, module) -> bool | None:
+        """When every timed call is a call of a parameter (``fn(*args)``), the callers warm up or
+        not: True if every same-module call site does (or there is none to judge), False if one
+        does not, None when the timed calls are not all parameters."""
+        if fn is None:
+            return None
+        params = [p.name.value for p in fn.params.params]
+        called = {c.func.value for c in timed if isinstance(c.func, cst.Name)}
+        if not called or not called <= set(params):
+            return None
+        sites = [c for c in nodes_under(module, nested=True) if isinstance(c, cst.Call) and self.model.callee(c) is fn]
+        for site in sites:
+            passed = {code(v) for v in (arg(site, params.index(p), p) for p in called) if v is not None}
+            stmt = next((a for a in self.model.ancestors(site) if isinstance(a, cst.SimpleStatementLine)), site)
+            caller = self.model.enclosing_function(site) or module
+            if not self._warm(caller, stmt, passed):
+                return False
+        return True
 
     def _outermost_loop(self, node: cst.CSTNode, root: cst.CSTNode) -> cst.CSTNode:
         """The outermost loop around a region inside ``root`` (its first iteration is cold too)."""

@@ -7,9 +7,12 @@ import libcst as cst
 from kcheck.rule import Rule
 from kcheck.rules.triton import META_PARAM, TRITON_TEXT, is_tl_attr, kernel_gate, kernels, names_in, nodes_under, tl_op
 
-# Sizes that stay small in serving: head, expert, top-k and group counts.
-SMALL = re.compile(r"head|expert|topk|top_k|group|^[HE]$", re.IGNORECASE)
-VECTOR_OPS = {"arange", "load"}  # a pid mixed with these is an offset vector or data, not a row index
+# Sizes that stay small in serving: head, expert, top-k, group and tile counts, and the strides of
+# per-row statistics (rstd, mean, lse) and rotary tables (cos, sin, freqs).
+SMALL = re.compile(r"head|expert|topk|top_k|group|^[HE]$|^n_(blocks|tiles|chunks)$|^num_(tiles|chunks)$"
+                   r"|rstd|mean|lse|cos|sin|freqs", re.IGNORECASE)
+# Calls that keep an index an index; any other call (tl.load, tl.arange, math) makes data or a vector.
+INDEX_OPS = {"multiple_of", "max_contiguous", "minimum", "maximum"}
 
 
 class Int32OffsetOverflow(Rule):
@@ -20,8 +23,9 @@ class Int32OffsetOverflow(Rule):
     name computed from one) with a runtime argument (a stride or a size that is not a
     `tl.constexpr`), where neither side was cast to `tl.int64` first. Products with a block
     size (a `tl.constexpr`, or a parameter named like one, which KC504 reports), with a literal,
-    or with head, expert, top-k and group counts or ids (`head * stride_h`) are left alone:
-    those stay small.
+    with head, expert, top-k, group and tile counts or ids (`head * stride_h`), or with the
+    strides of per-row statistics (`rstd`, `mean`, `lse`) and rotary tables (`cos`, `sin`) are
+    left alone: those stay small.
 
     ## Why is this bad?
     Program ids and the integer arguments Triton receives are 32-bit, so `pid * stride` wraps
@@ -110,11 +114,14 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         def is_pid(expr) -> bool:
             found = False
             for n in nodes_under(expr):
+                if isinstance(n, cst.Comparison):
+                    return False  # a mask, not an index
                 if isinstance(n, cst.Call):
                     op = tl_op(model, n)
-                    if op in VECTOR_OPS:
-                        return False
-                    found = found or op == "program_id"
+                    if op == "program_id":
+                        found = True
+                    elif op not in INDEX_OPS:
+                        return False  # loaded data, an offset vector, or math on values
                 elif isinstance(n, cst.Name) and n.value in pids:
                     found = True
             return found and not wide(expr)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.model import children
@@ -10,6 +12,8 @@ from kcheck.rules.triton import (
 )
 
 CLAMPS = {"minimum", "where"}
+# A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
+DECLARED_EXACT = re.compile(r"no[ _-]?(column[ _-])?mask|unmasked|nomask|\beven\b|divisib|multiple of", re.IGNORECASE)
 
 
 class UnmaskedTailAccess(Rule):
@@ -22,8 +26,9 @@ class UnmaskedTailAccess(Rule):
     blocked dimension that can have a partial last block; one named for a model dimension taken
     whole (`BLOCK_DMODEL`, `BLOCK_HEADDIM`, `BLOCK_DPE`, `BLOCK_D`) does not. Offsets that were wrapped (`offs % N`)
     or clamped (`tl.minimum`, `tl.where`) are safe, and so is an access inside an
-    `if EVEN_K:`-style branch on a `tl.constexpr` parameter (an unmasked fast path the launcher
-    chose on purpose).
+    `if EVEN_K:`-style branch on a `tl.constexpr` parameter, or in a kernel whose name or
+    docstring states the precondition ("no mask", "even", "divisible", "multiple of"): an
+    unmasked fast path the launcher chose on purpose.
 
     ## Why is this bad?
     When the size is not a multiple of the block (4,097 tokens, a hidden size of 5,120 under a
@@ -122,6 +127,9 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         for k in kernels(model):
+            doc = k.fn.get_docstring() or ""
+            if DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name):
+                continue
             bounds: dict[str, str] = {}
 
             def carries(expr, tainted, found=None):
