@@ -163,7 +163,7 @@ def compare(
 
 
 def _check_once(
-    spec: KernelSpec, case: Case, dtype: torch.dtype, device: torch.device, inputs: dict[str, Any], run: Callable
+    spec: KernelSpec, dtype: torch.dtype, device: torch.device, inputs: dict[str, Any], run: Callable
 ) -> tuple[bool, float, float, str]:
     """Poison the outputs, run, and compare with the reference on the same inputs."""
     ref = _as_tuple(spec.reference(**_clone(inputs)))
@@ -194,13 +194,17 @@ def verify_case(
     graph = device.type == "cuda" if graph is None else graph
     tdtype = DTYPES[dtype]
     inputs = _fresh_inputs(spec, case, tdtype, device)
-    passed, rel, mabs, detail = _check_once(spec, case, tdtype, device, inputs, lambda: spec.impl(**inputs))
+    passed, rel, mabs, detail = _check_once(spec, tdtype, device, inputs, lambda: spec.impl(**inputs))
     replayed: bool | None = None
     if passed and graph:
         replayed, detail = _graph_replay(spec, case, tdtype, device, inputs)
         passed = replayed
     del inputs
-    return Check(spec.name, dtype, case.name, case.reason, passed, rel, mabs, replayed, detail)
+
+    def known(x: float) -> float | None:  # NaN (not computed) is not valid JSON: record it as null
+        return None if x != x else x
+
+    return Check(spec.name, dtype, case.name, case.reason, passed, known(rel), known(mabs), replayed, detail)
 
 
 def _graph_replay(
@@ -222,7 +226,7 @@ def _graph_replay(
         g.replay()
         return captured
 
-    ok, _, _, detail = _check_once(spec, case, dtype, device, static, replay)
+    ok, _, _, detail = _check_once(spec, dtype, device, static, replay)
     return ok, ("graph replay: " + detail) if detail else ""
 
 
