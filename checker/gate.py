@@ -90,27 +90,55 @@ def _last(node: ast.AST) -> str:
 
 
 def summarize(tree: ast.Module) -> Summary:
+    """One pass over the tree; each name is added to every function that encloses it."""
     functions: list[FunctionSummary] = []
     classes: set[str] = set()
     bases: set[str] = set()
     imports: set[str] = set()
     module_names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions.append(FunctionSummary(node.name, _names(node), {_last(d) for d in node.decorator_list}))
-        elif isinstance(node, ast.ClassDef):
+    class_level: set[str] = set()  # names in class bodies outside methods
+    stack: list[tuple[ast.AST, tuple[set[str], ...]]] = [
+        (stmt, () if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else (module_names,))
+        for stmt in reversed(tree.body)
+    ]
+    while stack:
+        node, sinks = stack.pop()
+        kind = type(node)
+        name = None
+        if kind is ast.Name:
+            name = node.id
+        elif kind is ast.Attribute:
+            name = node.attr
+        elif kind is ast.Constant:
+            if type(node.value) is str and len(node.value) <= 12:
+                name = node.value
+        elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            f = FunctionSummary(node.name, set(), {_last(d) for d in node.decorator_list})
+            functions.append(f)
+            sinks = (*sinks, f.names)
+        elif kind is ast.ClassDef:
             classes.add(node.name)
             bases.update(_last(b) for b in node.bases)
-        elif isinstance(node, ast.Import):
+            sinks = sinks or (class_level,)
+        elif kind is ast.Import:
             imports.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
+        elif kind is ast.ImportFrom:
             mod = "." * node.level + (node.module or "")
             imports.add(mod)
             imports.update(f"{mod}.{a.name}" for a in node.names)
-    for stmt in tree.body:
-        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            module_names |= _names(stmt)
-    all_names = set(module_names)
+        marker = MARKERS.get(kind)
+        for sink in sinks:
+            if name is not None:
+                sink.add(name)
+            if marker is not None:
+                sink.add(marker)
+        for field in reversed(node._fields):
+            value = getattr(node, field, None)
+            if type(value) is list:
+                stack.extend((v, sinks) for v in reversed(value) if isinstance(v, ast.AST))
+            elif isinstance(value, ast.AST):
+                stack.append((value, sinks))
+    all_names = module_names | class_level
     for f in functions:
         all_names |= f.names
     return Summary(functions, module_names, all_names, classes, bases, imports)
