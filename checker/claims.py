@@ -26,6 +26,8 @@ from typing import Iterator
 
 import libcst as cst
 
+from kcheck.model import children, walk
+
 from kcheck.model import children
 
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
@@ -196,7 +198,9 @@ def _is_extension_build(model, call: cst.Call) -> bool:
 def _extension_attrs(model, module, extensions) -> set[str]:
     """``self.<attr>`` names bound to an extension (``self.ext = load_inline(...)`` or a module name)."""
     out: set[str] = set()
-    for node in _walk_all(module):
+    if not extensions:
+        return out
+    for node in walk(module):
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
             target = node.targets[0].target
             if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
@@ -212,9 +216,7 @@ def _find_launches(model, module, consts, extensions, ext_attrs) -> None:
     local_kernels = {fn.name.value: fn for fn in model.triton_kernels}
     side_cache: dict[int, bool] = {}
     lookups = _registry_names(model, _registries(model, module, local_kernels))
-    for node in _walk_all(module):
-        if not isinstance(node, cst.Call):
-            continue
+    for node in model.calls:
         func = node.func
         if lookups and isinstance(func, cst.Name):
             fn = model.enclosing_function(node)
@@ -289,14 +291,6 @@ def _registry_names(model, registries) -> dict[int, dict[str, str]]:
                     if isinstance(base, cst.Name) and base.value in registries:
                         out.setdefault(id(fn), {})[node.targets[0].target.value] = base.value
     return out
-
-
-def _walk_all(module: cst.Module) -> Iterator[cst.CSTNode]:
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(children(node))
 
 
 def _triton_side_job(model, kernel: cst.FunctionDef) -> bool:
@@ -389,8 +383,8 @@ def _registration(model, fn: cst.FunctionDef) -> bool:
 
 def _registered_by_call(model, module: cst.Module) -> Iterator[cst.FunctionDef]:
     """Functions registered by a call: ``lib.impl("op", fn, "CUDA")``, ``direct_register_custom_op(op_func=fn)``."""
-    for node in _walk_all(module):
-        if not isinstance(node, cst.Call) or not isinstance(node.func, (cst.Attribute, cst.Name)):
+    for node in model.calls:
+        if not isinstance(node.func, (cst.Attribute, cst.Name)):
             continue
         last = node.func.attr.value if isinstance(node.func, cst.Attribute) else node.func.value
         target = None
@@ -411,7 +405,7 @@ def _registered_by_call(model, module: cst.Module) -> Iterator[cst.FunctionDef]:
 def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:
     """What each ``self.<attr> = ...`` in the class binds: see :func:`_attr_kind`."""
     out: dict[str, tuple] = {}
-    for node in _walk_all(cls):
+    for node in walk(cls):
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
             target = node.targets[0].target
             if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":

@@ -86,18 +86,19 @@ def dispatchers(model) -> list[Dispatcher]:
         entry = direct.setdefault(id(fn), (fn, [], launch.name))
         entry[1].append(launch.call)
     found = dict(direct)
+    local_calls = [(c, t) for c in model.calls if (t := model.callee(c)) is not None]
     for _ in range(2):  # callers of dispatching helpers, two levels up
-        added = {}
-        for defs in model.functions.values():
-            for fn in defs:
-                for node in _walk(fn.body):
-                    if isinstance(node, cst.Call):
-                        target = model.callee(node)
-                        if target is not None and id(target) in found and target is not fn:
-                            entry = added.get(id(fn)) or found.get(id(fn)) or (fn, [], found[id(target)][2])
-                            if node not in entry[1]:
-                                entry[1].append(node)
-                            added[id(fn)] = entry
+        added: dict[int, tuple] = {}
+        for call, target in local_calls:
+            if id(target) not in found:
+                continue
+            fn = model.enclosing_function(call)
+            if fn is None or fn is target:
+                continue
+            entry = added.get(id(fn)) or found.get(id(fn)) or (fn, [], found[id(target)][2])
+            if not any(s is call for s in entry[1]):
+                entry[1].append(call)
+            added[id(fn)] = entry
         if all(k in found for k in added):
             break
         found.update(added)
@@ -286,12 +287,19 @@ def fallback_branches(model, disp: Dispatcher) -> Iterator[tuple[cst.If, list[cs
             if in_body != in_other:
                 yield node, (other if in_body else body)
         elif node.orelse is None and not in_body and body and _returns(body[-1]):
-            parent = model.parent(node)
-            siblings = list(getattr(parent, "body", [])) if parent is not None else []
+            siblings = sibling_statements(model, node)
             index = next((i for i, s in enumerate(siblings) if s is node), None)
             later = siblings[index + 1:] if index is not None else []
             if disp.dispatches(later):
                 yield node, body
+
+
+def sibling_statements(model, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements of the block that holds ``node`` (empty for an ``elif``)."""
+    parent = model.parent(node)
+    if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+        return list(parent.body)
+    return []
 
 
 def _returns(stmt: cst.CSTNode) -> bool:

@@ -4,7 +4,9 @@ import libcst as cst
 
 from kcheck.claims import _walk
 from kcheck.rule import Rule
-from kcheck.rules.fallback import DISPATCH_TEXT, device_only, dispatch_gate, dispatchers, mentioned_props, statements
+from kcheck.rules.fallback import (
+    DISPATCH_TEXT, device_only, dispatch_gate, dispatchers, mentioned_props, sibling_statements, statements,
+)
 
 
 class IncompleteGuard(Rule):
@@ -107,7 +109,6 @@ def _picks_kernel(model, disp, node: cst.If) -> bool:
         return disp.dispatches(body) != disp.dispatches(statements(node.orelse.body))
     if disp.dispatches(body):
         return True  # the kernel under the guard, the fallback after it
-    parent = model.parent(node)
-    siblings = list(getattr(parent, "body", [])) if parent is not None else []
+    siblings = sibling_statements(model, node)
     index = next((i for i, s in enumerate(siblings) if s is node), None)
     return index is not None and disp.dispatches(siblings[index + 1:])
