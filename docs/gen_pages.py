@@ -298,7 +298,7 @@ def _rule_markdown(record: dict, catalog, config_keys: dict) -> str:
         "",
         '!!! quote "Message"',
         "",
-        "    " + re.sub(r"[{]([a-z_]+)[}]", r"<var>\1</var>", _cell(record["message"])),
+        "    " + re.sub(r"[{]([a-z_]+)[}]", r"‹\1›", _cell(record["message"])),  # placeholders filled per finding
         "",
     ]
     for heading, text in docs.items():
