@@ -29,6 +29,10 @@ ANNOUNCE_METHODS = {"warning_once", "warn_once", "info_once", "debug_once", "pri
                     "info", "debug", "error", "log"}
 SUPPORT_KINDS = {"dtype", "device", "shape", "head"}  # what KC301 treats as "unsupported input"
 OUTPUT_NAME = re.compile(r"^(out|output|result|res)$|_out$|^out_")
+INDEX_DTYPES = {"int8", "uint8", "int16", "int32", "int64", "int", "long", "short", "bool", "uint32", "uint64"}
+ALLOCATORS = {"empty", "empty_like", "zeros", "zeros_like", "new_empty", "new_zeros", "full", "full_like",
+              "ones", "ones_like", "empty_strided"}
+OTHER_KERNEL = re.compile(r"triton|kernel|cuda|\._c\.|^_c\.|aiter|flashinfer|sgl_|deep_?gemm|cutlass|marlin")
 BROAD_EXCEPTIONS = {"Exception", "BaseException"}
 KIND_TEXT = {"dtype": "the dtype", "device": "the device", "shape": "a shape", "head": "the head size",
              "layout": "the memory layout", "rank": "the rank"}
@@ -187,6 +191,8 @@ def support_checks(model, test: cst.CSTNode) -> set[str]:
                 ):
                     return set()  # a contract check between arguments, or on an output buffer
                 for prop, kind, other in ((left, lk, right), (right, rk, left)):
+                    if kind == "dtype" and _index_dtype(model, other):
+                        continue  # int64 indices, uint8 buffers: a contract, not a compute dtype
                     if kind in SUPPORT_KINDS and is_constant(model, other) and not (
                         isinstance(prop, cst.BinaryOperation) and not is_constant(model, prop.right)
                     ):
@@ -197,6 +203,13 @@ def support_checks(model, test: cst.CSTNode) -> set[str]:
             if not isinstance(parent, (cst.Attribute, cst.Comparison, cst.ComparisonTarget)):
                 kinds.add("device")  # `x.is_cuda`, `torch.cuda.is_available()` used as a boolean
     return kinds
+
+
+def _index_dtype(model, node: cst.CSTNode) -> bool:
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        return bool(node.elements) and all(_index_dtype(model, e.value) for e in node.elements)
+    name = model.qualname(node) if isinstance(node, cst.Attribute) else None
+    return bool(name) and name.startswith("torch.") and name.split(".")[-1] in INDEX_DTYPES
 
 
 def _is_output(model, node: cst.CSTNode) -> bool:
@@ -258,15 +271,45 @@ def announces(model, nodes: list[cst.CSTNode]) -> bool:
 
 
 def computes(model, nodes: list[cst.CSTNode]) -> bool:
-    """Whether a branch does work (calls something other than an announcer) and does not raise."""
+    """Whether a branch is a fallback computation: it calls something other than an announcer or
+    an allocator (``return torch.empty(...)`` for empty input is not a fallback), does not raise,
+    and does not look like another kernel (a name with triton/kernel/cuda/_C in it, or a lazy
+    import: choosing between two kernels is dispatch, not a fallback)."""
     calls = False
     for root in nodes:
         for node in _walk(root):
             if isinstance(node, cst.Raise):
                 return False
+            if isinstance(node, (cst.Import, cst.ImportFrom)):
+                return False
             if isinstance(node, cst.Call) and not is_announcer(model, node):
-                calls = True
+                name = (model.call_name(node) or "").lower()
+                if OTHER_KERNEL.search(name) or id(node) in model.launch_sites:
+                    return False
+                if name.split(".")[-1] not in ALLOCATORS:
+                    calls = True
     return calls
+
+
+def empty_input_test(model, test: cst.CSTNode) -> bool:
+    """Whether a test asks "is the input empty" (``x.shape[0] == 0``, ``x.numel() == 0``)."""
+    for node in _walk(test):
+        if isinstance(node, cst.Comparison):
+            sides = [node.left] + [t.comparator for t in node.comparisons]
+            if any(isinstance(n, cst.Integer) and n.value == "0" for n in sides) and any(
+                prop_kind(model, n) == "shape" or _numel(n) for n in sides
+            ):
+                return True
+        elif isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not) and _numel(node.expression):
+            return True
+    return False
+
+
+def _numel(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and (
+        isinstance(node.func, cst.Attribute) and node.func.attr.value in ("numel", "nelement")
+        or isinstance(node.func, cst.Name) and node.func.value == "len"
+    )
 
 
 def statements(suite) -> list[cst.CSTNode]:
@@ -277,7 +320,7 @@ def fallback_branches(model, disp: Dispatcher) -> Iterator[tuple[cst.If, list[cs
     """``(if, fallback statements)`` for each input guard in ``disp`` that picks between the kernel
     and a fallback: ``if/else`` with the kernel on one side only, or an early ``return`` before it."""
     for node in _walk(disp.function.body):
-        if not isinstance(node, cst.If) or not is_guard(model, node.test):
+        if not isinstance(node, cst.If) or not is_guard(model, node.test) or empty_input_test(model, node.test):
             continue
         body = statements(node.body)
         in_body = disp.dispatches(body)

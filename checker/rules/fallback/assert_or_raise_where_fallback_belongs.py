@@ -16,7 +16,9 @@ class AssertOrRaiseWhereFallbackBelongs(Rule):
     such as `_custom_ops`, directly or through a same-module helper), before that launch, whose
     test compares the input's dtype, device, shape or head size with a constant: a supported set,
     a size limit, an alignment. Checks that compare two arguments with each other
-    (`a.dtype == b.dtype`) are contract checks and are left alone.
+    (`a.dtype == b.dtype`), checks on output buffers and on index dtypes (`int64`, `uint8`) are
+    contract checks and are left alone. A wrapper is reported once, at its first such check, with
+    the number of checks.
 
     ## Why is this bad?
     A serving engine meets every dtype, head size and shape its models and users send. A kernel
@@ -44,7 +46,7 @@ class AssertOrRaiseWhereFallbackBelongs(Rule):
 
     CODE = "KC301"
     NAME = "assert-or-raise-where-fallback-belongs"
-    MESSAGE = "{stmt} on {what} before {kernel}: unsupported input should take a declared fallback, not fail"
+    MESSAGE = "{stmt} on {what}{more} before {kernel}: unsupported input should take a declared fallback, not fail"
     SEVERITY = "warning"
     KNOWLEDGE = ("triton-cuda/declared-fallbacks",)
     VALID = [
@@ -99,6 +101,7 @@ def paged_attention(out, q, k_cache, v_cache, head_size):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         for disp in dispatchers(model):
+            found = []  # (node to report, "assert"/"raise", kinds)
             for node in _walk(disp.function.body):
                 if isinstance(node, cst.Assert):
                     test, where, stmt = node.test, node, "assert"
@@ -111,10 +114,16 @@ def paged_attention(out, q, k_cache, v_cache, head_size):
                 else:
                     continue
                 kinds = support_checks(model, test)
-                if not kinds or not disp.before_last_site(node) or _in_handler(model, node):
-                    continue
-                what = " and ".join(KIND_TEXT[k] for k in sorted(kinds))
-                self.report(where, stmt=stmt, what=what, kernel=disp.label)
+                if kinds and disp.before_last_site(node) and not _in_handler(model, node):
+                    found.append((where, stmt, kinds))
+            if not found:
+                continue
+            # one finding per wrapper, at its first such check: the fix (a declared fallback) is one
+            where, stmt, _ = found[0]
+            kinds = set().union(*(k for _, _, k in found))
+            what = " and ".join(KIND_TEXT[k] for k in sorted(kinds))
+            more = f" ({len(found)} checks)" if len(found) > 1 else ""
+            self.report(where, stmt=stmt, what=what, more=more, kernel=disp.label)
 
 
 def _in_handler(model, node) -> bool:
