@@ -330,7 +330,9 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
             add(Claim("model-new", "ModelNew.forward", methods["forward"], cls, baseline,
                       _class_attrs(model, cls, extensions),
                       _class_attrs(model, baseline_cls, extensions) if baseline_cls is not None else {}))
-        elif "forward_cuda" in methods and ("CustomOp" in bases or "forward_native" in methods):
+        elif "forward_cuda" in methods and ("CustomOp" in bases or "forward_native" in methods) and not (
+            "forward_native" in methods and methods["forward_cuda"].body.deep_equals(methods["forward_native"].body)
+        ):  # a forward_cuda that is forward_native word for word claims no kernel
             attrs = _class_attrs(model, cls, extensions)
             add(Claim("custom-op-class", f"{cls.name.value}.forward_cuda", methods["forward_cuda"], cls,
                       methods.get("forward_native"), attrs, attrs))

@@ -93,12 +93,17 @@ def test_custom_op_class_claims_forward_cuda_with_forward_native_as_baseline():
     model = model_of("""
         class Norm(CustomOp):
             def forward_native(self, x):
-                return x
+                return x * 2
             def forward_cuda(self, x):
-                return x
+                return torch.ops._C.double(x)
         class Plain:
             def forward_cuda(self, x):
                 return x
+        class Honest(CustomOp):
+            def forward_native(self, x):
+                return x * 2
+            def forward_cuda(self, x):
+                return x * 2
     """)
     (claim,) = model.kernel_claims
     assert claim.label == "Norm.forward_cuda"
