@@ -90,7 +90,7 @@ def _value(fact: dict) -> str:
     value = fact["value"]
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= 10000:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= 1000:
         value = f"{value:,}"
     return f"{value} {fact.get('unit', '')}".strip()
 
