@@ -158,11 +158,35 @@ def prop_kind(model, node: cst.CSTNode) -> str | None:
     return None
 
 
+def module_names(model) -> set[str]:
+    """Names bound at module level (assignments and imports): where a constant such as
+    ``SUPPORTED_HEAD_SIZES`` lives. An upper-case local (``B, L = x.shape``) is not one."""
+    cached = getattr(model, "_module_names", None)
+    if cached is not None:
+        return cached
+    names = set(model.imports)
+    root = next(iter(model.functions.values()))[0] if model.functions else None
+    for anc in model.ancestors(root) if root is not None else ():
+        root = anc
+    if isinstance(root, cst.Module):
+        for stmt in root.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    targets = small.targets if isinstance(small, cst.Assign) else (
+                        [small] if isinstance(small, cst.AnnAssign) else [])
+                    for t in targets:
+                        for n in _walk(t.target):
+                            if isinstance(n, cst.Name):
+                                names.add(n.value)
+    model._module_names = names
+    return names
+
+
 def is_constant(model, node: cst.CSTNode) -> bool:
     if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)):
         return True
     if isinstance(node, cst.Name):
-        return node.value == "None" or bool(CONSTANT_NAME.search(node.value))
+        return node.value == "None" or (bool(CONSTANT_NAME.search(node.value)) and node.value in module_names(model))
     if isinstance(node, cst.Attribute):
         name = model.qualname(node) or ""
         return (name.startswith("torch.") and name.split(".")[-1] in DTYPES) or bool(
@@ -198,11 +222,22 @@ def support_checks(model, test: cst.CSTNode) -> set[str]:
                     ):
                         kinds.add(kind)
                 left = right
-        elif isinstance(node, (cst.Attribute, cst.Call)) and prop_kind(model, node) == "device":
-            parent = model.parent(node)
-            if not isinstance(parent, (cst.Attribute, cst.Comparison, cst.ComparisonTarget)):
-                kinds.add("device")  # `x.is_cuda`, `torch.cuda.is_available()` used as a boolean
+        elif isinstance(node, (cst.Attribute, cst.Call)) and _boolean_device(model, node, test):
+            kinds.add("device")  # `x.is_cuda`, `torch.cuda.is_available()` used as a boolean
     return kinds
+
+
+def _boolean_device(model, node: cst.CSTNode, test: cst.CSTNode) -> bool:
+    """``x.is_cuda`` or ``torch.cuda.is_available()`` as a clause of the test itself (not an argument)."""
+    if prop_kind(model, node) != "device" or (isinstance(node, cst.Attribute) and node.attr.value == "device"):
+        return False
+    current = node
+    while current is not test:
+        parent = model.parent(current)
+        if not isinstance(parent, (cst.BooleanOperation, cst.UnaryOperation)):
+            return False
+        current = parent
+    return True
 
 
 def _index_dtype(model, node: cst.CSTNode) -> bool:
@@ -225,7 +260,7 @@ def device_only(model, test: cst.CSTNode) -> bool:
         return device_only(model, test.left) and device_only(model, test.right)
     if isinstance(test, cst.UnaryOperation):
         return device_only(model, test.expression)
-    return mentioned_props(model, test) == {"device"}
+    return support_checks(model, test) == {"device"}
 
 
 def mentioned_props(model, test: cst.CSTNode) -> set[str]:
@@ -239,8 +274,10 @@ def mentioned_props(model, test: cst.CSTNode) -> set[str]:
 
 
 def is_guard(model, test: cst.CSTNode) -> bool:
-    """Whether an ``if`` test is about the input or its support (not a config flag or empty input)."""
-    if mentioned_props(model, test):
+    """Whether an ``if`` test asks if the kernel supports the input: a dtype, device, shape or head
+    size compared with constants, a layout check, or a ``supported``/``can_use``-style name (not a
+    config flag, a rank-based case split or a comparison between arguments)."""
+    if support_checks(model, test) or "layout" in mentioned_props(model, test):
         return True
     return any(isinstance(n, (cst.Name, cst.Attribute)) and SUPPORT_NAME.search(
         n.value if isinstance(n, cst.Name) else n.attr.value) for n in _walk(test))
