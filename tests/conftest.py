@@ -12,6 +12,32 @@ from kcheck.config import Config
 from kcheck.engine import check_source
 
 REPO = Path(__file__).resolve().parent.parent
+# Two small benchmarks with one KC201 finding each, shared by the tests that need "a file with a finding".
+# BENCH (7 lines, finding at 6:5) warms up first, so no KC4xx rule fires on it.
+BENCH = """import torch
+def bench(fn, x):
+    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    fn(x)
+    start.record()
+    fn(x).item()
+    end.record()
+"""
+# KERNEL (13 lines, finding at 10:9: a sync inside the loop of an event window).
+KERNEL = """\
+import torch
+
+
+def bench(fn, x, iters=100):
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn(x)
+        torch.cuda.synchronize()
+    end.record()
+    return start.elapsed_time(end) / iters
+"""
+
 EXPECT = re.compile(r"#\s*expect:\s*(KC\d{3}(?:\s*,\s*KC\d{3})*)")
 
 

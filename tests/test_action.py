@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import KERNEL, REPO
 
 ACTION = yaml.safe_load((REPO / "action.yml").read_text())
 STEPS = ACTION["runs"]["steps"]
@@ -118,20 +118,6 @@ def test_summary_and_reviews_follow_the_documented_contract():
 
 # -- the shell steps, run for real -----------------------------------------------------------
 
-KERNEL = """\
-import torch
-
-
-def bench(fn, x, iters=100):
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn(x)
-        torch.cuda.synchronize()
-    end.record()
-    return start.elapsed_time(end) / iters
-"""
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -8,23 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import KERNEL
+
 from kcheck.baseline import BaselineError, apply, dumps, entries_for, load
 from kcheck.finding import Finding
 
-KERNEL = """\
-import torch
-
-
-def bench(fn, x, iters=100):
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn(x)
-        torch.cuda.synchronize()
-    end.record()
-    return start.elapsed_time(end) / iters
-"""
 
 
 def finding(line: int, source: str = "torch.cuda.synchronize()", context: str = "bench", path: str = "a.py") -> Finding:

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import REPO
+from conftest import BENCH, REPO
 
-BENCH = """import torch
-def bench(fn, x):
-    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
-    fn(x)
-    start.record()
-    fn(x).item()
-    end.record()
-"""
 
 
 def test_exit_codes_follow_ruff(tmp_path, run_kcheck, monkeypatch):

@@ -6,16 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import BENCH
 from kcheck.config import Config, ConfigError, clear_caches, config_for, load_file
 
-SYNC_IN_WINDOW = """import torch
-def bench(fn, x):
-    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
-    fn(x)
-    start.record()
-    fn(x).item()
-    end.record()
-"""
 
 
 def write(path: Path, text: str) -> Path:
@@ -85,7 +78,7 @@ def test_extend_cycle_is_reported(tmp_path):
 
 def test_cli_bad_config_exits_2_with_message(tmp_path, run_kcheck, monkeypatch):
     write(tmp_path / "kcheck.toml", 'ignor = ["KC2"]\n')
-    write(tmp_path / "bench.py", SYNC_IN_WINDOW)
+    write(tmp_path / "bench.py", BENCH)
     monkeypatch.chdir(tmp_path)
     code, out, err = run_kcheck("check", "bench.py")
     assert code == 2
@@ -93,7 +86,7 @@ def test_cli_bad_config_exits_2_with_message(tmp_path, run_kcheck, monkeypatch):
 
 
 def test_cli_config_changes_findings_and_severity(tmp_path, run_kcheck, monkeypatch):
-    write(tmp_path / "bench.py", SYNC_IN_WINDOW)
+    write(tmp_path / "bench.py", BENCH)
     monkeypatch.chdir(tmp_path)
     assert run_kcheck("check", "--no-cache", "bench.py")[0] == 1
     write(tmp_path / "kcheck.toml", 'severity = { KC201 = "info" }\nfail-level = "warning"\n')

@@ -9,22 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import KERNEL
+
 from kcheck.diff import DiffError, load_diff, parse_unified
 
-KERNEL = """\
-import torch
-
-
-def bench(fn, x, iters=100):
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn(x)
-        torch.cuda.synchronize()
-    end.record()
-    return start.elapsed_time(end) / iters
-"""
 NEW_SYNC = KERNEL.replace("        fn(x)\n", "        fn(x)\n        total = x.sum().item()\n")  # line 10 added
 
 

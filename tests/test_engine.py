@@ -9,19 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import BENCH, REPO
 from kcheck import engine
 from kcheck.config import config_for
 from kcheck.engine import discover, scan
 
-BENCH = """import torch
-def bench(fn, x):
-    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
-    fn(x)
-    start.record()
-    fn(x).item()
-    end.record()
-"""
 
 
 def _rels(paths: list[str]) -> list[str]:

@@ -18,24 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import KERNEL, REPO
 
 pytestmark = pytest.mark.slow
 
-BAD = """\
-import torch
-
-
-def bench(fn, x, iters=100):
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn(x)
-        torch.cuda.synchronize()
-    end.record()
-    return start.elapsed_time(end) / iters
-"""
+BAD = KERNEL
 GOOD = BAD.replace("        torch.cuda.synchronize()\n", "")
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1"}

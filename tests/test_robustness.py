@@ -13,6 +13,8 @@ import sys
 
 import hypothesmith
 import pytest
+
+from conftest import BENCH
 from hypothesis import HealthCheck, given, settings
 
 from kcheck.config import Config
@@ -21,14 +23,6 @@ from kcheck.engine import MAX_FILE_BYTES, check_source
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from fuzz import check_program  # noqa: E402 - the very check the full fuzz run makes
 
-BENCH = """import torch
-def bench(fn, x):
-    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
-    fn(x)
-    start.record()
-    fn(x).item()
-    end.record()
-"""
 
 
 @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
