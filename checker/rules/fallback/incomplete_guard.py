@@ -5,7 +5,7 @@ import libcst as cst
 from kcheck.claims import _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, device_only, dispatch_gate, dispatchers, mentioned_props, sibling_statements, statements,
+    DISPATCH_TEXT, computes, device_only, dispatch_gate, dispatchers, mentioned_props, sibling_statements, statements,
 )
 
 
@@ -104,11 +104,31 @@ def rms_norm(x, w, eps):
 
 
 def _picks_kernel(model, disp, node: cst.If) -> bool:
+    """Whether the guard chooses between the kernel and a fallback that computes the result."""
+    if not _about_cuda(model, node.test):
+        return False  # a choice between device backends (npu, xpu, cpu), not a kernel's guard
     body = statements(node.body)
     if isinstance(node.orelse, cst.Else):
-        return disp.dispatches(body) != disp.dispatches(statements(node.orelse.body))
-    if disp.dispatches(body):
-        return True  # the kernel under the guard, the fallback after it
+        other = statements(node.orelse.body)
+        if disp.dispatches(body) == disp.dispatches(other):
+            return False
+        return computes(model, other if disp.dispatches(body) else body)
+    if node.orelse is not None:
+        return False
     siblings = sibling_statements(model, node)
     index = next((i for i, s in enumerate(siblings) if s is node), None)
-    return index is not None and disp.dispatches(siblings[index + 1:])
+    later = siblings[index + 1:] if index is not None else []
+    if disp.dispatches(body):
+        return computes(model, later)  # the kernel under the guard, the fallback after it
+    return disp.dispatches(later) and computes(model, body)
+
+
+def _about_cuda(model, test: cst.CSTNode) -> bool:
+    for n in _walk(test):
+        if isinstance(n, cst.SimpleString) and "cuda" in str(n.evaluated_value):
+            return True
+        if isinstance(n, cst.Attribute) and n.attr.value == "is_cuda":
+            return True
+        if isinstance(n, cst.Call) and (model.call_name(n) or "") == "torch.cuda.is_available":
+            return True
+    return False
