@@ -430,15 +430,19 @@ def _statements_holding(model: ModuleModel, node: cst.CSTNode) -> Iterator[tuple
 
 def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
     config = model.config
-    records: dict[int, set[int]] = {}
+    records: dict[int, dict[int, int]] = {}  # block -> statement index -> record calls it holds
     timers: dict[int, set[int]] = {}
     blocks: dict[int, cst.CSTNode] = {}
     for call in model.calls:
-        marks = records if _is_record(model, call) else timers if _is_host_timer(model, call) else None
-        if marks is not None:
+        if _is_record(model, call):
             for block, index in _statements_holding(model, call):
                 blocks[id(block)] = block
-                marks.setdefault(id(block), set()).add(index)
+                counts = records.setdefault(id(block), {})
+                counts[index] = counts.get(index, 0) + 1
+        elif _is_host_timer(model, call):
+            for block, index in _statements_holding(model, call):
+                blocks[id(block)] = block
+                timers.setdefault(id(block), set()).add(index)
         else:
             name = model.call_name(call) or ""
             if name.split(".")[-1] in BENCH_TIMERS:
@@ -448,12 +452,16 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
                         "bench-callable", f"the callable timed by {name.split('.')[-1]}()",
                         [target], model.enclosing_function(call)))
     for key, indices in records.items():
-        first, last = min(indices), max(indices)
-        if last - first > 1:
-            block = blocks[key]
-            model.timed_regions.append(TimedRegion(
-                "event-window", "a CUDA-event window (start.record() ... end.record())",
-                list(block.body[first + 1:last]), model.enclosing_function(block)))
+        # records pair up in order (start, end), (start, end), ...: a sync between two windows is
+        # outside both. A statement holding a whole window (a loop with both records) is its own
+        # window, found in its own block, and takes no part in the pairing here.
+        ordered = sorted(i for i, n in indices.items() if n % 2)
+        for first, last in zip(ordered[::2], ordered[1::2]):
+            if last - first > 1:
+                block = blocks[key]
+                model.timed_regions.append(TimedRegion(
+                    "event-window", "a CUDA-event window (start.record() ... end.record())",
+                    list(block.body[first + 1:last]), model.enclosing_function(block)))
     for key, indices in timers.items():
         start, stop = min(indices), max(indices)
         if stop - start > 1:
