@@ -217,6 +217,8 @@ def support_checks(model, test: cst.CSTNode) -> set[str]:
                 for prop, kind, other in ((left, lk, right), (right, rk, left)):
                     if kind == "dtype" and _index_dtype(model, other):
                         continue  # int64 indices, uint8 buffers: a contract, not a compute dtype
+                    if isinstance(other, cst.Integer) and other.value == "0":
+                        continue  # "not empty" is an invariant, not a supported range
                     if kind in SUPPORT_KINDS and is_constant(model, other) and not (
                         isinstance(prop, cst.BinaryOperation) and not is_constant(model, prop.right)
                     ):
