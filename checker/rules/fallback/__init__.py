@@ -217,7 +217,7 @@ def support_checks(model, test: cst.CSTNode) -> set[str]:
                 for prop, kind, other in ((left, lk, right), (right, rk, left)):
                     if kind == "dtype" and _index_dtype(model, other):
                         continue  # int64 indices, uint8 buffers: a contract, not a compute dtype
-                    if isinstance(other, cst.Integer) and other.value == "0":
+                    if isinstance(other, cst.Integer) and other.value == "0" and not isinstance(prop, cst.BinaryOperation):
                         continue  # "not empty" is an invariant, not a supported range
                     if kind in SUPPORT_KINDS and is_constant(model, other) and not (
                         isinstance(prop, cst.BinaryOperation) and not is_constant(model, prop.right)
@@ -304,9 +304,23 @@ def is_announcer(model, call: cst.Call) -> bool:
     return False
 
 
-def announces(model, nodes: list[cst.CSTNode]) -> bool:
-    """Whether ``nodes`` (or the same-module helpers they call) log, warn or print."""
-    return any(is_announcer(model, call) for call, _ in model.calls_in(nodes))
+def announces(model, nodes: list[cst.CSTNode], depth: int = 3) -> bool:
+    """Whether ``nodes`` (or the same-module helpers they call, memoized "once" helpers included)
+    log, warn or print."""
+    seen: set[int] = set()
+    stack = [(root, 0) for root in nodes]
+    while stack:
+        root, level = stack.pop()
+        for node in _walk(root):
+            if not isinstance(node, cst.Call):
+                continue
+            if is_announcer(model, node):
+                return True
+            target = model.callee(node)
+            if target is not None and level < depth and id(target) not in seen:
+                seen.add(id(target))
+                stack.append((target.body, level + 1))
+    return False
 
 
 def computes(model, nodes: list[cst.CSTNode]) -> bool:
