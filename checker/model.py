@@ -174,7 +174,7 @@ class ModuleModel:
                 for call in _calls_under(root):
                     yield call, via
                     target = self.callee(call)
-                    if target is not None and level < depth and id(target) not in seen:
+                    if target is not None and level < depth and id(target) not in seen and not _memoized(target):
                         seen.add(id(target))
                         yield from walk([target.body], via or call, level + 1)
 
@@ -325,6 +325,19 @@ def walk(root: cst.CSTNode, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
         if not into_scopes and node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             continue
         stack.extend(reversed(children(node)))
+
+
+MEMOIZERS = {"lru_cache", "cache", "cached"}
+
+
+def _memoized(fn: cst.FunctionDef) -> bool:
+    """``@functools.lru_cache``/``@cache``: the body runs once per argument set, not on every call."""
+    for dec in fn.decorators:
+        target = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+        last = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", "")
+        if last in MEMOIZERS:
+            return True
+    return False
 
 
 def _calls_under(root: cst.CSTNode) -> Iterator[cst.Call]:
