@@ -6,6 +6,7 @@ from kcheck.rule import Rule
 from kcheck.rules.timed_path import TIMER_NAMES, timed_gate
 
 GPU_WORK_NAMES = {"torch", "kernel", "fn", "func", "model", "op", "launch"}
+GPU_METHODS = {"forward", "cuda"}  # x.forward(...), x.cuda(): GPU work whatever x is
 
 
 class HostTimerWithoutSync(Rule):
@@ -89,7 +90,8 @@ def bench(x, w):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return timed_gate(summary, GPU_WORK_NAMES)
+        kernels = {f.name for f in summary.functions if f.decorators & {"jit", "autotune", "heuristics"}}
+        return timed_gate(summary, GPU_WORK_NAMES | GPU_METHODS | kernels)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -105,10 +107,12 @@ def bench(x, w):
         if name.startswith("torch.") and not name.startswith(("torch.cuda.Event", "torch.cuda.synchronize")):
             return True
         func = call.func
-        if isinstance(func, cst.Subscript):  # kernel[grid](...)
-            return True
+        if isinstance(func, cst.Subscript):  # kernel[grid](...) of a Triton kernel or a kernel-like name
+            value = func.value
+            return isinstance(value, cst.Name) and (value.value in GPU_WORK_NAMES or any(
+                k.name.value == value.value for k in model.triton_kernels))
         if isinstance(func, cst.Name) and func.value in GPU_WORK_NAMES:
             return True
-        return isinstance(func, cst.Attribute) and func.attr.value in ("forward", "cuda") or (
+        return isinstance(func, cst.Attribute) and func.attr.value in GPU_METHODS or (
             isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in GPU_WORK_NAMES
         )
