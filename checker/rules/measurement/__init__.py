@@ -61,6 +61,8 @@ CONSTANT_FACTORIES = {
     "torch.full_like", "torch.linspace", "torch.eye",
 }
 EMPTY_FACTORIES = {"torch.empty", "torch.empty_like", "torch.empty_strided"}
+TENSOR_FACTORIES = {name.split(".")[-1] for name in CONSTANT_FACTORIES | EMPTY_FACTORIES} | {
+    "tensor", "as_tensor", "from_numpy", "array", "asarray"} | (RANDOM_CALLS - {"load", "load_file"})
 
 
 def last(name: str | None) -> str:
@@ -170,13 +172,27 @@ def work_calls(model, nodes) -> list[cst.Call]:
     out = []
     for root in nodes:
         for n in nodes_under(root):
+            if isinstance(n, cst.Call) and _inside_call(model, n, root):
+                continue  # an argument of another call (alloc() in torch.tensor([...])), not the work
             if isinstance(n, cst.Call) and last(model.dotted(n.func) or code(n.func)) not in MEASUREMENT_CALLS:
                 if model.log_kind(n) or model.sync_kind(n) or model.compile_kind(n) or isinstance(n.func, cst.Call):
                     continue  # KC2xx's business, or the call of a compiled callable
+                if (model.call_name(n) or "").split(".")[0] in ("torch", "numpy", "np") and last(
+                        model.call_name(n)) in TENSOR_FACTORIES:
+                    continue  # building a tensor is setup, not the work timed
                 if isinstance(n.func, cst.Attribute) and isinstance(n.func.value, cst.Call):
                     continue  # the outer call of a chain (fn(x).sum()): the inner one is listed
                 out.append(n)
     return out
+
+
+def _inside_call(model, node: cst.CSTNode, root: cst.CSTNode) -> bool:
+    for anc in model.ancestors(node):
+        if anc is root:
+            return False
+        if isinstance(anc, cst.Arg):
+            return True
+    return False
 
 
 def region_root(model, region) -> cst.CSTNode:

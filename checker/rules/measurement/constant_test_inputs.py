@@ -16,10 +16,13 @@ class ConstantTestInputs(Rule):
     `allclose`, `torch.equal`, ...) when every input they build comes from `torch.zeros`,
     `torch.ones`, `torch.full`, `torch.arange`, `torch.linspace` or `torch.eye` and nothing
     random is drawn: no `torch.randn`/`rand`/`randint`/`normal_`/`uniform_`/`make_tensor`, no
-    loaded data, neither in the function, in the same-module helpers and fixtures it uses, nor
-    in its decorators; seeding a generator (`manual_seed`, `set_seed`) counts as drawing. Buffers
+    loaded data, neither in the function (classes and helpers defined in it included), in the
+    same-module helpers, classes and fixtures it uses, nor in its decorators; seeding a generator (`manual_seed`, `set_seed`) counts as drawing. Buffers
     that are themselves compared (outputs) and constants written inside the comparison (the
-    expected value) do not count as inputs.
+    expected value) do not count as inputs, and neither do integer and boolean tensors (lengths,
+    indices and flags are metadata that tests write by hand on purpose). Tests whose every
+    comparison has a hand-written expected value (`torch.tensor([0., 1.])`) check behaviour on
+    chosen inputs, not a kernel against a reference, and are left alone.
 
     ## Why is this bad?
     Constant inputs make a wrong kernel look right: every row of `torch.ones` is the same, so
@@ -106,12 +109,14 @@ def check_gather(n=128):
         for fn in scope.functions():
             reached = calls(model, fn.body)
             compares = [c for c in reached if is_compare(model, c)]
-            if not compares or self._draws_random(fn, reached):
+            if not compares or self._draws_random(fn, reached) or all(self._literal_expected(c, fn) for c in compares):
                 continue
             compared = {_base(a.value) for c in compares for a in c.args}
             expected = {id(n) for c in compares for a in c.args for n in nodes_under(a.value)}
             for node in nodes_under(fn.body):
                 if isinstance(node, cst.Call) and (model.call_name(node) or "") in CONSTANT_FACTORIES:
+                    if _integer(model, node):
+                        continue  # lengths, indices and flags: metadata written by hand on purpose
                     target = self._assigned_name(node)
                     if (target is not None and target in compared) or id(node) in expected:
                         continue  # an output buffer or the expected value, not an input
@@ -121,14 +126,37 @@ def check_gather(n=128):
     def _draws_random(self, fn: cst.FunctionDef, reached: list[cst.Call]) -> bool:
         model = self.model
         roots: list[cst.CSTNode] = [d.decorator for d in fn.decorators]
+        for n in nodes_under(fn.body, nested=True):  # classes and helpers defined in the test, or instantiated
+            if isinstance(n, (cst.FunctionDef, cst.ClassDef)):
+                roots.append(n)
+            elif isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in model.classes:
+                roots.append(model.classes[n.func.value])
         for p in fn.params.params:  # same-module fixtures named as parameters
             fixture = model.local_function(p.name.value)
             if fixture is not None:
                 roots.append(fixture.body)
-        extra = [c for r in roots for c in calls(model, r)]
+        extra = [c for r in roots for c in nodes_under(r, nested=True) if isinstance(c, cst.Call)]
         return any(last(model.call_name(c)) in RANDOM_CALLS or "random" in (model.call_name(c) or "")
                    or "seed" in last(model.call_name(c) or model.dotted(c.func)).lower()
                    for c in [*reached, *extra])
+
+    def _literal_expected(self, compare: cst.Call, fn: cst.FunctionDef) -> bool:
+        """One side of the comparison is written out by hand (``torch.tensor([0., 1.])``,
+        ``torch.zeros(1, 5)``): a behaviour test whose small constant inputs are chosen on purpose."""
+        literal = LITERAL_TENSORS
+        values, passed = {}, set()  # constants by name; names handed to a call other than a comparison
+        for n in nodes_under(fn.body):
+            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+                values[n.targets[0].target.value] = n.value
+            elif isinstance(n, cst.Call) and not is_compare(self.model, n):
+                passed |= {x.value.value for x in n.args if isinstance(x.value, cst.Name)}
+        for a in compare.args[:2]:
+            value = a.value
+            if isinstance(value, cst.Name) and value.value not in passed:
+                value = values.get(value.value, value)
+            if isinstance(value, cst.Call) and (self.model.call_name(value) or "") in literal:
+                return True
+        return False
 
     def _assigned_name(self, call: cst.Call) -> str | None:
         for anc in self.model.ancestors(call):
@@ -145,3 +173,13 @@ def _base(expr: cst.CSTNode) -> str | None:
     while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
         expr = expr.func.value
     return expr.value if isinstance(expr, cst.Name) else None
+
+
+LITERAL_TENSORS = CONSTANT_FACTORIES | {"torch.tensor", "torch.as_tensor"}
+INTEGER_DTYPES = {"int8", "int16", "int32", "int64", "long", "int", "uint8", "bool", "short"}
+
+
+def _integer(model, call: cst.Call) -> bool:
+    """A factory with an integer or boolean dtype (``torch.ones(n, dtype=torch.int32)``)."""
+    dtype = next((a.value for a in call.args if a.keyword and a.keyword.value == "dtype"), None)
+    return dtype is not None and (model.dotted(dtype) or "").split(".")[-1] in INTEGER_DTYPES

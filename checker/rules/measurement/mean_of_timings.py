@@ -137,9 +137,10 @@ def bench_host(fn, x, iters=5):
         """Names of lists filled with per-run timings: ``times.append(start.elapsed_time(end))``,
         ``times.append(time.perf_counter() - t0)``, or a comprehension over elapsed times."""
         model = self.model
-        timer_names: set[str] = set()
+        timer_names: set[str] = set()  # names holding a timestamp or an elapsed time
         for n in nodes_under(module, nested=True):
-            if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call) and model.call_name(n.value) in HOST_TIMERS:
+            if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call) and (
+                    model.call_name(n.value) in HOST_TIMERS or last(model.dotted(n.value.func)) == "elapsed_time"):
                 timer_names |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
 
         def is_timing(expr) -> bool:

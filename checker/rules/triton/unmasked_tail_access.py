@@ -8,10 +8,10 @@ from kcheck.model import children
 
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, is_none, kernel_gate, kernels, names_in, tainted_names, tl_op,
+    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, is_none, kernel_gate, kernels, names_in, nodes_under, tl_op,
 )
 
-CLAMPS = {"minimum", "where"}
+STOPS = {"minimum", "where", "load"}
 # A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
 DECLARED_EXACT = re.compile(r"no[ _-]?(column[ _-])?mask|unmasked|nomask|\beven\b|divisib|multiple of", re.IGNORECASE)
 
@@ -23,7 +23,8 @@ class UnmaskedTailAccess(Rule):
     Inside a `@triton.jit` function, finds `tl.load`/`tl.store` calls whose pointer is built from
     `tl.arange(0, BLOCK...)` offsets (directly or through assigned names) and that pass no `mask`
     and no `boundary_check`. A bound whose name contains `BLOCK`, `TILE` or `CHUNK` marks a
-    blocked dimension that can have a partial last block; one named for a model dimension taken
+    blocked dimension that can have a partial last block (names follow their latest
+    assignment, and values read by `tl.load` are data, not offsets); one named for a model dimension taken
     whole (`BLOCK_DMODEL`, `BLOCK_HEADDIM`, `BLOCK_DPE`, `BLOCK_D`) does not. Offsets that were wrapped (`offs % N`)
     or clamped (`tl.minimum`, `tl.where`) are safe, and so is an access inside an
     `if EVEN_K:`-style branch on a `tl.constexpr` parameter, or in a kernel whose name or
@@ -125,56 +126,68 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
         return kernel_gate(summary) and "arange" in summary.all_names
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        model = self.model
-        for k in kernels(model):
+        for k in kernels(self.model):
             doc = k.fn.get_docstring() or ""
-            if DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name):
+            if not (DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name)):
+                self._check(k)
+
+    def _bound(self, expr: cst.CSTNode, tainted: dict[str, str]) -> str | None:
+        """The BLOCK bound whose tl.arange offsets ``expr`` carries unwrapped, or None.
+
+        Wrapping (``%``), clamping (``tl.minimum``, ``tl.where``) and loading (a loaded value is
+        data, bounded by that load's own mask) stop the offsets."""
+        stack = [expr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
                 continue
-            bounds: dict[str, str] = {}
+            if isinstance(node, cst.Call):
+                op = tl_op(self.model, node)
+                if op in STOPS:
+                    continue
+                if op == "arange":
+                    bound = arg(node, 1, "end")
+                    if isinstance(bound, cst.Name) and BLOCKED_BOUND.search(bound.value) \
+                            and not EXACT_BOUND.search(bound.value):
+                        return bound.value
+            if isinstance(node, cst.Name) and node.value in tainted:
+                return tainted[node.value]
+            stack.extend(node.children)
+        return None
 
-            def carries(expr, tainted, found=None):
-                stack = [expr]
-                while stack:
-                    node = stack.pop()
-                    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+    def _check(self, k) -> None:
+        """One pass in source order: the offsets a name carries are those of its latest assignment."""
+        tainted: dict[str, str] = {}  # name -> the BLOCK bound its offsets come from
+        for node in nodes_under(k.fn.body):
+            if not isinstance(node, cst.SimpleStatementLine):
+                continue
+            for sub in nodes_under(node):
+                if isinstance(sub, cst.Call) and tl_op(self.model, sub) in ("load", "store"):
+                    self._access(sub, k, tainted)
+            for stmt in node.body:
+                targets = []
+                if isinstance(stmt, cst.Assign):
+                    targets = [t.target for t in stmt.targets]
+                elif isinstance(stmt, (cst.AnnAssign, cst.AugAssign)) and stmt.value is not None:
+                    targets = [stmt.target]
+                for t in targets:
+                    if not isinstance(t, cst.Name):
                         continue
-                    if isinstance(node, cst.Call):
-                        op = tl_op(model, node)
-                        if op in CLAMPS:
-                            continue
-                        if op == "arange":
-                            bound = arg(node, 1, "end")
-                            if isinstance(bound, cst.Name) and BLOCKED_BOUND.search(bound.value) and not EXACT_BOUND.search(
-                                    bound.value):
-                                if found is not None:
-                                    found.append(bound.value)
-                                return True
-                    if isinstance(node, cst.Name) and node.value in tainted:
-                        if found is not None:
-                            found.append(bounds.get(node.value, "BLOCK"))
-                        return True
-                    stack.extend(children(node))
-                return False
+                    bound = self._bound(stmt.value, tainted)
+                    if bound is not None:
+                        tainted[t.value] = bound
+                    elif not isinstance(stmt, cst.AugAssign):
+                        tainted.pop(t.value, None)
 
-            tainted: set[str] = set()
-            for name, value, _ in k.assigns:  # remember one bound per name, for the message
-                found: list[str] = []
-                if carries(value, tainted, found):
-                    tainted.add(name)
-                    bounds.setdefault(name, found[0])
-            tainted |= tainted_names(k, carries)
-            for op, mask_index in (("load", 1), ("store", 2)):
-                for call in k.calls(model, op):
-                    mask = arg(call, mask_index, "mask")
-                    if (mask is not None and not is_none(mask)) or arg(call, 99, "boundary_check") is not None:
-                        continue
-                    pointer = arg(call, 0, "pointer")
-                    found = []
-                    if pointer is None or not carries(pointer, tainted, found):
-                        continue
-                    if self._guarded(call, k):
-                        continue
-                    self.report(call, op=op, bound=found[0], what="reads" if op == "load" else "writes")
+    def _access(self, call: cst.Call, k, tainted: dict[str, str]) -> None:
+        op = tl_op(self.model, call)
+        mask = arg(call, 1 if op == "load" else 2, "mask")
+        if (mask is not None and not is_none(mask)) or arg(call, 99, "boundary_check") is not None:
+            return
+        pointer = arg(call, 0, "pointer")
+        bound = self._bound(pointer, tainted) if pointer is not None else None
+        if bound is not None and not self._guarded(call, k):
+            self.report(call, op=op, bound=bound, what="reads" if op == "load" else "writes")
 
     def _guarded(self, call: cst.Call, k) -> bool:
         """Inside an ``if`` on a constexpr parameter (an unmasked fast path chosen at launch)."""
