@@ -27,7 +27,7 @@ class LowPrecisionReference(Rule):
     that reduce (`sum`, `mean`, `var`, `softmax`, `logsumexp`, `cumsum`, `norm`) a value they
     computed themselves (an elementwise intermediate already rounded to 16 bits, such as
     `x.pow(2)` or `logits / temperature`) without ever upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
-    function, and no call site in the module that passes upcast inputs.
+    function, and not every call site in the module passes upcast inputs.
 
     PyTorch's own reductions accumulate in FP32 internally, so `torch.softmax(x)` of an input
     is left alone; the loss is in the rounded intermediates.
@@ -147,13 +147,11 @@ DTYPES = [torch.float16, torch.bfloat16]
         return False
 
     def _called_upcast(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
-        """A call site in the module passes upcast inputs to the reference."""
+        """Every call site in the module (there is at least one) passes upcast inputs."""
         name = fn.name.value
-        for n in nodes_under(module, nested=True):
-            if isinstance(n, cst.Call) and last(self.model.dotted(n.func)) == name:
-                if any(self._upcasts(a.value) for a in n.args):
-                    return True
-        return False
+        sites = [n for n in nodes_under(module, nested=True)
+                 if isinstance(n, cst.Call) and last(self.model.dotted(n.func)) == name]
+        return bool(sites) and all(any(self._upcasts(a.value) for a in n.args) for n in sites)
 
 
 def _reduced(call: cst.Call) -> cst.CSTNode | None:

@@ -130,16 +130,3 @@ def _is_constexpr(model, annotation: cst.BaseExpression) -> bool:
 
 def names_in(node: cst.CSTNode) -> set[str]:
     return {n.value for n in nodes_under(node) if isinstance(n, cst.Name)}
-
-
-def tainted_names(k: Kernel, carries) -> set[str]:
-    """Names whose value (through assignments, to a fixed point) ``carries(expr, tainted)`` says so."""
-    tainted: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for name, value, _ in k.assigns:
-            if name not in tainted and carries(value, tainted):
-                tainted.add(name)
-                changed = True
-    return tainted
