@@ -15,6 +15,7 @@ tree for them on its own and no rule pays for libcst's scope or qualified-name p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -29,6 +30,13 @@ HOST_TIMERS = {
     "time.monotonic_ns", "timeit.default_timer",
 }
 BENCH_TIMERS = {"do_bench", "do_bench_cudagraph", "bench_gpu_time", "benchmark_fn"}
+# Measurement code: where an event window or a host timer measures a kernel. Elsewhere (serving
+# engines timing model loading, request latency or a rebalancing step for a log line) the same
+# windows are metrics, and what runs inside them is the operation being measured.
+MEASUREMENT_PATH = re.compile(
+    r"(^|/)(bench[^/]*|benchmarks?|tests?|test_[^/]*|[^/]*_test\.py|conftest\.py|profil[^/]*|"
+    r"perf[^/]*|microbench[^/]*|kernel_?tests?)(/|$)", re.IGNORECASE)
+MEASUREMENT_FUNCTION = re.compile(r"^_?(bench|test|time|timeit|timing|measure|profil|run_bench|perf)", re.IGNORECASE)
 SYNC_FUNCTIONS = {
     "torch.cuda.synchronize": "torch.cuda.synchronize()",
     "torch.accelerator.synchronize": "torch.accelerator.synchronize()",
@@ -150,6 +158,15 @@ class ModuleModel:
     def local_function(self, name: str) -> cst.FunctionDef | None:
         defs = self.functions.get(name)
         return defs[-1] if defs else None
+
+    def in_measurement_code(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is in benchmark or test code: by its file's path, or by the name of a
+        function around it (``bench_*``, ``test_*``, ``time_*``, ``measure*``, ``profile*``)."""
+        if MEASUREMENT_PATH.search(self.path):
+            return True
+        chain = [node] if isinstance(node, cst.FunctionDef) else []
+        chain += [a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)]
+        return any(MEASUREMENT_FUNCTION.match(f.name.value) for f in chain)
 
     def callee(self, call: cst.Call) -> cst.FunctionDef | None:
         """The same-module function a call reaches: ``helper(...)`` or ``self.helper(...)``."""
@@ -470,14 +487,14 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
         # window, found in its own block, and takes no part in the pairing here.
         ordered = sorted(i for i, n in indices.items() if n % 2)
         for first, last in zip(ordered[::2], ordered[1::2]):
-            if last - first > 1:
+            if last - first > 1 and model.in_measurement_code(blocks[key]):
                 block = blocks[key]
                 model.timed_regions.append(TimedRegion(
                     "event-window", "a CUDA-event window (start.record() ... end.record())",
                     list(block.body[first + 1:last]), model.enclosing_function(block)))
     for key, indices in timers.items():
         start, stop = min(indices), max(indices)
-        if stop - start > 1:
+        if stop - start > 1 and model.in_measurement_code(blocks[key]):
             block = blocks[key]
             stmts = list(block.body)
             function = model.enclosing_function(block)

@@ -22,8 +22,15 @@ TIMER_TEXT = r"\.record\(|perf_counter|time\(|monotonic|default_timer|do_bench|b
 
 
 def timed_gate(summary, wanted: set[str]) -> bool:
-    """A scope that starts a timer and reaches one of ``wanted``."""
-    return any(s.names & TIMER_NAMES and summary.reaches(s, wanted) for s in summary.scopes())
+    """A scope that starts a timer and reaches one of ``wanted``; event windows and host timers
+    count only in measurement code (see :meth:`kcheck.model.ModuleModel.in_measurement_code`)."""
+    from kcheck.model import BENCH_TIMERS, MEASUREMENT_FUNCTION, MEASUREMENT_PATH
+
+    measuring = bool(MEASUREMENT_PATH.search(summary.path))
+    return any(
+        (s.names & BENCH_TIMERS or (s.names & TIMER_NAMES and (measuring or MEASUREMENT_FUNCTION.match(s.name))))
+        and summary.reaches(s, wanted)
+        for s in summary.scopes())
 
 
 def graph_gate(summary, wanted: set[str]) -> bool:

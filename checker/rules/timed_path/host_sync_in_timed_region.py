@@ -16,6 +16,12 @@ class HostSyncInTimedRegion(Rule):
     or inside a host-timer window (`time.perf_counter()` ... `time.perf_counter()`), including
     same-module helpers the region calls.
 
+    Event windows and host-timer windows count in measurement code only: files under
+    `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
+    and functions named `bench*`, `test*`, `time*`, `measure*`, `profil*` and the functions they
+    contain. Elsewhere, serving code that times a whole operation for a log line is measuring
+    that operation, syncs included. `do_bench`-style timers count everywhere.
+
     ## Why is this bad?
     A sync drains the GPU queue and adds a host round trip to every timed iteration, so the
     number measures launch latency and the sync rather than the kernel. It also hides whether

@@ -18,6 +18,12 @@ class HostTimerWithoutSync(Rule):
     call, a Triton launch `kernel[grid](...)`, or a call of a `fn`/`model`/`op` callable) with no
     synchronize between the last launch and the stop timestamp.
 
+    Event windows and host-timer windows count in measurement code only: files under
+    `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
+    and functions named `bench*`, `test*`, `time*`, `measure*`, `profil*` and the functions they
+    contain. Elsewhere, serving code that times a whole operation for a log line is measuring
+    that operation, syncs included. `do_bench`-style timers count everywhere.
+
     ## Why is this bad?
     Kernel launches return as soon as the work is queued. Without a sync the timer measures how
     fast Python can enqueue launches, not how long the GPU takes, and a slower kernel can look

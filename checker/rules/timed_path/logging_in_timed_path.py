@@ -16,6 +16,12 @@ class LoggingInTimedPath(Rule):
     calls that format a tensor argument of the function. Device-side prints
     (`tl.device_print`) are not reported.
 
+    Event windows and host-timer windows count in measurement code only: files under
+    `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
+    and functions named `bench*`, `test*`, `time*`, `measure*`, `profil*` and the functions they
+    contain. Elsewhere, serving code that times a whole operation for a log line is measuring
+    that operation, syncs included. `do_bench`-style timers count everywhere.
+
     ## Why is this bad?
     Formatting a tensor copies it to the host and synchronizes; even a plain string costs
     microseconds of host time per call, which a benchmark then reports as kernel time. In a
