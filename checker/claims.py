@@ -245,9 +245,9 @@ def _find_launches(model, module, consts, extensions, ext_attrs) -> None:
         elif parts[0] == "self" and len(parts) >= 3 and parts[1] in ext_attrs:
             source = next((s for s in extensions.values() if s), None) if len(extensions) == 1 else None
             model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
-        elif (model.dotted(func) or "").split(".")[0] in model.imports and any(
+        elif (model.dotted(func) or "").split(".")[0] in model.imports and not name.startswith("torch.") and any(
             fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES
-        ):
+        ):  # torch._C is the framework's own binding, not a kernel module
             model.launch_sites[id(node)] = Launch("kernel-module", node, name)
 
 

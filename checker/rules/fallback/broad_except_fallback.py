@@ -4,7 +4,9 @@ import libcst as cst
 
 from kcheck.claims import _walk
 from kcheck.rule import Rule
-from kcheck.rules.fallback import BROAD_EXCEPTIONS, DISPATCH_TEXT, dispatch_gate, dispatchers, statements
+from kcheck.rules.fallback import (
+    BROAD_EXCEPTIONS, DISPATCH_TEXT, dispatch_gate, dispatchers, is_announcer, statements,
+)
 
 
 class BroadExceptFallback(Rule):
@@ -13,7 +15,8 @@ class BroadExceptFallback(Rule):
     ## What it does
     Finds `try` blocks whose body launches a specialised kernel (directly or through a
     same-module helper) with a handler that catches everything — a bare `except:`,
-    `except Exception` or `except BaseException` — and does not re-raise.
+    `except Exception` or `except BaseException` — and computes a replacement result instead of
+    re-raising.
 
     ## Why is this bad?
     The handler cannot tell "this input is not supported" from a bug: a wrong argument, an
@@ -62,6 +65,24 @@ def moe(x, w):
         log_failure(x)
         raise
 """,
+        """
+import torch
+def dispatch_stack_active():
+    try:
+        return int(torch._C._len_torch_dispatch_stack()) > 0
+    except Exception:
+        return True
+""",
+        """
+import torch
+def publish(ready, words):
+    error = None
+    try:
+        torch.ops.symm_mem.memset32_(ready, 0, 0, words)
+    except Exception as exc:
+        error = str(exc)
+    return error
+""",
     ]
     INVALID = [
         """
@@ -96,8 +117,16 @@ def moe(x, w):
                     continue
                 for handler in node.handlers:
                     caught = _broad(model, handler)
-                    if caught and not any(isinstance(n, cst.Raise) for s in statements(handler.body) for n in _walk(s)):
+                    body = statements(handler.body)
+                    if caught and not any(isinstance(n, cst.Raise) for s in body for n in _walk(s)) and _falls_back(
+                        model, body
+                    ):
                         self.report(handler, handler=caught, kernel=disp.label)
+
+
+def _falls_back(model, body) -> bool:
+    """Whether the handler computes a replacement result (calls something that does not log)."""
+    return any(isinstance(n, cst.Call) and not is_announcer(model, n) for s in body for n in _walk(s))
 
 
 def _broad(model, handler: cst.ExceptHandler) -> str | None:
