@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kcheck.claims import _walk
+from kcheck.claims import BUILTINS, _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
     BROAD_EXCEPTIONS, DISPATCH_TEXT, dispatch_gate, dispatchers, is_announcer, statements,
@@ -125,8 +125,10 @@ def moe(x, w):
 
 
 def _falls_back(model, body) -> bool:
-    """Whether the handler computes a replacement result (calls something that does not log)."""
-    return any(isinstance(n, cst.Call) and not is_announcer(model, n) for s in body for n in _walk(s))
+    """Whether the handler computes a replacement result (calls something other than a logger or a
+    builtin such as ``str(exc)``)."""
+    return any(isinstance(n, cst.Call) and not is_announcer(model, n) and not (
+        isinstance(n.func, cst.Name) and n.func.value in BUILTINS) for s in body for n in _walk(s))
 
 
 def _broad(model, handler: cst.ExceptHandler) -> str | None:
