@@ -350,7 +350,7 @@ def empty_input_test(model, test: cst.CSTNode) -> bool:
         if isinstance(node, cst.Comparison):
             sides = [node.left] + [t.comparator for t in node.comparisons]
             if any(isinstance(n, cst.Integer) and n.value == "0" for n in sides) and any(
-                prop_kind(model, n) == "shape" or _numel(n) for n in sides
+                (prop_kind(model, n) == "shape" and not isinstance(n, cst.BinaryOperation)) or _numel(n) for n in sides
             ):
                 return True
         elif isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not) and _numel(node.expression):
