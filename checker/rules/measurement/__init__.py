@@ -172,8 +172,8 @@ def work_calls(model, nodes) -> list[cst.Call]:
     out = []
     for root in nodes:
         for n in nodes_under(root):
-            if isinstance(n, cst.Call) and _inside_call(model, n, root):
-                continue  # an argument of another call (alloc() in torch.tensor([...])), not the work
+            if isinstance(n, cst.Call) and (_inside_call(model, n, root) or isinstance(model.parent(n), cst.WithItem)):
+                continue  # an argument of another call (alloc() in torch.tensor([...])) or a context manager
             if isinstance(n, cst.Call) and last(model.dotted(n.func) or code(n.func)) not in MEASUREMENT_CALLS:
                 if model.log_kind(n) or model.sync_kind(n) or model.compile_kind(n) or isinstance(n.func, cst.Call):
                     continue  # KC2xx's business, or the call of a compiled callable

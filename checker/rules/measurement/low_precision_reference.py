@@ -108,10 +108,19 @@ DTYPES = [torch.float16, torch.bfloat16]
                 continue
             computed = self._computed_names(fn)
             for node in nodes_under(fn.body):
-                if isinstance(node, cst.Call) and _op(node) in REDUCTIONS:
+                if isinstance(node, cst.Call) and _op(node) in REDUCTIONS and not self._loss(node):
                     if self._computed(_reduced(node), computed):
                         self.report(node, function=fn.name.value, op=_op(node))
                         break
+
+    def _loss(self, call: cst.Call) -> bool:
+        """A scalar made to call ``.backward()`` on (``(o * do).sum().backward()``), not the reference."""
+        for anc in self.model.ancestors(call):
+            if isinstance(anc, cst.Call) and isinstance(anc.func, cst.Attribute) and anc.func.attr.value == "backward":
+                return True
+            if isinstance(anc, cst.BaseSmallStatement):
+                return False
+        return False
 
     def _computed_names(self, fn: cst.FunctionDef) -> set[str]:
         """Names the function assigns from arithmetic or non-view calls: low-precision intermediates."""

@@ -14,8 +14,10 @@ class AutotuneKeyMissesShape(Rule):
     names none of the runtime sizes that its block sizes tile: the sizes compared against
     `tl.arange(0, BLOCK...)` offsets in masks, and the bounds of loops stepping by a block. The
     block sizes are the names set in the `triton.Config` dictionaries and the `BLOCK...`
-    constexpr parameters. A key argument the kernel body never reads (a bucketed token count
-    passed only for the autotuner) counts as a key over the shape.
+    constexpr parameters. A key on a `tl.constexpr` size (a head dim `D` when the flattened
+    token dimension is deliberately left out) and a key argument the kernel body never reads
+    (a bucketed token count passed only for the autotuner) count as keys over the shape: the
+    catalog advises against re-tuning for every token count.
 
     A block larger than the dimension is only safe with masks; an unmasked access over a tuned
     block is reported by KC501.
@@ -120,7 +122,7 @@ def rms(x_ptr, w_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
         dims = self._tiled_dims(k, tuned | {p for p in k.constexprs if META_PARAM.search(p)})
         used = names_in(k.fn.body)
         proxies = {key for key in keys if key in k.runtime_params() and key not in used}  # e.g. a token bucket
-        if dims and not keys & dims and not proxies:
+        if dims and not keys & (dims | k.constexprs) and not proxies:
             self.report(call, kernel=k.name,
                         what=f"keys on {sorted(keys)} but not on the sizes its blocks tile ({', '.join(sorted(dims))})")
 

@@ -106,7 +106,7 @@ def k(x_ptr, n, BLOCK: tl.constexpr, num_warps):
                     for index, keyword in SHAPE_OPS[op]:
                         a = arg(node, index, keyword)
                         if a is not None:
-                            shaped |= names_in(a) & runtime
+                            shaped |= _bare_names(a) & runtime
             for name in sorted(runtime):
                 if name in shaped:
                     why = "used as a shape or tl.arange bound"
@@ -115,3 +115,9 @@ def k(x_ptr, n, BLOCK: tl.constexpr, num_warps):
                 else:
                     continue
                 self.report(k.params[name], param=name, kernel=k.name, why=why)
+
+
+def _bare_names(node: cst.CSTNode) -> set[str]:
+    """Names used as values: in ``x.shape`` the shape of a tensor is read, which is static already."""
+    bases = {id(n.value) for n in nodes_under(node) if isinstance(n, cst.Attribute)}
+    return {n.value for n in nodes_under(node) if isinstance(n, cst.Name) and id(n) not in bases}
