@@ -30,6 +30,7 @@ ANNOUNCE_METHODS = {"warning_once", "warn_once", "info_once", "debug_once", "pri
 SUPPORT_KINDS = {"dtype", "device", "shape", "head"}  # what KC301 treats as "unsupported input"
 OUTPUT_NAME = re.compile(r"^(out|output|result|res)$|_out$|^out_")
 INDEX_DTYPES = {"int8", "uint8", "int16", "int32", "int64", "int", "long", "short", "bool", "uint32", "uint64"}
+OTHER_BACKENDS = {"cpu", "npu", "xpu", "hpu", "mps", "meta", "musa", "mlu", "xla"}
 ALLOCATORS = {"empty", "empty_like", "zeros", "zeros_like", "new_empty", "new_zeros", "full", "full_like",
               "ones", "ones_like", "empty_strided"}
 OTHER_KERNEL = re.compile(r"triton|kernel|cuda|\._c\.|^_c\.|aiter|flashinfer|sgl_|deep_?gemm|cutlass|marlin")
@@ -375,6 +376,8 @@ def fallback_branches(model, disp: Dispatcher) -> Iterator[tuple[cst.If, list[cs
     for node in _walk(disp.function.body):
         if not isinstance(node, cst.If) or not is_guard(model, node.test) or empty_input_test(model, node.test):
             continue
+        if isinstance(node.orelse, cst.If) or isinstance(model.parent(node), cst.If) or _names_backend(node.test):
+            continue  # an elif chain or a device-backend choice is multi-way dispatch, not a fallback
         body = statements(node.body)
         in_body = disp.dispatches(body)
         if isinstance(node.orelse, cst.Else):
@@ -388,6 +391,11 @@ def fallback_branches(model, disp: Dispatcher) -> Iterator[tuple[cst.If, list[cs
             later = siblings[index + 1:] if index is not None else []
             if disp.dispatches(later):
                 yield node, body
+
+
+def _names_backend(test: cst.CSTNode) -> bool:
+    """Whether a test names a device backend other than CUDA (``x.device.type == "npu"``)."""
+    return any(isinstance(n, cst.SimpleString) and str(n.evaluated_value) in OTHER_BACKENDS for n in _walk(test))
 
 
 def sibling_statements(model, node: cst.CSTNode) -> list[cst.CSTNode]:

@@ -67,6 +67,14 @@ def rms_norm(x, w, eps):
         return x
     return torch.ops._C.rms_norm(x, w, eps)
 """,
+        """
+import torch
+def apply_bitmask(logits, mask):
+    if logits.device.type == "npu":
+        torch.ops.npu.apply_token_bitmask(logits, mask)
+    else:
+        logits.masked_fill_(~mask, float("-inf"))
+""",
     ]
     INVALID = [
         """
