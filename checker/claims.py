@@ -28,8 +28,6 @@ import libcst as cst
 
 from kcheck.model import children, walk
 
-from kcheck.model import children
-
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 
 # The library ops a baseline typically already calls, by family. Keys are qualified names or
