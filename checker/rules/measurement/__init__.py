@@ -108,9 +108,19 @@ class Scope:
         return [fn for defs in self.model.functions.values() for fn in defs if self.covers(fn)]
 
 
+TIMER_NAMES = {"record", "elapsed_time", "perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
+               "monotonic_ns", "default_timer", "do_bench"}
+TIMER_TEXT = r"record|elapsed_time|perf_counter|time\(|time_ns|monotonic|default_timer|do_bench"
+
+
+def uses(summary, wanted: set[str]) -> bool:
+    """The file names one of ``wanted``, or imports it under another name."""
+    return bool(summary.all_names & wanted) or any(i.split(".")[-1] in wanted for i in summary.imports)
+
+
 def scope_gate(summary, wanted: set[str]) -> bool:
     """Cheap: test or benchmark code (as :class:`Scope` decides it) that uses one of ``wanted``."""
-    if not summary.all_names & wanted:
+    if not uses(summary, wanted):
         return False
     if TEST_PATH.search(summary.path) or summary.all_names & SCOPE_CALLS:
         return True

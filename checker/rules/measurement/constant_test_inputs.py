@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    CONSTANT_FACTORIES, RANDOM_CALLS, Scope, calls, is_compare, last, nodes_under, scope_gate,
+    COMPARES, CONSTANT_FACTORIES, RANDOM_CALLS, Scope, calls, is_compare, last, nodes_under, scope_gate, uses,
 )
 
 
@@ -101,7 +101,7 @@ def check_gather(n=128):
     @classmethod
     def gate(cls, summary, config) -> bool:
         return scope_gate(summary, {"zeros", "ones", "full", "arange", "zeros_like", "ones_like", "full_like",
-                                    "linspace", "eye"})
+                                    "linspace", "eye"}) and uses(summary, COMPARES)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.model import HOST_TIMERS
 from kcheck.rule import Rule
-from kcheck.rules.measurement import TIMED_KINDS, Scope, arg, int_value, last, nodes_under, region_root
+from kcheck.rules.measurement import TIMER_NAMES, TIMER_TEXT, uses, TIMED_KINDS, Scope, arg, int_value, last, nodes_under, region_root
 
 MEANS = {"mean", "fmean", "average"}
 FEW_RUNS = 10  # a window averaging this many runs or fewer is "a handful"
@@ -96,8 +96,7 @@ def bench_host(fn, x, iters=5):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return bool(summary.all_names & {"elapsed_time", "perf_counter", "perf_counter_ns", "time", "monotonic",
-                                         "default_timer", "do_bench", "record"})
+        return uses(summary, TIMER_NAMES)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    TIMED_KINDS, Scope, arg, code, int_value, last, nodes_under, region_root, work_calls,
+    TIMED_KINDS, TIMER_NAMES, TIMER_TEXT, Scope, arg, code, int_value, last, nodes_under, region_root, uses, work_calls,
 )
 
 
@@ -109,12 +109,11 @@ def bench(x):
     return triton.testing.do_bench(lambda: kernel(x), warmup=0, rep=100)
 """,
     ]
-    PREFILTER = (r"record|perf_counter|time\(|monotonic|default_timer|do_bench",)
+    PREFILTER = (TIMER_TEXT,)
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return bool(summary.all_names & {"record", "perf_counter", "perf_counter_ns", "time", "monotonic",
-                                         "default_timer", "do_bench"})
+        return uses(summary, TIMER_NAMES)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

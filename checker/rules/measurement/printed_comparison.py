@@ -3,7 +3,8 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, nodes_under
+from kcheck.model import LOG_METHODS
+from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, nodes_under, uses
 
 ASSERTING = ("assert", "fail", "exit")
 
@@ -77,12 +78,11 @@ def verify(out, ref):
     logger.info("max abs diff %f", diff)
 """,
     ]
-    PREFILTER = (r"print|log|write",)
+    PREFILTER = (r"print|log|write|warn",)
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return bool(summary.all_names & ({"print", "info", "debug", "warning", "write"})) and bool(
-            summary.all_names & (COMPARES | {"abs", "sub"}))
+        return uses(summary, LOG_METHODS | {"print", "pprint", "warn", "write"}) and uses(summary, COMPARES | {"abs"})
 
     def leave_Module(self, original_node: cst.Module) -> None:
         scope = Scope(self)

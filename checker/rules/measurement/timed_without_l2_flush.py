@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.measurement import TIMED_KINDS, Scope, nodes_under, region_root, work_calls
+from kcheck.rules.measurement import TIMER_NAMES, TIMER_TEXT, uses, TIMED_KINDS, Scope, nodes_under, region_root, work_calls
 
 FLUSH_WORDS = ("flush", "l2", "clear_cache", "cache_clear")
 
@@ -96,12 +96,11 @@ def bench(fn, x, iters=100):
         times.append(time.perf_counter() - t0)
 """,
     ]
-    PREFILTER = (r"record|perf_counter|time\(|monotonic|default_timer", r"for |while ")
+    PREFILTER = (TIMER_TEXT, r"for |while ")
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return bool(summary.all_names & {"record", "perf_counter", "perf_counter_ns", "time", "monotonic",
-                                         "default_timer"})
+        return uses(summary, TIMER_NAMES)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.measurement import COMPARES, EMPTY_FACTORIES, Scope, calls, is_compare, last, nodes_under, scope_gate
+from kcheck.rules.measurement import COMPARES, EMPTY_FACTORIES, Scope, calls, is_compare, last, nodes_under, scope_gate, uses
 
 FILLS = {"fill_", "copy_", "normal_", "uniform_", "random_", "fill_diagonal_"}
 
@@ -86,8 +86,7 @@ def test_quant(x):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return scope_gate(summary, {"empty", "empty_like", "empty_strided", "new_empty"}) and bool(
-            summary.all_names & COMPARES)
+        return scope_gate(summary, {"empty", "empty_like", "empty_strided", "new_empty"}) and uses(summary, COMPARES)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for fn in Scope(self).functions():
