@@ -164,13 +164,18 @@ def module_statements(module: cst.Module) -> list[cst.CSTNode]:
 
 # -- timing ------------------------------------------------------------------------------------
 
-TIMED_KINDS = ("event-window", "host-timer")
 # Calls in a timed region that belong to the measurement, not to the work being timed.
 MEASUREMENT_CALLS = {
     "record", "synchronize", "elapsed_time", "perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
     "monotonic_ns", "default_timer", "append", "range", "len", "print", "zip", "enumerate", "int", "float",
     "Event", "empty_cache", "zero_", "fill_", "item", "replay", "nvtx", "range_push", "range_pop", "extend",
 }
+
+
+def device_timing(region) -> bool:
+    """A CUDA-event window, or a host-timer window synchronised before its stop. An unsynchronised
+    host-timer window times CPU work, or is KC206's finding (host timers need a sync)."""
+    return region.kind == "event-window" or (region.kind == "host-timer" and region.synced_before_stop)
 
 
 def code(node: cst.CSTNode) -> str:

@@ -4,7 +4,9 @@ import libcst as cst
 
 from kcheck.model import HOST_TIMERS
 from kcheck.rule import Rule
-from kcheck.rules.measurement import TIMER_NAMES, TIMER_TEXT, uses, TIMED_KINDS, Scope, arg, int_value, last, nodes_under, region_root
+from kcheck.rules.measurement import (
+    TIMER_NAMES, Scope, arg, device_timing, int_value, last, nodes_under, region_root, uses,
+)
 
 MEANS = {"mean", "fmean", "average"}
 FEW_RUNS = 10  # a window averaging this many runs or fewer is "a handful"
@@ -119,7 +121,7 @@ def bench_host(fn, x, iters=5):
                     last(model.dotted(node.left.func)) == "sum" and self._mentions(node.left, timings):
                 self.report(node, what="the mean of per-run timings is reported")
         for region in model.timed_regions:
-            if region.kind not in TIMED_KINDS or not scope.covers(region.nodes[0]):
+            if not device_timing(region) or not scope.covers(region.nodes[0]):
                 continue
             root = region_root(model, region)
             for stmt in region.nodes:

@@ -4,7 +4,8 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    TIMED_KINDS, TIMER_NAMES, TIMER_TEXT, Scope, arg, code, int_value, last, nodes_under, region_root, uses, work_calls,
+    TIMER_NAMES, TIMER_TEXT, Scope, arg, code, device_timing, int_value, last, nodes_under, region_root, uses,
+    work_calls,
 )
 
 
@@ -121,7 +122,7 @@ def bench(x):
         if not scope.gpu:
             return
         for region in model.timed_regions:
-            if region.kind not in TIMED_KINDS or not scope.covers(region.nodes[0]):
+            if not device_timing(region) or not scope.covers(region.nodes[0]):
                 continue
             timed = work_calls(model, region.nodes)
             if not timed:

@@ -3,7 +3,9 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.measurement import TIMER_NAMES, TIMER_TEXT, uses, TIMED_KINDS, Scope, nodes_under, region_root, work_calls
+from kcheck.rules.measurement import (
+    TIMER_NAMES, TIMER_TEXT, Scope, device_timing, nodes_under, region_root, uses, work_calls,
+)
 
 FLUSH_WORDS = ("flush", "l2", "clear_cache", "cache_clear")
 
@@ -109,7 +111,7 @@ def bench(fn, x, iters=100):
             return
         reported: set[int] = set()
         for region in model.timed_regions:
-            if region.kind not in TIMED_KINDS or not scope.covers(region.nodes[0]):
+            if not device_timing(region) or not scope.covers(region.nodes[0]):
                 continue
             root = region_root(model, region)
             if id(root) in reported or self._flushes(root):
