@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             lines += fh.read().count(b"\n")
     shutil.rmtree(tree / CACHE_DIR, ignore_errors=True)
 
+    load_before = os.getloadavg()
     base = [*kcheck, "check", "--exit-zero", "-q", "-o", "json", "-j", str(args.jobs)]
     cold = timed_run([*base, str(tree)])
     warm = timed_run([*base, str(tree)])
@@ -179,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         "findings": len(json.loads(cold["stdout"] or "[]")) if cold["stdout"].lstrip().startswith("[") else None,
         "files_per_s_cold": round(len(paths) / cold["wall_s"], 1),
         "ast_parse_one_core_s": round(ast_parse_all(paths), 3),
+        # other work on the machine slows wall time (CPU seconds much less): say how busy it was
+        "load_average_1min_before": round(load_before[0], 2), "load_average_1min_after": round(os.getloadavg()[0], 2),
     }
     if not args.skip_libcst:
         seconds, ok = libcst_parse_all(paths, args.jobs)
