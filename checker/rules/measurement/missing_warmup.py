@@ -18,7 +18,8 @@ class MissingWarmup(Rule):
     not called anywhere before the window opens, and the function has no warm-up of its own
     (nothing named `warmup`, `warm_up`, `n_warmup`...). When the timed call is a parameter
     (`fn(*args)` in a timing helper), the helper's same-module callers must warm up the callable
-    they pass instead. Also finds `do_bench(..., warmup=0)`.
+    they pass instead; a timing function whose first call's result is thrown away is warmed by
+    that call. Also finds `do_bench(..., warmup=0)`.
 
     ## Why is this bad?
     The first call of a Triton kernel compiles it, the first call with a new autotune key runs
@@ -131,6 +132,8 @@ def bench(x):
             start = self._outermost_loop(region.nodes[0], root)
             if self._warm(root, start, {code(c.func) for c in timed}):
                 continue
+            if self._warmed_by_first_call(region.function, original_node):
+                continue
             by_callers = self._warmed_by_callers(region.function, timed, original_node)
             if by_callers is None or not by_callers:
                 self.report(timed[0], call=code(timed[0].func), how="with no warm-up call before the timing starts")
@@ -150,6 +153,14 @@ def bench(x):
             if not seen_start and isinstance(n, cst.Call) and code(n.func) in names:
                 return True
         return False
+
+    def _warmed_by_first_call(self, fn, module) -> bool:
+        """The timing function is called more than once and its first result is thrown away
+        (``gen()  # warm-up`` then ``[gen() for _ in range(n)]``)."""
+        if fn is None:
+            return False
+        sites = [c for c in nodes_under(module, nested=True) if isinstance(c, cst.Call) and self.model.callee(c) is fn]
+        return len(sites) >= 2 and isinstance(self.model.parent(sites[0]), cst.Expr)
 
     def _warmed_by_callers(self, fn, timed, module) -> bool | None:
         """When every timed call is a call of a parameter (``fn(*args)``), the callers warm up or
