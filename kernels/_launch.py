@@ -54,6 +54,20 @@ def configs(*candidates: triton.Config) -> list[triton.Config]:
     return list(candidates[:1]) if INTERPRET else list(candidates)
 
 
+def row_configs() -> list[triton.Config]:
+    """The candidates of the row-wise kernels (RMSNorm, fused add+RMSNorm, per-token FP8): rows per
+    program and warps. The first is the interpreter's and the small-batch default."""
+    return configs(
+        triton.Config({"ROWS": 1}, num_warps=8),
+        triton.Config({"ROWS": 1}, num_warps=4),
+        triton.Config({"ROWS": 1}, num_warps=16),
+        triton.Config({"ROWS": 2}, num_warps=4),
+        triton.Config({"ROWS": 2}, num_warps=8),
+        triton.Config({"ROWS": 4}, num_warps=8),
+        triton.Config({"ROWS": 4}, num_warps=16),
+    )
+
+
 def prune_for_small_batches(configs: list[triton.Config], named_args: dict, **_: object) -> list[triton.Config]:
     """Up to 1024 tokens, keep one row per program and 8 or more warps for the row-wise kernels.
 

@@ -26,21 +26,13 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import configs, device_reason, fallback, prune_for_small_batches, token_bucket
+from kcheck.kernels._launch import device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
 
 @triton.autotune(
-    configs=configs(
-        triton.Config({"ROWS": 1}, num_warps=8),
-        triton.Config({"ROWS": 1}, num_warps=4),
-        triton.Config({"ROWS": 1}, num_warps=16),
-        triton.Config({"ROWS": 2}, num_warps=4),
-        triton.Config({"ROWS": 2}, num_warps=8),
-        triton.Config({"ROWS": 4}, num_warps=8),
-        triton.Config({"ROWS": 4}, num_warps=16),
-    ),
+    configs=row_configs(),
     key=["N", "token_bucket"],
     prune_configs_by={"early_config_prune": prune_for_small_batches},
     restore_value=["x_ptr", "r_ptr"],  # tuning runs must not accumulate into in-place inputs

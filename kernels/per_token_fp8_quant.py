@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import INTERPRET, configs, device_reason, fallback, prune_for_small_batches, token_bucket
+from kcheck.kernels._launch import INTERPRET, device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
 
@@ -49,15 +49,7 @@ def _round_to_e4m3(v):
 
 
 @triton.autotune(
-    configs=configs(
-        triton.Config({"ROWS": 1}, num_warps=8),
-        triton.Config({"ROWS": 1}, num_warps=4),
-        triton.Config({"ROWS": 1}, num_warps=16),
-        triton.Config({"ROWS": 2}, num_warps=4),
-        triton.Config({"ROWS": 2}, num_warps=8),
-        triton.Config({"ROWS": 4}, num_warps=8),
-        triton.Config({"ROWS": 4}, num_warps=16),
-    ),
+    configs=row_configs(),
     key=["N", "token_bucket"],
     prune_configs_by={"early_config_prune": prune_for_small_batches},
 )

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import configs, device_reason, fallback, prune_for_small_batches, token_bucket
+from kcheck.kernels._launch import device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -28,15 +28,7 @@ MAX_HIDDEN = 65536
 
 
 @triton.autotune(
-    configs=configs(
-        triton.Config({"ROWS": 1}, num_warps=8),
-        triton.Config({"ROWS": 1}, num_warps=4),
-        triton.Config({"ROWS": 1}, num_warps=16),
-        triton.Config({"ROWS": 2}, num_warps=4),
-        triton.Config({"ROWS": 2}, num_warps=8),
-        triton.Config({"ROWS": 4}, num_warps=8),
-        triton.Config({"ROWS": 4}, num_warps=16),
-    ),
+    configs=row_configs(),
     key=["N", "token_bucket"],
     prune_configs_by={"early_config_prune": prune_for_small_batches},
 )
