@@ -56,13 +56,14 @@ RANDOM_CALLS = {
     "uniform_", "random_", "bernoulli", "bernoulli_", "multinomial", "exponential_", "cauchy_", "log_normal_",
     "geometric_", "make_tensor", "uniform", "standard_normal", "load", "load_file",  # real data counts too
 }
+# Constant inputs; torch.arange and torch.linspace are not among them: their values are distinct,
+# which is the right input for an indexing test.
 CONSTANT_FACTORIES = {
-    "torch.zeros", "torch.ones", "torch.full", "torch.arange", "torch.zeros_like", "torch.ones_like",
-    "torch.full_like", "torch.linspace", "torch.eye",
+    "torch.zeros", "torch.ones", "torch.full", "torch.zeros_like", "torch.ones_like", "torch.full_like", "torch.eye",
 }
 EMPTY_FACTORIES = {"torch.empty", "torch.empty_like", "torch.empty_strided"}
 TENSOR_FACTORIES = {name.split(".")[-1] for name in CONSTANT_FACTORIES | EMPTY_FACTORIES} | {
-    "tensor", "as_tensor", "from_numpy", "array", "asarray"} | (RANDOM_CALLS - {"load", "load_file"})
+    "tensor", "as_tensor", "from_numpy", "array", "asarray", "arange", "linspace"} | (RANDOM_CALLS - {"load", "load_file"})
 
 
 def last(name: str | None) -> str:
