@@ -27,7 +27,8 @@ class LowPrecisionReference(Rule):
     that reduce (`sum`, `mean`, `var`, `softmax`, `logsumexp`, `cumsum`, `norm`) a value they
     computed themselves (an elementwise intermediate already rounded to 16 bits, such as
     `x.pow(2)` or `logits / temperature`) without ever upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
-    function, and not every call site in the module passes upcast inputs.
+    function, and not every call site in the module passes upcast inputs (`x.float()`, or a
+    name the caller assigned from one).
 
     PyTorch's own reductions accumulate in FP32 internally, so `torch.softmax(x)` of an input
     is left alone; the loss is in the rounded intermediates.
@@ -160,7 +161,18 @@ DTYPES = [torch.float16, torch.bfloat16]
         name = fn.name.value
         sites = [n for n in nodes_under(module, nested=True)
                  if isinstance(n, cst.Call) and last(self.model.dotted(n.func)) == name]
-        return bool(sites) and all(any(self._upcasts(a.value) for a in n.args) for n in sites)
+        return bool(sites) and all(any(self._upcast_value(a.value, n) for a in n.args) for n in sites)
+
+    def _upcast_value(self, value: cst.CSTNode, site: cst.Call) -> bool:
+        """``x.float()`` at the call, or a name the calling function assigned from an upcast."""
+        if self._upcasts(value):
+            return True
+        caller = self.model.enclosing_function(site)
+        if isinstance(value, cst.Name) and caller is not None:
+            return any(isinstance(n, cst.Assign) and self._upcasts(n.value) and any(
+                isinstance(t.target, cst.Name) and t.target.value == value.value for t in n.targets)
+                for n in nodes_under(caller.body))
+        return False
 
 
 def _reduced(call: cst.Call) -> cst.CSTNode | None:

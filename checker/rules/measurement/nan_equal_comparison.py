@@ -11,7 +11,8 @@ class NanEqualComparison(Rule):
 
     ## What it does
     In test and benchmark code, finds `assert_close`, `allclose`, `isclose` and
-    `assert_allclose` calls with `equal_nan=True`.
+    `assert_allclose` calls with `equal_nan=True`, unless the test puts NaN or infinity into
+    its inputs on purpose (`float("nan")`, `torch.inf`): then matching NaNs is the point.
 
     ## Why is this bad?
     A NaN in a kernel's output is a bug (an unwritten element of a NaN-poisoned buffer, an
@@ -72,5 +73,16 @@ def check_topk(values, ref):
         for node in nodes_under(original_node, nested=True):
             if isinstance(node, cst.Call) and is_compare(self.model, node, TOLERANCE_COMPARES):
                 flag = arg(node, 99, "equal_nan")
-                if isinstance(flag, cst.Name) and flag.value == "True" and scope.covers(node):
+                if isinstance(flag, cst.Name) and flag.value == "True" and scope.covers(node) \
+                        and not self._nan_inputs(node):
                     self.report(node)
+
+    def _nan_inputs(self, call: cst.Call) -> bool:
+        """The test puts NaN or infinity into its inputs on purpose (``float("nan")``, ``torch.inf``)."""
+        fn = self.model.enclosing_function(call)
+        for n in nodes_under(fn.body if fn is not None else call):
+            if isinstance(n, cst.SimpleString) and str(n.evaluated_value).lower().lstrip("+-") in ("nan", "inf"):
+                return True
+            if isinstance(n, cst.Attribute) and n.attr.value in ("nan", "inf") and isinstance(n.value, cst.Name):
+                return True
+        return False

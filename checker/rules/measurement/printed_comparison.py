@@ -16,7 +16,8 @@ class PrintedComparison(Rule):
     In test and benchmark code, finds functions (and script top levels) that print or log a
     comparison — the result of `allclose`/`isclose`/`equal`, or an error such as
     `(out - ref).abs().max()` — and never check it: no `assert`, no `raise`, no `assert_*`
-    call, no `pytest.fail` or `sys.exit`, and the difference is not returned to a caller.
+    call, no `pytest.fail` or `sys.exit`, the difference is not returned to a caller, and the
+    function is not a helper whose callers all assert.
 
     ## Why is this bad?
     A printed difference is read once, by a person, on the shape they tried; afterwards the
@@ -90,7 +91,23 @@ def verify(out, ref):
         if scope.whole_file:
             roots.append((original_node, "this script"))
         for root, where in roots:
+            if isinstance(root, cst.FunctionDef) and self._callers_check(root, original_node):
+                continue
             self._check(root, where)
+
+    def _callers_check(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
+        """A helper that prints statistics for callers that all assert (there is at least one)."""
+        callers = [self.model.enclosing_function(c) for c in nodes_under(module, nested=True)
+                   if isinstance(c, cst.Call) and self.model.callee(c) is fn]
+        return bool(callers) and all(c is not None and self._asserts(c) for c in callers)
+
+    def _asserts(self, fn: cst.FunctionDef) -> bool:
+        for node in nodes_under(fn.body):
+            if isinstance(node, (cst.Assert, cst.Raise)):
+                return True
+            if isinstance(node, cst.Call) and last(self.model.call_name(node)).startswith(ASSERTING):
+                return True
+        return False
 
     def _check(self, root: cst.CSTNode, where: str) -> None:
         model = self.model

@@ -126,6 +126,8 @@ def k(a, b):
         if is_tl_attr(self.model, node, *LOW):
             return True
         text = self.model.dotted(node) or ""
+        if INT_POINTER.search(text.split(".")[0]):
+            return False  # typed like ids or counts: an integer accumulator
         return text.endswith(".dtype.element_ty") or text.endswith(".dtype")
 
     def _accumulators(self, k) -> None:

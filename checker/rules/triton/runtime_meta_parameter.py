@@ -20,7 +20,9 @@ class RuntimeMetaParameter(Rule):
     Finds parameters of a `@triton.jit` function that are not annotated `tl.constexpr` but are
     either named like a meta-parameter (`BLOCK`, `BLOCK_SIZE_M`, `TILE_N`, `GROUP_SIZE_M`,
     `num_warps`, `num_stages`) or used where Triton needs a compile-time value (the bounds of
-    `tl.arange`, the shape of `tl.zeros`/`tl.full`/`tl.reshape`, `tl.static_range`).
+    `tl.arange`, the shape of `tl.zeros`/`tl.full`/`tl.reshape`, `tl.static_range`). A
+    `@triton.jit` helper called from another kernel in the module is left alone: its arguments
+    are compile-time values whenever its callers pass compile-time values.
 
     ## Why is this bad?
     A block size the compiler does not know cannot size registers or unroll loops: used as a
@@ -97,7 +99,12 @@ def k(x_ptr, n, BLOCK: tl.constexpr, num_warps):
         return kernel_gate(summary)
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        for k in kernels(self.model):
+        all_kernels = kernels(self.model)
+        helpers = {c.func.value for k in all_kernels for c in nodes_under(k.fn.body)
+                   if isinstance(c, cst.Call) and isinstance(c.func, cst.Name)}
+        for k in all_kernels:
+            if k.name in helpers:
+                continue  # an inlined helper: its arguments are constexpr when its callers pass constexprs
             runtime = k.runtime_params()
             shaped: set[str] = set()
             for node in nodes_under(k.fn.body):
