@@ -368,7 +368,7 @@ def check_job(job: Job, shortcuts: bool, cache_root: str | None) -> FileResult:
         return FileResult(errors=[f"{job.rel}: skipped: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"])
     key = None
     if cache_root and shortcuts:
-        key = hashlib.sha256(b"\0".join([__version__.encode(), job.config.fingerprint().encode(),
+        key = hashlib.sha256(b"\0".join([code_fingerprint().encode(), job.config.fingerprint().encode(),
                                           job.rel.encode(), data])).hexdigest()
         cached = _cache_get(cache_root, key)
         if cached is not None:
@@ -407,6 +407,23 @@ def _cache_put(cache_root: str, key: str, findings: list) -> None:
         os.replace(tmp, os.path.join(folder, key))  # atomic: a reader never sees half a file
     except OSError:
         pass
+
+
+_CODE_FINGERPRINT: list[str] = []
+
+
+def code_fingerprint() -> str:
+    """kcheck's version plus the size and modification time of every module of the package, so a
+    changed rule (an upgrade, or an edit in a checkout) never reads results cached by the old one."""
+    if not _CODE_FINGERPRINT:
+        from kcheck.paths import PACKAGE_DIR
+
+        digest = hashlib.sha256(__version__.encode())
+        for path in sorted(PACKAGE_DIR.rglob("*.py")):
+            st = path.stat()
+            digest.update(f"{path.relative_to(PACKAGE_DIR)}:{st.st_size}:{st.st_mtime_ns}".encode())
+        _CODE_FINGERPRINT.append(digest.hexdigest()[:16])
+    return _CODE_FINGERPRINT[0]
 
 
 def cache_dir_for(root: Path) -> str:

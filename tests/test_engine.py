@@ -103,8 +103,21 @@ def test_cache_hits_and_invalidation(tmp_path, monkeypatch):
     reconfigured = run()
     assert reconfigured.cached == 0 and not any(f.code == "KC201" for f in reconfigured.findings)
 
-    monkeypatch.setattr(engine, "__version__", "0.0.0-test")
-    assert run().cached == 0  # another kcheck version never reads these results
+    monkeypatch.setattr(engine, "_CODE_FINGERPRINT", ["another-kcheck"])
+    assert run().cached == 0  # another kcheck version, or edited rules, never read these results
+
+
+def test_code_fingerprint_follows_the_package_sources(tmp_path, monkeypatch):
+    from kcheck import paths
+
+    first = engine.code_fingerprint()
+    (tmp_path / "rule.py").write_text("x = 1\n")
+    monkeypatch.setattr(paths, "PACKAGE_DIR", tmp_path)
+    monkeypatch.setattr(engine, "_CODE_FINGERPRINT", [])
+    other = engine.code_fingerprint()
+    (tmp_path / "rule.py").write_text("x = 22\n")
+    monkeypatch.setattr(engine, "_CODE_FINGERPRINT", [])
+    assert len({first, other, engine.code_fingerprint()}) == 3
 
 
 def test_no_cache_and_no_shortcuts_never_touch_the_cache(tmp_path, monkeypatch):
