@@ -34,9 +34,10 @@ BENCH_TIMERS = {"do_bench", "do_bench_cudagraph", "bench_gpu_time", "benchmark_f
 # engines timing model loading, request latency or a rebalancing step for a log line) the same
 # windows are metrics, and what runs inside them is the operation being measured.
 MEASUREMENT_PATH = re.compile(
-    r"(^|/)(bench[^/]*|benchmarks?|tests?|test_[^/]*|[^/]*_test\.py|conftest\.py|profil[^/]*|"
-    r"perf[^/]*|microbench[^/]*|kernel_?tests?)(/|$)", re.IGNORECASE)
-MEASUREMENT_FUNCTION = re.compile(r"^_?(bench|test|time|timeit|timing|measure|profil|run_bench|perf)", re.IGNORECASE)
+    r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$"
+    r"|(^|/)(tests?|benchmarks?|bench[^/]*|profil[^/]*|perf[^/]*|microbench[^/]*|kernel_?tests?)(/|\.py$)",
+    re.IGNORECASE)
+MEASUREMENT_FUNCTION = re.compile(r"^_?(test|bench|time|timeit|timing|measure|profil|perf|verify|check)", re.IGNORECASE)
 SYNC_FUNCTIONS = {
     "torch.cuda.synchronize": "torch.cuda.synchronize()",
     "torch.accelerator.synchronize": "torch.accelerator.synchronize()",

@@ -2,11 +2,14 @@
 
 These rules apply to test and benchmark code only, decided cheaply:
 
-- a file whose path looks like a test or a benchmark (``test_*.py``, ``*_test.py``,
-  ``conftest.py``, anything under ``tests/``, ``test/``, ``bench*`` and ``benchmarks/``), or
-  that calls ``assert_close``, ``allclose`` or ``do_bench``: every function in it;
-- elsewhere, functions (and their nested functions) named ``test*``, ``bench*``,
-  ``benchmark*``, ``verify*`` or ``check*``.
+- a file in measurement code by its path (``test_*.py``, ``*_test.py``, ``conftest.py``, anything
+  under ``tests/``, ``bench*``, ``benchmarks/``, ``profil*``, ``perf*``), or that calls
+  ``assert_close``, ``allclose`` or ``do_bench``: every function in it;
+- elsewhere, functions (and their nested functions) named as measurement code: ``test*``,
+  ``bench*``, ``time*``, ``measure*``, ``profil*``, ``perf*``, ``verify*`` or ``check*``.
+
+The same definition of measurement code (:meth:`kcheck.model.ModuleModel.in_measurement_code`)
+decides which event windows and host timers the KC2xx rules look at.
 
 The timing rules (KC407-KC409) also need the file to import a GPU library (torch, triton, ...):
 a host timer in a CPU-only script measures something else.
@@ -20,13 +23,11 @@ import re
 
 import libcst as cst
 
+from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH
 from kcheck.rules.triton import arg, nodes_under  # noqa: F401 - shared helpers, re-exported
 
-TEST_PATH = re.compile(
-    r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$|(^|/)tests?/|(^|/)bench[^/]*(/|\.py$)|(^|/)benchmarks?/")
 SCOPE_CALLS = {"assert_close", "allclose", "do_bench"}
 GPU_MODULES = ("torch", "triton", "cupy", "cuda", "jax", "tilelang", "cutlass", "flashinfer", "vllm", "sglang")
-SCOPE_FUNCTION = re.compile(r"^_?(test|bench|benchmark|verify|check)", re.IGNORECASE)
 
 # The loosest atol and rtol a comparison may use for an output dtype before it stops checking
 # anything. They sit well above torch.testing.assert_close's defaults (bf16: rtol 1.6e-2,
@@ -95,15 +96,11 @@ class Scope:
             calls_scope = any(isinstance(n, cst.Call) and last(model.call_name(n)) in SCOPE_CALLS
                               for n in nodes_under(ctx.module, nested=True))
             gpu = any(q.split(".")[0] in GPU_MODULES for q in model.imports.values())
-            cached = model.__dict__["_measurement_scope"] = (bool(TEST_PATH.search(ctx.path)) or calls_scope, gpu)
+            cached = model.__dict__["_measurement_scope"] = (bool(MEASUREMENT_PATH.search(ctx.path)) or calls_scope, gpu)
         self.whole_file, self.gpu = cached
 
     def covers(self, node: cst.CSTNode) -> bool:
-        if self.whole_file:
-            return True
-        chain = [node] if isinstance(node, cst.FunctionDef) else []
-        chain += [a for a in self.model.ancestors(node) if isinstance(a, cst.FunctionDef)]
-        return any(SCOPE_FUNCTION.match(f.name.value) for f in chain)
+        return self.whole_file or self.model.in_measurement_code(node)
 
     def functions(self) -> list[cst.FunctionDef]:
         return [fn for defs in self.model.functions.values() for fn in defs if self.covers(fn)]
@@ -123,9 +120,9 @@ def scope_gate(summary, wanted: set[str]) -> bool:
     """Cheap: test or benchmark code (as :class:`Scope` decides it) that uses one of ``wanted``."""
     if not uses(summary, wanted):
         return False
-    if TEST_PATH.search(summary.path) or summary.all_names & SCOPE_CALLS:
+    if MEASUREMENT_PATH.search(summary.path) or summary.all_names & SCOPE_CALLS:
         return True
-    return any(SCOPE_FUNCTION.match(f.name) and summary.reaches(f, wanted) for f in summary.functions)
+    return any(MEASUREMENT_FUNCTION.match(f.name) and summary.reaches(f, wanted) for f in summary.functions)
 
 
 def calls(model, root: cst.CSTNode, depth: int = 3):
