@@ -18,8 +18,8 @@ class LoggingInTimedPath(Rule):
 
     Event windows and host-timer windows count in measurement code only: files under
     `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
-    and functions named `bench*`, `test*`, `time*`, `measure*`, `profil*` and the functions they
-    contain. Elsewhere, serving code that times a whole operation for a log line is measuring
+    and functions named `bench*`, `test*`, `time*`, `measure*`, `profil*`, `perf*`, `verify*`,
+    `check*` and the functions they contain. Elsewhere, serving code that times a whole operation for a log line is measuring
     that operation, syncs included. `do_bench`-style timers count everywhere.
 
     ## Why is this bad?
