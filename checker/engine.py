@@ -96,6 +96,7 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
     jobs: list[Job] = []
     problems: list[str] = []
     seen: set[str] = set()
+    report_root: Path | None = None  # one root for every reported path, so they all resolve against it
     for raw in paths or ["."]:
         path = Path(raw)
         if not path.exists():
@@ -103,6 +104,7 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
             continue
         folder = path if path.is_dir() else path.parent
         root = project_root(folder.resolve())
+        report_root = report_root or root
         given = _rel(path, root) if path.is_dir() else ""
         if path.is_dir():
             in_git = (root / ".git").exists()
@@ -130,7 +132,7 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
             config_rel = _rel(resolved, base)
             if (not explicit or force_exclude) and config.is_excluded(config_rel, _rel(path, base) if given else ""):
                 continue
-            jobs.append(Job(str(f), _rel(resolved, root), config, config_rel, str(root)))
+            jobs.append(Job(str(f), _rel(resolved, report_root), config, config_rel, str(report_root)))
     return jobs, problems
 
 

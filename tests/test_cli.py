@@ -110,3 +110,15 @@ def test_example_tree_has_findings_in_every_family(run_kcheck, monkeypatch):
     code, out, _ = run_kcheck("check", "--no-cache", "--exit-zero", "-o", "json", "examples")
     families = {item["code"][:3] for item in json.loads(out)}
     assert {"KC1", "KC2", "KC3", "KC4", "KC5"} <= families, families
+
+
+def test_paths_from_different_folders_all_resolve(tmp_path, run_kcheck, monkeypatch):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "one.py").write_text(BENCH)
+    (tmp_path / "b" / "two.py").write_text(BENCH)
+    monkeypatch.chdir(tmp_path)
+    _, out, _ = run_kcheck("check", "--no-cache", "a/one.py", "b/two.py")
+    shown = {line.split(":")[0] for line in out.splitlines() if ": KC201" in line}
+    assert shown == {"a/one.py", "b/two.py"}
+    assert all((tmp_path / p).is_file() for p in shown)
