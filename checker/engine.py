@@ -444,28 +444,46 @@ def cache_dir_for(root: Path) -> str:
 
 def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cache: bool = True,
          progress=None) -> ScanResult:
-    """Check every job, in parallel when it pays, and collect sorted findings."""
+    """Check every job, in parallel when it pays, and collect sorted findings.
+
+    With the cache on, files whose size and modification time match the cache's index are not
+    even read (a warm scan is one ``stat`` per file); the others go through the content-hash cache.
+    """
     start = time.perf_counter()
     result = ScanResult(files=len(jobs))
     cache_root = None
     if cache and shortcuts and jobs:
         cache_root = cache_dir_for(jobs[0].config.root if jobs[0].config.source else project_root(Path(jobs[0].path).resolve().parent))
+    index = _StatIndex(cache_root) if cache_root else None
+    known: dict[int, FileResult] = {}
+    if index is not None:
+        for i, job in enumerate(jobs):
+            hit = index.get(job)
+            if hit is not None:
+                known[i] = hit
+        if progress and known:
+            progress(len(known))
+    todo = [job for i, job in enumerate(jobs) if i not in known]
     n = jobs_n or os.cpu_count() or 1
-    file_results: list[FileResult] = []
-    if n > 1 and len(jobs) >= 32:
-        size = max(4, min(64, len(jobs) // (n * 8) or 1))
-        chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+    fresh: list[FileResult] = []
+    if n > 1 and len(todo) >= 32:
+        size = max(4, min(64, len(todo) // (n * 8) or 1))
+        chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
         with ProcessPoolExecutor(max_workers=n) as pool:
             for chunk_result in pool.map(_check_chunk, chunks, [shortcuts] * len(chunks), [cache_root] * len(chunks)):
-                file_results.extend(chunk_result)
+                fresh.extend(chunk_result)
                 if progress:
                     progress(len(chunk_result))
     else:
-        for job in jobs:
-            file_results.append(check_job(job, shortcuts, cache_root))
+        for job in todo:
+            fresh.append(check_job(job, shortcuts, cache_root))
             if progress:
                 progress(1)
-    for fr in file_results:
+    if index is not None:
+        for job, fr in zip(todo, fresh):
+            index.put(job, fr)
+        index.save()
+    for fr in [*known.values(), *fresh]:
         result.findings.extend(fr.findings)
         result.errors.extend(fr.errors)
         result.internal_error |= any(e.startswith("internal error") for e in fr.errors)
@@ -474,6 +492,56 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
     result.findings.sort(key=lambda f: (f.path, f.line, f.column, f.code))
     result.seconds = time.perf_counter() - start
     return result
+
+
+class _StatIndex:
+    """Findings per file keyed on (size, mtime, configuration), in one file per kcheck code version.
+
+    Like git's index, a file modified within the last two seconds before the index is written is
+    left out of it: its time stamp cannot tell a second edit in the same tick from the first."""
+
+    def __init__(self, cache_root: str) -> None:
+        self.path = os.path.join(cache_root, f"index-{code_fingerprint()}.json")
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                self.entries: dict[str, list] = json.load(fh)
+        except (OSError, ValueError):
+            self.entries = {}
+        self.changed = False
+
+    @staticmethod
+    def _stamp(job: Job) -> list | None:
+        try:
+            st = os.stat(job.path)
+        except OSError:
+            return None
+        return [st.st_size, st.st_mtime_ns, job.config.fingerprint(), job.rel]
+
+    def get(self, job: Job) -> FileResult | None:
+        entry = self.entries.get(os.path.abspath(job.path))
+        if entry is None or entry[:4] != self._stamp(job):
+            return None
+        return FileResult(findings=[Finding.from_dict(d) for d in entry[4]], cached=True)
+
+    def put(self, job: Job, fr: FileResult) -> None:
+        stamp = self._stamp(job)
+        key = os.path.abspath(job.path)
+        if fr.errors or stamp is None or stamp[1] > time.time_ns() - 2_000_000_000:
+            self.entries.pop(key, None)
+            return
+        self.entries[key] = [*stamp, [f.to_dict() for f in fr.findings]]
+        self.changed = True
+
+    def save(self) -> None:
+        if not self.changed:
+            return
+        tmp = f"{self.path}.{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(self.entries, fh)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
 
 
 def scan_stdin(text: str, filename: str, explicit_config: Path | None = None) -> ScanResult:

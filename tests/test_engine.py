@@ -152,3 +152,28 @@ def test_shortcuts_change_no_finding_on_a_whole_tree(folder):
         assert fast.findings  # the example tree exists to have findings
     else:
         assert fast.parsed < slow.parsed  # the shortcuts did skip work
+
+
+def test_warm_scan_reads_no_file_whose_stat_is_unchanged(tmp_path, monkeypatch):
+    import os
+    import time as _time
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.py").write_text(BENCH)
+    old = _time.time_ns() - 10_000_000_000
+    os.utime(tmp_path / "bench.py", ns=(old, old))  # older than the index's two-second window
+
+    def run():
+        jobs, _ = discover(["."])
+        return scan(jobs, 1)
+
+    cold = run()
+    reads = []
+    real = engine._read
+    monkeypatch.setattr(engine, "_read", lambda job: reads.append(job.rel) or real(job))
+    warm = run()
+    assert reads == [] and warm.cached == 1
+    assert [(f.code, f.line) for f in warm.findings] == [(f.code, f.line) for f in cold.findings]
+    (tmp_path / "bench.py").write_text(BENCH.replace("fn(x).item()", "fn(x).cpu()"))
+    edited = run()
+    assert reads == ["bench.py"] and [f.message.split()[0] for f in edited.findings] == [".cpu()"]
