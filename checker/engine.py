@@ -540,6 +540,10 @@ class _StatIndex:
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(self.entries, fh)
             os.replace(tmp, self.path)
+            folder, own = os.path.split(self.path)
+            for name in os.listdir(folder):  # indexes written by other kcheck code are never read again
+                if name.startswith("index-") and name.endswith(".json") and name != own:
+                    os.unlink(os.path.join(folder, name))
         except OSError:
             pass
 
