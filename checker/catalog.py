@@ -30,6 +30,8 @@ from typing import Any, Iterable
 
 import click
 
+from kcheck.finding import DEFAULT_DOCS_URL, entry_url  # the one place docs URLs are built
+
 SCHEMA_FILES = {
     "entry": "entry.schema.json",
     "sources": "sources.schema.json",
@@ -127,12 +129,6 @@ def _flatten_text(value: Any, skip: tuple[str, ...] = ()) -> str:
     if isinstance(value, list):
         return " ".join(_flatten_text(v) for v in value)
     return str(value)
-
-
-def entry_url(entry_id: str, base_url: str) -> str:
-    """The docs page of an entry: ``<base>/catalog/<topic>/<slug>/``."""
-    topic, slug = entry_id.split("/", 1)
-    return f"{base_url.rstrip('/')}/catalog/{topic}/{slug}/"
 
 
 def default_root() -> Path:
@@ -652,8 +648,6 @@ def validate_command(path: Path | None) -> None:
 @click.argument("entry_id")
 def show_command(entry_id: str) -> None:
     """Print the entry ENTRY_ID (``<topic>/<slug>``)."""
-    from kcheck.finding import DEFAULT_DOCS_URL
-
     cat = load_catalog()
     try:
         click.echo(format_entry(cat, entry_id, DEFAULT_DOCS_URL), nl=False)

@@ -51,7 +51,7 @@ class _Progress:
 class _LazyGroup(click.Group):
     """A group whose heavier subcommand groups are imported only when used (fast start-up)."""
 
-    lazy = {"catalog": ("kcheck.catalog", "catalog", "Validate, show, search and count the knowledge catalog.")}
+    lazy = {"catalog": ("kcheck.catalog", "catalog")}
 
     def list_commands(self, ctx):
         return sorted([*super().list_commands(ctx), *self.lazy])
@@ -60,7 +60,7 @@ class _LazyGroup(click.Group):
         if name in self.lazy:
             import importlib
 
-            module, attr, _ = self.lazy[name]
+            module, attr = self.lazy[name]
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
 
@@ -108,7 +108,7 @@ def check(paths, formats, select, extend_select, ignore, config_file, fail_level
           quiet) -> None:
     """Check PATHS (files or folders; '-' reads stdin) for serving-kernel mistakes."""
     from kcheck.config import ConfigError
-    from kcheck.engine import discover, scan, scan_stdin
+    from kcheck.engine import discover, scan, scan_stdin, stdin_job
 
     specs = [parse_spec(s) for s in formats] or [("concise", None)]
     for name, _ in specs:
@@ -122,17 +122,17 @@ def check(paths, formats, select, extend_select, ignore, config_file, fail_level
                  "fail_level": fail_level}
     try:
         if paths == ("-",):
-            text = sys.stdin.read()
-            result = scan_stdin(text, stdin_filename or "stdin.py", config_file)
-            root = Path.cwd()
-            config = None
+            jobs_list = [stdin_job(stdin_filename or "stdin.py", config_file)]
         else:
             jobs_list, problems = discover(list(paths), config_file, force_exclude)
             for p in problems:
                 click.echo(f"kcheck: {p}", err=True)
             if problems and not jobs_list:
                 sys.exit(EXIT_ERROR)
-            jobs_list = [replace(j, config=j.config.with_overrides(**overrides)) for j in jobs_list]
+        jobs_list = [replace(j, config=j.config.with_overrides(**overrides)) for j in jobs_list]
+        if paths == ("-",):
+            result = scan_stdin(sys.stdin.read(), jobs_list[0])
+        else:
             if diff_base:
                 diff = _load_diff(diff_base, Path(jobs_list[0].root) if jobs_list else Path.cwd())
                 if filter_mode != "nofilter":  # only files the change touches can have findings to show
@@ -140,23 +140,14 @@ def check(paths, formats, select, extend_select, ignore, config_file, fail_level
             progress = _Progress(len(jobs_list))
             result = scan(jobs_list, jobs, shortcuts=not no_shortcuts, cache=not no_cache, progress=progress)
             progress.close()
-            config = jobs_list[0].config if jobs_list else None
-            root = Path(jobs_list[0].root) if jobs_list else Path.cwd()
+        if jobs_list:
+            config, root = jobs_list[0].config, Path(jobs_list[0].root)
+        else:
+            from kcheck.config import config_for
+
+            config, root = config_for(Path.cwd(), config_file).with_overrides(**overrides), Path.cwd()
     except ConfigError as exc:
         _fail(str(exc))
-    if config is None:
-        from kcheck.config import config_for
-
-        try:
-            config = config_for(Path.cwd(), config_file).with_overrides(**overrides)
-        except ConfigError as exc:
-            _fail(str(exc))
-        if not paths == ("-",):
-            root = Path.cwd()
-        else:
-            from kcheck.config import project_root
-
-            root = config.root if config.source else project_root(Path.cwd())
     for err in result.errors:
         if not quiet or err.startswith("internal error"):
             click.echo(f"kcheck: {err}", err=True)

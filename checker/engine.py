@@ -20,7 +20,7 @@ import time
 import traceback
 import warnings
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kcheck import __version__
@@ -201,15 +201,9 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
         if directive is None:
             result.findings.append(finding)
         else:
-            result.findings.append(_with(finding, suppressed=directive.reason or "(no reason given)"))
+            result.findings.append(replace(finding, suppressed=directive.reason or "(no reason given)"))
     result.findings.extend(_meta_findings(directives, rel, config, meta_on, lines))
     return result
-
-
-def _with(finding: Finding, **changes) -> Finding:
-    data = finding.to_dict()
-    data.update(changes)
-    return Finding.from_dict(data)
 
 
 def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Finding], str | None]:
@@ -548,12 +542,17 @@ class _StatIndex:
             pass
 
 
-def scan_stdin(text: str, filename: str, explicit_config: Path | None = None) -> ScanResult:
+def stdin_job(filename: str, explicit_config: Path | None = None) -> Job:
+    """The job for source read from stdin and reported as ``filename``."""
     folder = Path(filename).resolve().parent
     config = config_for(folder if folder.exists() else Path.cwd(), explicit_config)
-    root = config.root if config.source else project_root(Path.cwd())
-    rel = _rel(Path(filename), root)
-    fr = check_source(text, rel, config)
+    root = project_root(Path.cwd())
+    base = config.root if config.source else root
+    return Job(filename, _rel(Path(filename), root), config, _rel(Path(filename), base), str(root))
+
+
+def scan_stdin(text: str, job: Job) -> ScanResult:
+    fr = check_source(text, job.rel, job.config, config_rel=job.config_rel)
     return ScanResult(findings=sorted(fr.findings, key=lambda f: (f.line, f.column, f.code)), errors=fr.errors,
                       internal_error=any(e.startswith("internal error") for e in fr.errors), files=1,
                       parsed=int(fr.parsed))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 
-from kcheck.finding import DEFAULT_DOCS_URL, rule_url
+from kcheck.finding import DEFAULT_DOCS_URL, entry_url, rule_url
 from kcheck.registry import FAMILIES, all_rules, find_rule
 
 
@@ -51,7 +51,7 @@ def explain_rule(key: str, fmt: str = "text") -> str | None:
         for entry_id in rule.KNOWLEDGE:
             entry = cat.get(entry_id) if cat else None
             title = entry.get("title", "") if entry else ""
-            out.append(f"- {entry_id}: {title}  {DEFAULT_DOCS_URL}catalog/{entry_id}/")
+            out.append(f"- {entry_id}: {title}  {entry_url(entry_id)}")
     out += ["", f"Docs: {record['url']}"]
     return "\n".join(out)
 

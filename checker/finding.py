@@ -18,6 +18,11 @@ def rule_url(name: str, base_url: str = DEFAULT_DOCS_URL) -> str:
     return f"{base_url.rstrip('/')}/rules/{name}/"
 
 
+def entry_url(entry_id: str, base_url: str = DEFAULT_DOCS_URL) -> str:
+    """The docs page of a catalog entry: ``<base>/catalog/<topic>/<slug>/``."""
+    return f"{base_url.rstrip('/')}/catalog/{entry_id}/"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One problem kcheck reports at a place in a file.

@@ -23,8 +23,6 @@ import libcst as cst
 
 from kcheck.config import Config
 
-FunctionNode = cst.FunctionDef
-
 HOST_TIMERS = {
     "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
     "time.monotonic_ns", "timeit.default_timer",

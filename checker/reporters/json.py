@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from kcheck.finding import Finding
+from kcheck.finding import Finding, entry_url
 
 
 def as_object(f: Finding, ctx) -> dict:
@@ -24,7 +24,7 @@ def as_object(f: Finding, ctx) -> dict:
         "end_location": {"row": f.end_line, "column": f.end_column},
         "url": f.url,
         "knowledge": [
-            {"id": k, "url": f"{ctx.docs_url.rstrip('/')}/catalog/{k}/"} for k in f.knowledge
+            {"id": k, "url": entry_url(k, ctx.docs_url)} for k in f.knowledge
         ],
         "context": f.context,
         "source_line": f.source_line,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kcheck.finding import SEVERITIES, Finding, severity_rank
+from kcheck.finding import SEVERITIES, Finding, entry_url, severity_rank
 
 MARKER = "<!-- kcheck:summary -->"
 MAX_ITEMS = 100  # per list: a GitHub comment holds at most 65,536 characters
@@ -31,12 +31,12 @@ def _families() -> dict[str, str]:
 
 
 def _item(f: Finding, ctx, cat) -> str:
-    from kcheck.reporters.sarif import catalog_title, catalog_url
+    from kcheck.reporters.sarif import catalog_title
 
     where = f"`{_escape(f.path)}:{f.line}`"
     text = f"- **{f.severity}** {where} [{f.code} {f.name}]({f.url}): {_escape(f.message)}"
     if f.knowledge:
-        links = ", ".join(f"[{_escape(catalog_title(cat, k))}]({catalog_url(k, ctx.docs_url)})" for k in f.knowledge)
+        links = ", ".join(f"[{_escape(catalog_title(cat, k))}]({entry_url(k, ctx.docs_url)})" for k in f.knowledge)
         text += f"  \n  See: {links}"
     return text
 

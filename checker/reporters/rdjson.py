@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from kcheck.finding import Finding
+from kcheck.finding import Finding, entry_url
 
 SEVERITIES = {"error": "ERROR", "warning": "WARNING", "info": "INFO"}
 
@@ -26,7 +26,7 @@ def diagnostic(f: Finding, ctx) -> dict:
     lines = ctx.source_lines(f)
     message = f.message
     if f.knowledge:
-        links = ", ".join(f"[{k}]({ctx.docs_url.rstrip('/')}/catalog/{k}/)" for k in f.knowledge)
+        links = ", ".join(f"[{k}]({entry_url(k, ctx.docs_url)})" for k in f.knowledge)
         message += f"\n\nSee: {links}"
     return {
         "message": message,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from kcheck import __version__
-from kcheck.finding import Finding
+from kcheck.finding import Finding, entry_url
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
@@ -37,10 +37,6 @@ def catalog_title(cat, entry_id: str) -> str:
         return entry_id
 
 
-def catalog_url(entry_id: str, docs_url: str) -> str:
-    return f"{docs_url.rstrip('/')}/catalog/{entry_id}/"
-
-
 def help_markdown(rule, docs_url: str, cat) -> str:
     """The rule's docs as Markdown: its sections, then its catalog entries as links."""
     docs = rule.docs()
@@ -49,7 +45,7 @@ def help_markdown(rule, docs_url: str, cat) -> str:
         if section != "summary":
             parts.append(f"## {section}\n\n{text}")
     if rule.KNOWLEDGE:
-        links = "\n".join(f"- [{catalog_title(cat, k)}]({catalog_url(k, docs_url)})" for k in rule.KNOWLEDGE)
+        links = "\n".join(f"- [{catalog_title(cat, k)}]({entry_url(k, docs_url)})" for k in rule.KNOWLEDGE)
         parts.append(f"## References\n\n{links}")
     return "\n\n".join(p for p in parts if p)
 

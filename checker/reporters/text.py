@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kcheck.finding import Finding
+from kcheck.finding import Finding, entry_url
 
 
 def _line(f: Finding, ctx) -> str:
@@ -29,7 +29,7 @@ def render(findings: list[Finding], ctx) -> str:
                 body.append(f" {marker} {n:>5} | {lines[n - 1]}")
             body.append(f"   docs: {f.url}")
             for entry in f.knowledge:
-                body.append(f"   see:  {ctx.docs_url.rstrip('/')}/catalog/{entry}/")
+                body.append(f"   see:  {entry_url(entry, ctx.docs_url)}")
             body.append("")
     n = len(shown)
     if n:
