@@ -122,3 +122,9 @@ def test_paths_from_different_folders_all_resolve(tmp_path, run_kcheck, monkeypa
     shown = {line.split(":")[0] for line in out.splitlines() if ": KC201" in line}
     assert shown == {"a/one.py", "b/two.py"}
     assert all((tmp_path / p).is_file() for p in shown)
+
+
+def test_stdin_honours_rule_selection(tmp_path, run_kcheck, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_kcheck("check", "-", "--stdin-filename", "bench.py", "--ignore", "KC201", input=BENCH)
+    assert code == 0 and "KC201" not in out
