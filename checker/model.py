@@ -98,6 +98,7 @@ class ModuleModel:
     cpu_names: dict[int, set[str]] = field(default_factory=dict)  # id(function) -> names bound to CPU tensors
     calls: list[cst.Call] = field(default_factory=list)  # every call, in source order
     withs: list[cst.With] = field(default_factory=list)
+    _callers: dict[int, list[cst.Call]] | None = field(default=None, repr=False)
 
     # -- names ---------------------------------------------------------------------------------
 
@@ -175,6 +176,16 @@ class ModuleModel:
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
             return self.local_function(func.attr.value)
         return None
+
+    def callers(self, fn: cst.FunctionDef) -> list[cst.Call]:
+        """Every call in the module that reaches ``fn`` (as ``callee`` resolves it), in source order."""
+        if self._callers is None:
+            self._callers = {}
+            for call in self.calls:
+                target = self.callee(call)
+                if target is not None:
+                    self._callers.setdefault(id(target), []).append(call)
+        return self._callers.get(id(fn), [])
 
     def calls_in(self, nodes: list[cst.CSTNode], depth: int = 3) -> Iterator[tuple[cst.Call, cst.Call | None]]:
         """Every call under ``nodes``, and in the same-module helpers they call (to ``depth``).

@@ -159,7 +159,7 @@ def bench(x):
         (``gen()  # warm-up`` then ``[gen() for _ in range(n)]``)."""
         if fn is None:
             return False
-        sites = [c for c in nodes_under(module, nested=True) if isinstance(c, cst.Call) and self.model.callee(c) is fn]
+        sites = self.model.callers(fn)
         return len(sites) >= 2 and isinstance(self.model.parent(sites[0]), cst.Expr)
 
     def _warmed_by_callers(self, fn, timed, module) -> bool | None:
@@ -172,7 +172,7 @@ def bench(x):
         called = {c.func.value for c in timed if isinstance(c.func, cst.Name)}
         if not called or not called <= set(params):
             return None
-        sites = [c for c in nodes_under(module, nested=True) if isinstance(c, cst.Call) and self.model.callee(c) is fn]
+        sites = self.model.callers(fn)
         for site in sites:
             passed = {code(v) for v in (arg(site, params.index(p), p) for p in called) if v is not None}
             stmt = next((a for a in self.model.ancestors(site) if isinstance(a, cst.SimpleStatementLine)), site)

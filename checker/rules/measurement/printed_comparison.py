@@ -97,8 +97,7 @@ def verify(out, ref):
 
     def _callers_check(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
         """A helper that prints statistics for callers that all assert (there is at least one)."""
-        callers = [self.model.enclosing_function(c) for c in nodes_under(module, nested=True)
-                   if isinstance(c, cst.Call) and self.model.callee(c) is fn]
+        callers = [self.model.enclosing_function(c) for c in self.model.callers(fn)]
         return bool(callers) and all(c is not None and self._asserts(c) for c in callers)
 
     def _asserts(self, fn: cst.FunctionDef) -> bool:
