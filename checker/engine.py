@@ -214,7 +214,7 @@ def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Fi
     from kcheck.rule import FileContext
 
     try:
-        module = cst.parse_module(source)
+        module = parse_cst(source)
     except (cst.ParserSyntaxError, RecursionError) as exc:
         return [], f"libcst cannot parse this file: {str(exc).splitlines()[0]}"
     result.parsed = True
@@ -255,6 +255,29 @@ def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Fi
             source_line=lines[pos.line - 1].strip() if pos.line <= len(lines) else "",
         ))
     return out, None
+
+
+def parse_cst(source: str):
+    """``libcst.parse_module`` without validating every node again as it is built.
+
+    Each libcst node checks its own fields in ``CSTNode.__post_init__``; for a tree the native
+    parser just built from valid text that check cannot fail, and it costs about a third of the
+    parse. The hook is switched off for this one call and restored before returning, so nothing
+    else that uses libcst in the process sees a difference.
+    """
+    import libcst as cst
+    from libcst._nodes.base import CSTNode
+
+    validate = CSTNode.__post_init__
+    CSTNode.__post_init__ = _no_validation
+    try:
+        return cst.parse_module(source)
+    finally:
+        CSTNode.__post_init__ = validate
+
+
+def _no_validation(self) -> None:
+    return None
 
 
 _METHODS: dict[type, tuple[str, ...]] = {}
