@@ -27,6 +27,7 @@ parts = [json.load(open(p)) for p in (out + ".verify", out + ".bench") if os.pat
 merged = {**parts[0], **{k: v for p in parts for k, v in p.items() if k in ("ceilings", "date") and p.get("rows")}}
 merged["verify"] = [c for p in parts for c in p["verify"]]
 merged["rows"] = [r for p in parts for r in p["rows"]]
+merged["other_rows"] = [r for p in parts for r in p.get("other_rows", [])]
 json.dump(merged, open(out, "w"), indent=1)
 PY
 rm -f "$results.verify" "$results.bench"

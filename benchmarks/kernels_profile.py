@@ -1,17 +1,27 @@
 """Where the time goes: per-config timings of each reference kernel, and a profiling window for ncu.
 
-    python benchmarks/kernels_profile.py sweep [--op NAME] [--tokens 1,256,16384]
+    python benchmarks/kernels_profile.py sweep [--op NAME] [--tokens 1,256,16384] [--reps 100] [--rounds 1]
         Times every autotuning candidate of each op's kernel on its benchmark shapes (median of
-        device events, L2 flushed, the harness's Timer), so the autotuner's pick can be checked.
+        device events, L2 flushed, the harness's Timer), so the autotuner's pick can be checked;
+        with --rounds N each candidate is timed N times, interleaved, and the median is kept.
+    python benchmarks/kernels_profile.py host [--op NAME] [--tokens 1]
+        Host time per call of each implementation (wall clock over 2000 calls, no flush): what a
+        caller without CUDA graphs pays on the CPU. The device-event timings hide it.
     ncu --profile-from-start off ... python benchmarks/kernels_profile.py window --op NAME --tokens T [--peers liger]
         Warms up (autotuning included), then runs the kernel (and the named peers) once between
         cudaProfilerStart and cudaProfilerStop, so ncu sees exactly those launches.
+    ncu --profile-from-start off ... python benchmarks/kernels_profile.py copy
+        The same window around a 2 GiB device-to-device copy, the harness's ceiling.
+    python benchmarks/kernels_profile.py short RESULTS_JSON
+        Prints OP:TOKENS:PEER for every shape where kcheck trails its best peer (kernels_profile.sh input).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 
 import torch
 import triton
@@ -32,26 +42,46 @@ def _inputs(spec, tokens):
     return shape, spec.make_inputs(shape, torch.bfloat16, torch.device("cuda"), gen)
 
 
-def sweep(names, tokens):
-    timer = Timer(torch.device("cuda"))
+def sweep(names, tokens, reps=100, rounds=1):
+    timer = Timer(torch.device("cuda"), reps=reps)
     for spec in specs(names):
         tuner = _autotuner(spec)
         candidates = list(tuner.configs)
         for t in tokens:
             shape, inputs = _inputs(spec, t)
             nbytes = spec.bytes(shape, torch.bfloat16)
-            results = []
-            for config in candidates:
-                tuner.configs = [config]  # one candidate: the autotuner launches it without timing
-                tuner.cache.clear()
-                us = timer.median_us(lambda: spec.impl(**inputs))
-                results.append((us, config))
+            times = {i: [] for i in range(len(candidates))}
+            for _ in range(rounds):
+                for i, config in enumerate(candidates):
+                    tuner.configs = [config]  # one candidate: the autotuner launches it without timing
+                    tuner.cache.clear()
+                    times[i].append(timer.median_us(lambda: spec.impl(**inputs)))
+            results = [(statistics.median(times[i]), config) for i, config in enumerate(candidates)]
             tuner.configs = candidates
             tuner.cache.clear()
             best = min(results, key=lambda r: r[0])[0]
             for us, config in results:
                 mark = "  <- best" if us == best else ""
                 print(f"sweep {spec.name:20} T={t:6} {us:9.2f} us {nbytes / us / 1e3:7.0f} GB/s  {config}{mark}")
+
+
+def host(names, tokens, calls=2000):
+    for spec in specs(names):
+        for t in tokens:
+            _, inputs = _inputs(spec, t)
+            for name, factory in peers(spec).items():
+                fn = factory(dict(inputs))
+                if fn is None:
+                    continue
+                for _ in range(20):
+                    fn()
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                torch.cuda.synchronize()
+                us = (time.perf_counter() - start) / calls * 1e6
+                print(f"host {spec.name:20} T={t:6} {name:30} {us:8.2f} us per call (wall clock, back to back)")
 
 
 def window(name, tokens, peer_names):
@@ -71,16 +101,51 @@ def window(name, tokens, peer_names):
     torch.cuda.cudart().cudaProfilerStop()
 
 
+def copy_window():
+    src = torch.empty(1 << 30, dtype=torch.bfloat16, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def short(path):
+    import json
+
+    groups = {}
+    for r in json.load(open(path))["rows"]:
+        if r["dtype"] == "bfloat16":
+            groups.setdefault((r["op"], r["tokens"]), []).append(r)
+    for (op, tokens), rows in groups.items():
+        ours = next(r for r in rows if r["impl"] == "kcheck")
+        peer = min((r for r in rows if r["impl"] != "kcheck"), key=lambda r: r["median_us"])
+        if peer["median_us"] < ours["median_us"]:
+            print(f"{op}:{tokens}:{peer['impl']}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("sweep", "window"))
+    parser.add_argument("mode", choices=("sweep", "window", "host", "copy", "short"))
+    parser.add_argument("results", nargs="?", help="results JSON (short only)")
     parser.add_argument("--op", action="append", choices=OPS)
     parser.add_argument("--tokens", default="1,32,256,4096,16384")
     parser.add_argument("--peers", default="")
+    parser.add_argument("--reps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
     if args.mode == "sweep":
-        sweep(args.op, tokens)
+        sweep(args.op, tokens, args.reps, args.rounds)
+    elif args.mode == "host":
+        host(args.op, tokens)
+    elif args.mode == "copy":
+        copy_window()
+    elif args.mode == "short":
+        short(args.results)
     else:
         window(args.op[0], tokens[0], [p for p in args.peers.split(",") if p])
 

@@ -53,7 +53,7 @@ def _print_checks(checks) -> None:
 def _print_rows(rows) -> None:
     best_peer: dict[tuple, float] = defaultdict(lambda: float("inf"))
     for r in rows:
-        if r["impl"] != "kcheck":
+        if r["impl"] != "kcheck" and r.get("same_op", True):  # a peer that does less is never the best peer
             key = (r["op"], r["dtype"], r["tokens"])
             best_peer[key] = min(best_peer[key], r["median_us"])
     print(f"{'op':22} {'dtype':9} {'T':>6} {'impl':14} {'us':>9} {'GB/s':>8} {'copy':>6} {'sheet':>6} {'best peer/us':>12}")
@@ -62,7 +62,7 @@ def _print_rows(rows) -> None:
         ratio = f"{best_peer[key] / r['median_us']:12.2f}" if r["impl"] == "kcheck" and key in best_peer else ""
         sheet = f"{r['frac_datasheet']:6.2f}" if r["frac_datasheet"] is not None else ""
         print(f"{r['op']:22} {r['dtype']:9} {r['tokens']:6} {r['impl']:14} {r['median_us']:9.2f} {r['gbps']:8.0f} "
-              f"{r['frac_copy']:6.2f} {sheet} {ratio}")
+              f"{r['frac_copy']:6.2f} {sheet} {ratio}{'' if r.get('same_op', True) else '  (not the same op)'}")
 
 
 def _print_autotune(chosen) -> None:
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
 
     chosen = _specs(args)
     result = {**harness.environment(args.commit), "ceilings": {"copy_gbps": None, "datasheet_gbps": None},
-              "rows": [], "verify": []}
+              "rows": [], "other_rows": [], "verify": []}
     failed = False
     if args.command in ("verify", "all"):
         checks = []
@@ -131,7 +131,8 @@ def main(argv=None) -> int:
             for dtype in args.dtype or ["bfloat16"]:
                 rows = harness.bench(spec, dtype, tokens, impls, timer, copy, sheet)
                 _print_rows(rows)
-                result["rows"] += rows
+                result["rows"] += [r for r in rows if r.get("same_op", True)]
+                result["other_rows"] += [r for r in rows if not r.get("same_op", True)]
         _print_autotune(chosen)
     if args.out:
         with open(args.out, "w") as f:

@@ -66,7 +66,12 @@ class KernelSpec:
     implementation writes into; they are poisoned with NaN before each run. ``readout``
     turns outputs into float tensors to compare (identity by default). ``peers`` maps a
     name to a factory that takes the inputs and returns a zero-argument callable (or None
-    when the peer cannot run), so that setup stays out of the timed region.
+    when the peer cannot run), so that setup stays out of the timed region; a peer must do the
+    whole op, as the implementation's caller would have to call it. ``peer_reference`` is what
+    the ``torch`` and ``torch.compile`` peers run (``reference`` by default): an op that writes
+    in place gives one that writes in place too. ``other_peers`` are timed and reported beside
+    the peers but never taken as the best peer, because they do less than the op (for example
+    Liger's RoPE given cos and sin already gathered by position).
     """
 
     name: str
@@ -83,6 +88,10 @@ class KernelSpec:
     out_args: tuple[str, ...] = ()
     readout: Callable[[tuple[torch.Tensor, ...]], tuple[torch.Tensor, ...]] | None = None
     peers: Mapping[str, Callable[[dict[str, Any]], Callable[[], Any] | None]] = dataclasses.field(
+        default_factory=dict
+    )
+    peer_reference: Callable[..., Any] | None = None
+    other_peers: Mapping[str, Callable[[dict[str, Any]], Callable[[], Any] | None]] = dataclasses.field(
         default_factory=dict
     )
     min_capability: tuple[int, int] = (8, 0)
@@ -288,18 +297,20 @@ def copy_ceiling_gbps(timer: Timer, nbytes: int = 2 << 30) -> float:
     return 2 * nbytes / (us * 1e3)
 
 
-def _compiled(spec: KernelSpec) -> Callable[[dict[str, Any]], Callable[[], Any]]:
-    compiled = torch.compile(spec.reference)
+def _compiled(fn: Callable[..., Any]) -> Callable[[dict[str, Any]], Callable[[], Any]]:
+    compiled = torch.compile(fn)
     return lambda inputs: (lambda: compiled(**inputs))
 
 
 def peers(spec: KernelSpec, names: Sequence[str] | None = None) -> dict[str, Callable[[dict[str, Any]], Any]]:
-    """The implementation and its peers, each a factory from inputs to a zero-argument callable."""
+    """The implementation, its peers and its other peers, each a factory from inputs to a zero-argument callable."""
+    op = spec.peer_reference or spec.reference
     impls: dict[str, Callable[[dict[str, Any]], Any]] = {
         "kcheck": lambda inputs: (lambda: spec.impl(**inputs)),
-        "torch": lambda inputs: (lambda: spec.reference(**inputs)),
-        "torch.compile": _compiled(spec),
+        "torch": lambda inputs: (lambda: op(**inputs)),
+        "torch.compile": _compiled(op),
         **spec.peers,
+        **spec.other_peers,
     }
     if names is not None:
         impls = {k: v for k, v in impls.items() if k in names}
@@ -315,7 +326,11 @@ def bench(
     copy_gbps: float | None = None,
     datasheet_gbps: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Time the implementation and its peers on ``spec.bench_shapes`` (optionally only ``tokens``)."""
+    """Time the implementation and its peers on ``spec.bench_shapes`` (optionally only ``tokens``).
+
+    Rows of ``spec.other_peers`` carry ``"same_op": False``; results files keep them apart, under
+    ``other_rows``, so that no reader takes them for a peer.
+    """
     device = torch.device("cuda")
     timer = timer or Timer(device)
     copy_gbps = copy_gbps or copy_ceiling_gbps(timer)
@@ -341,6 +356,7 @@ def bench(
                 "median_us": round(us, 3), "gbps": round(gbps, 1),
                 "frac_copy": round(gbps / copy_gbps, 4),
                 "frac_datasheet": round(gbps / datasheet_gbps, 4) if datasheet_gbps else None,
+                **({"same_op": False} if name in spec.other_peers else {}),
             })
             del fn
     return rows
@@ -385,14 +401,17 @@ def environment(commit: str | None = None) -> dict[str, Any]:
 
 
 def summary_table(result: Mapping[str, Any], dtype: str = "bfloat16") -> str:
-    """A Markdown table of a results file: kcheck against the fastest peer at each (op, tokens)."""
+    """A Markdown table of a results file: kcheck against the fastest peer at each (op, tokens).
+
+    Peers that do less than the op (``other_rows``) follow in a second table and are never the best peer.
+    """
     lines = [
         "| op | T | kcheck µs | best peer | peer µs | speed-up | kcheck GB/s | of copy | of datasheet |",
         "|---|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for row in result["rows"]:
-        if row["dtype"] == dtype:
+        if row["dtype"] == dtype and row.get("same_op", True):
             groups.setdefault((row["op"], row["tokens"]), []).append(row)
     for (op, tokens), rows in groups.items():
         ours = next((r for r in rows if r["impl"] == "kcheck"), None)
@@ -405,4 +424,17 @@ def summary_table(result: Mapping[str, Any], dtype: str = "bfloat16") -> str:
             f"| {op} | {tokens} | {ours['median_us']:.2f} | {peer['impl']} | {peer['median_us']:.2f} | "
             f"{peer['median_us'] / ours['median_us']:.2f} | {ours['gbps']:.0f} | {ours['frac_copy']:.0%} | {sheet} |"
         )
+    other = [r for r in result.get("other_rows", []) if r["dtype"] == dtype]
+    if other:
+        lines += [
+            "",
+            "| op | T | not the same op | its µs | kcheck µs | its µs ÷ kcheck µs |",
+            "|---|---:|---|---:|---:|---:|",
+        ]
+        for r in other:
+            ours = groups.get((r["op"], r["tokens"]), [])
+            own = next((o for o in ours if o["impl"] == "kcheck"), None)
+            if own is not None:
+                lines.append(f"| {r['op']} | {r['tokens']} | {r['impl']} | {r['median_us']:.2f} | "
+                             f"{own['median_us']:.2f} | {r['median_us'] / own['median_us']:.2f} |")
     return "\n".join(lines)

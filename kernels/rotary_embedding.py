@@ -21,11 +21,13 @@ a head dimension that is not unit-stride, a rotary dimension smaller than the he
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import configs, device_reason, fallback, token_bucket
+from kcheck.kernels._launch import bench_clean_l2, configs, device_reason, fallback, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
@@ -48,14 +50,25 @@ def _rotate(a, b, o_ptr, first, second, mask, cos, sin):
     tl.store(o_ptr + second, (b * cos + a * sin).to(ty), mask=mask)
 
 
+def _prune(configs, named_args, **_):
+    """Up to 1024 tokens, 4 warps: a sweep on an H200 found them best or tied at T = 1, 32 and 256,
+    and the autotuner cannot tell candidates a few hundredths of a microsecond apart."""
+    if named_args.get("token_bucket", 65536) > 1024:
+        return configs
+    return [c for c in configs if c.num_warps == 4] or configs
+
+
 @triton.autotune(
     configs=configs(
         # 1 and 2 warps were never best in a sweep over T = 1 to 16384 on an H200, and the
         # autotuner once picked 1 warp for the 64-token bucket (7.3 us at T=32 against 5.5).
+        # Two or four tokens per program were never faster either (sweep of 2026-12-02).
         triton.Config({}, num_warps=4),
         triton.Config({}, num_warps=8),
     ),
     key=["HQ", "HK", "HALF", "token_bucket"],
+    prune_configs_by={"early_config_prune": _prune},
+    do_bench=bench_clean_l2,
     restore_value=["q_ptr", "k_ptr"],  # tuning runs must not rotate in-place inputs repeatedly
 )
 @triton.jit
@@ -199,21 +212,87 @@ def make_inputs(shape, dtype, device, gen, is_neox=True, qkv_view=False, out_of_
     return inputs
 
 
-def _liger(inputs: dict):
+def in_place_reference(positions, query, key, cos_sin_cache, is_neox=True, query_out=None, key_out=None):
+    """The op the ``torch`` and ``torch.compile`` peers run: :func:`reference`, written into the outputs
+    (in place over query and key by default), as :func:`rotary_embedding` does."""
+    rq, rk = reference(positions, query, key, cos_sin_cache, is_neox)
+    query_out = query if query_out is None else query_out
+    key_out = key if key_out is None else key_out
+    return query_out.copy_(rq), key_out.copy_(rk)
+
+
+def _liger_inputs(inputs: dict):
     try:
         from liger_kernel.ops.rope import LigerRopeFunction
     except ImportError:
         return None
-    if not inputs["is_neox"]:
+    if not inputs["is_neox"] or "query_out" in inputs:
         return None
     q, k = inputs["query"], inputs["key"]
-    D = q.shape[-1]
-    # Liger takes per-token cos and sin of full width, gathered up front (Hugging Face layout),
-    # and q, k as [batch, heads, seq, D] views of [batch, seq, heads, D] storage; built outside the timing.
+    # Liger takes q, k as [batch, heads, seq, D] views of [batch, seq, heads, D] storage.
+    return LigerRopeFunction, q.unsqueeze(0).transpose(1, 2), k.unsqueeze(0).transpose(1, 2)
+
+
+def _gather_rows(cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor):
+    return cos[positions], sin[positions]
+
+
+@functools.cache
+def _compiled_gather():
+    return torch.compile(_gather_rows, dynamic=True)
+
+
+def _liger(inputs: dict):
+    """Liger's RoPE doing the whole op: positions -> cos/sin rows -> q and k rotated in place.
+
+    Liger takes per-token cos and sin rows, not positions. Once, outside the timing (as a model
+    does at load time), the cache is split into [max_position, D/2] cos and sin tables in the
+    model dtype; per call, both rows are gathered by position in one kernel that
+    ``torch.compile`` generates, and Liger reads the half-width rows with ``rotary_dim=D``.
+    Of three gathers timed on an H200 (2026-12-02) this was the fastest from T=32 up (93.9 us
+    in all at T=16384, against 99.4 for one ``index_select`` over a [2, max_position, D/2] table
+    and 111.5 for two ``index_select`` calls); at T=1 the single ``index_select`` was faster
+    (7.7 us against 9.5), so it is timed too, as the peer ``liger-index_select``. Liger rotates in
+    place, like ours.
+    """
+    parts = _liger_inputs(inputs)
+    if parts is None:
+        return None
+    fn, q4, k4 = parts
+    D = inputs["query"].shape[-1]
+    cos_t, sin_t = (c.to(inputs["query"].dtype).contiguous() for c in inputs["cos_sin_cache"].split(D // 2, dim=-1))
+    positions, gather = inputs["positions"], _compiled_gather()
+
+    def run():
+        cos, sin = gather(cos_t, sin_t, positions)
+        return fn.apply(q4, k4, cos, sin, None, 1, D)
+
+    return run
+
+
+def _liger_index_select(inputs: dict):
+    """Liger's RoPE doing the whole op, its cos and sin rows gathered by one ``index_select`` over a
+    [2, max_position, D/2] table (built once, outside the timing) whose halves are contiguous."""
+    parts = _liger_inputs(inputs)
+    if parts is None:
+        return None
+    fn, q4, k4 = parts
+    D = inputs["query"].shape[-1]
+    table = torch.stack(inputs["cos_sin_cache"].split(D // 2, dim=-1)).to(inputs["query"].dtype).contiguous()
+    positions = inputs["positions"]
+    return lambda: fn.apply(q4, k4, *table.index_select(1, positions), None, 1, D)
+
+
+def _liger_pregathered(inputs: dict):
+    """Liger's RoPE alone, given cos and sin rows gathered by position outside the timing (not the whole op)."""
+    parts = _liger_inputs(inputs)
+    if parts is None:
+        return None
+    fn, q4, k4 = parts
+    D = inputs["query"].shape[-1]
     cos, sin = inputs["cos_sin_cache"][inputs["positions"]].split(D // 2, dim=-1)
-    cos, sin = (torch.cat([c, c], dim=-1)[None].to(q.dtype).contiguous() for c in (cos, sin))
-    q4, k4 = q.unsqueeze(0).transpose(1, 2), k.unsqueeze(0).transpose(1, 2)
-    return lambda: LigerRopeFunction.apply(q4, k4, cos, sin)
+    cos, sin = (torch.cat([c, c], dim=-1)[None].to(inputs["query"].dtype).contiguous() for c in (cos, sin))
+    return lambda: fn.apply(q4, k4, cos, sin)
 
 
 QWEN3_8B = {"q_heads": 32, "kv_heads": 8, "head_size": 128}
@@ -247,5 +326,7 @@ SPEC = KernelSpec(
     fallbacks=("dtype not bf16/fp16/fp32", "head dimension not unit-stride", "partial rotary (rot < head size)",
                "no Triton backend for the device"),
     out_args=("query_out", "key_out"),
-    peers={"liger": _liger},
+    peers={"liger": _liger, "liger-index_select": _liger_index_select},
+    peer_reference=in_place_reference,
+    other_peers={"liger-pregathered": _liger_pregathered},
 )

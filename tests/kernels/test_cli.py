@@ -15,7 +15,7 @@ from kcheck.kernels.harness import summary_table
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "kernels" / "results" / "h200.json"
-KEYS = {"kcheck_commit", "date", "gpu", "driver", "torch", "triton", "cuda", "ceilings", "rows", "verify"}
+KEYS = {"kcheck_commit", "date", "gpu", "driver", "torch", "triton", "cuda", "ceilings", "rows", "other_rows", "verify"}
 
 
 def test_verify_writes_a_results_file(tmp_path, capsys):
