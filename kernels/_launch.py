@@ -11,6 +11,7 @@ Catalog: triton-cuda/declared-fallbacks, triton-cuda/autotune-keys.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 
@@ -115,6 +116,10 @@ def bench_clean_l2(kernel_call, quantiles=None, reps: int = 40, **_: object):
     times = sorted(start.elapsed_time(end) for start, end in events)
     pick = lambda q: times[min(len(times) - 1, int(q * len(times)))]  # noqa: E731
     return pick(0.5) if quantiles is None else [pick(q) for q in quantiles]
+
+
+BENCH = {"do_bench": bench_clean_l2} if "do_bench" in inspect.signature(triton.autotune).parameters else {}
+"""``triton.autotune`` keyword for :func:`bench_clean_l2`, where this Triton takes one (3.2 and later)."""
 
 
 def token_bucket(tokens: int) -> int:

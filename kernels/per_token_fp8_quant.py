@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import INTERPRET, bench_clean_l2, device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
+from kcheck.kernels._launch import BENCH, INTERPRET, device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
 
@@ -52,7 +52,7 @@ def _round_to_e4m3(v):
     configs=row_configs(),
     key=["N", "token_bucket"],
     prune_configs_by={"early_config_prune": prune_for_small_batches},
-    do_bench=bench_clean_l2,
+    **BENCH,
 )
 @triton.jit
 def _per_token_fp8_quant_kernel(

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import bench_clean_l2, device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
+from kcheck.kernels._launch import BENCH, device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -31,7 +31,7 @@ MAX_HIDDEN = 65536
     configs=row_configs(),
     key=["N", "token_bucket"],
     prune_configs_by={"early_config_prune": prune_for_small_batches},
-    do_bench=bench_clean_l2,
+    **BENCH,
 )
 @triton.jit
 def _rms_norm_kernel(

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import bench_clean_l2, configs, device_reason, fallback, token_bucket
+from kcheck.kernels._launch import BENCH, configs, device_reason, fallback, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
@@ -68,7 +68,7 @@ def _prune(configs, named_args, **_):
     ),
     key=["HQ", "HK", "HALF", "token_bucket"],
     prune_configs_by={"early_config_prune": _prune},
-    do_bench=bench_clean_l2,
+    **BENCH,
     restore_value=["q_ptr", "k_ptr"],  # tuning runs must not rotate in-place inputs repeatedly
 )
 @triton.jit

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import bench_clean_l2, configs, device_reason, fallback, token_bucket
+from kcheck.kernels._launch import BENCH, configs, device_reason, fallback, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
@@ -50,7 +50,7 @@ depended on the call that tuned the bucket."""
     ),
     key=["I", "token_bucket"],
     prune_configs_by={"early_config_prune": _prune},
-    do_bench=bench_clean_l2,
+    **BENCH,
 )
 @triton.jit
 def _silu_and_mul_kernel(
