@@ -164,10 +164,11 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
     rules = [r for r in all_rules() if r.family() != "meta" and config.is_enabled(r.CODE, r.NAME, match)]
     meta_on = {r.CODE for r in all_rules() if r.family() == "meta" and config.is_enabled(r.CODE, r.NAME, match)}
     if shortcuts:
-        rules = [r for r in rules if r.prefilter(source)]
+        seen: dict[str, bool] = {}
+        rules = [r for r in rules if r.prefilter(source, config, seen)]
     directives = suppress.parse_directives(source)
-    if not rules and not directives and "KC900" not in meta_on:
-        return result
+    if not rules and not directives and ("KC900" not in meta_on or (shortcuts and _compiles(source, rel))):
+        return result  # nothing to check but the syntax, and the syntax is fine
     try:
         with warnings.catch_warnings():  # SyntaxWarnings about the scanned code are not kcheck's to print
             warnings.simplefilter("ignore")
@@ -204,6 +205,19 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
             result.findings.append(replace(finding, suppressed=directive.reason or "(no reason given)"))
     result.findings.extend(_meta_findings(directives, rel, config, meta_on, lines))
     return result
+
+
+def _compiles(source: str, rel: str) -> bool:
+    """Whether the text compiles: a syntax check several times cheaper than ``ast.parse``, which
+    builds a Python object per node. When it fails (or compile rejects what ``ast.parse`` accepts,
+    such as ``return`` outside a function), the caller parses with ``ast`` and reports from that."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, rel, "exec", dont_inherit=True)
+    except Exception:  # noqa: BLE001 - any failure sends the file down the ast path, which reports it
+        return False
+    return True
 
 
 def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Finding], str | None]:

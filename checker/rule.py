@@ -25,6 +25,66 @@ if TYPE_CHECKING:
     from kcheck.gate import Summary
     from kcheck.model import ModuleModel
 
+# ``PREFILTER`` patterns are matched cheaply. A regex that tries several alternatives at every
+# position of a large file is slow, and ``\b`` defeats the regex engine's literal-prefix search, so
+# each ``|`` alternative is matched on its own: a plain word (``\.``, ``\(`` allowed) with
+# ``str.__contains__``, anything else with a small regex that runs only when its longest required
+# literal is in the text. The answer is exactly the regex's.
+_PLAIN = re.compile(r"(?:[^\\|()\[\]{}.*+?^$]|\\[.()\[\]{}*+?^$])+")
+_ATOM = re.compile(r"\\[bB]|\\.|\[(?:\\.|[^\]])*\]|.")
+_QUANTIFIER = re.compile(r"[?*+]|\{[^}]*\}")
+
+
+def _required_literal(word: str) -> str | None:
+    """The longest run of characters every match of ``word`` (a regex without groups) must contain."""
+    best, run, i = "", "", 0
+    while i < len(word):
+        atom = _ATOM.match(word, i).group()
+        i += len(atom)
+        quant = _QUANTIFIER.match(word, i)
+        if quant:
+            i += len(quant.group())
+        literal = atom[1] if len(atom) == 2 and atom[0] == "\\" and not atom[1].isalnum() else (
+            atom if len(atom) == 1 and atom not in ".^$" else None)
+        if literal is not None and (quant is None or quant.group() == "+"):
+            run += literal
+            if quant is not None:  # "a+": one "a" is required, what follows may not be adjacent
+                best, run = max(best, run, key=len), ""
+        elif atom in (r"\b", r"\B"):
+            continue  # zero-width: the run goes on
+        else:
+            best, run = max(best, run, key=len), ""
+    best = max(best, run, key=len)
+    return best or None
+
+
+def text_matcher(pattern: str):
+    """A function ``text -> bool``: whether the regex ``pattern`` matches somewhere in ``text``."""
+    fold = pattern.startswith("(?i)")
+    body = pattern[4:] if fold else pattern
+    classes = re.findall(r"(?<!\\)\[[^\]]*\]", body)
+    if re.search(r"(?<!\\)[()]", body) or "\\|" in body or any("|" in c for c in classes):
+        whole = re.compile(pattern)  # groups or a literal "|": keep the regex whole
+        return lambda text: whole.search(text) is not None
+    plain: list[str] = []
+    guarded: list[tuple[str, re.Pattern]] = []
+    for word in body.split("|"):
+        if _PLAIN.fullmatch(word):
+            literal = re.sub(r"\\(.)", r"\1", word)
+            plain.append(literal.lower() if fold else literal)
+        else:
+            literal = _required_literal(word) or ""
+            guarded.append((literal.lower() if fold else literal, re.compile(word, re.IGNORECASE if fold else 0)))
+    words = tuple(plain)
+
+    def matches(text: str) -> bool:
+        if fold:
+            text = text.lower()
+        return any(w in text for w in words) or any(lit in text and rx.search(text) for lit, rx in guarded)
+
+    return matches
+
+
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Options", "References")
 
 
@@ -73,10 +133,21 @@ class Rule(cst.BatchableCSTVisitor):
     # -- cheap decisions, before libcst -------------------------------------------------------
 
     @classmethod
-    def prefilter(cls, text: str) -> bool:
+    def prefilter(cls, text: str, config: "Config | None" = None, seen: dict | None = None) -> bool:
+        """Whether the file's text matches every ``PREFILTER`` pattern. ``seen`` (one dict per
+        file) remembers each pattern's answer, since rules of a family share patterns. A rule that
+        needs the configuration to decide (one that runs on every configured kernel path) overrides this."""
         if cls.__dict__.get("_prefilter_res") is None:
-            cls._prefilter_res = tuple(re.compile(p) for p in cls.PREFILTER)
-        return all(p.search(text) for p in cls._prefilter_res)
+            cls._prefilter_res = tuple((p, text_matcher(p)) for p in cls.PREFILTER)
+        for pattern, matches in cls._prefilter_res:
+            hit = seen.get(pattern) if seen is not None else None
+            if hit is None:
+                hit = matches(text)
+                if seen is not None:
+                    seen[pattern] = hit
+            if not hit:
+                return False
+        return True
 
     @classmethod
     def gate(cls, summary: "Summary", config: "Config") -> bool:
