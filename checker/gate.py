@@ -89,6 +89,12 @@ def _last(node: ast.AST) -> str:
     return ""
 
 
+# fields that never hold a node worth visiting (``ctx`` is Load/Store, the same for every name)
+_NOT_CHILDREN = {"ctx", "id", "attr", "kind", "type_comment", "level", "module", "arg", "conversion", "is_async",
+                 "simple"}
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def summarize(tree: ast.Module) -> Summary:
     """One pass over the tree; each name is added to every function that encloses it."""
     functions: list[FunctionSummary] = []
@@ -101,6 +107,7 @@ def summarize(tree: ast.Module) -> Summary:
         (stmt, () if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else (module_names,))
         for stmt in reversed(tree.body)
     ]
+    fields_of = _CHILD_FIELDS
     while stack:
         node, sinks = stack.pop()
         kind = type(node)
@@ -132,10 +139,13 @@ def summarize(tree: ast.Module) -> Summary:
                 sink.add(name)
             if marker is not None:
                 sink.add(marker)
-        for field in reversed(node._fields):
-            value = getattr(node, field, None)
+        fields = fields_of.get(kind)
+        if fields is None:
+            fields = fields_of[kind] = tuple(f for f in reversed(kind._fields) if f not in _NOT_CHILDREN)
+        for field_name in fields:
+            value = getattr(node, field_name, None)
             if type(value) is list:
-                stack.extend((v, sinks) for v in reversed(value) if isinstance(v, ast.AST))
+                stack.extend([(v, sinks) for v in reversed(value) if isinstance(v, ast.AST)])
             elif isinstance(value, ast.AST):
                 stack.append((value, sinks))
     all_names = module_names | class_level
