@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    COMPARES, CONSTANT_FACTORIES, RANDOM_CALLS, Scope, calls, is_compare, last, nodes_under, scope_gate, uses,
+    COMPARES, CONSTANT_FACTORIES, RANDOM_CALLS, TENSOR_FACTORIES, Scope, arg, calls, is_compare, last, nodes_under,
+    scope_gate, uses,
 )
 
 
@@ -12,19 +15,31 @@ class ConstantTestInputs(Rule):
     """A correctness check that only ever sees constant inputs.
 
     ## What it does
-    In test and benchmark code, finds functions that compare a result (`assert_close`,
-    `allclose`, `torch.equal`, ...) when every input they build comes from `torch.zeros`,
-    `torch.ones`, `torch.full` or `torch.eye` and nothing
-    random is drawn: no `torch.randn`/`rand`/`randint`/`normal_`/`uniform_`/`make_tensor`, no
-    loaded data, neither in the function (classes and helpers defined in it included), in the
-    same-module helpers, classes and fixtures it uses, nor in its decorators; seeding a generator (`manual_seed`, `set_seed`) counts as drawing. Buffers
-    that are themselves compared (outputs) and constants written inside the comparison (the
-    expected value) do not count as inputs, and neither do integer and boolean tensors (lengths,
-    indices and flags are metadata that tests write by hand on purpose). Tests whose every
-    comparison has a hand-written expected value (`torch.tensor([0., 1.])`) check behaviour on
-    chosen inputs, not a kernel against a reference, and are left alone.
+    In test and benchmark code, finds functions that check a kernel against a reference on
+    placeholder inputs: the function calls a kernel (a Triton launch, `torch.ops`, or a call into
+    a kernel module: `ops.`, `_custom_ops`, `kernels`, `triton`, `flashinfer`, `sgl_kernel` ...), a
+    `torch.zeros`/`ones`/`eye` input (or `torch.full` of 0 or 1) reaches a comparison
+    (`assert_close`, `allclose`, `torch.equal`, ...) written in the function, and the other side of
+    that comparison is a reference computation, and nothing random is drawn: no
+    `torch.randn`/`rand`/`randint`/`normal_`/`uniform_`/`make_tensor`, no loaded data, neither in
+    the function (classes and helpers defined in it included), in the same-module helpers, classes
+    and fixtures it uses, nor in its decorators; seeding a generator (`manual_seed`, `set_seed`)
+    counts as drawing.
 
-    `torch.arange` is not reported: its values are distinct, the right input for an indexing test.
+    Left alone, because the constants there are chosen on purpose:
+
+    - outputs and expected values (buffers that are compared, constants written inside the
+      comparison), accumulators and buffers the test writes into (`acc += ...`, `buf[i] = ...`,
+      `out=buf`, `buf.fill_(...)`), integer and boolean tensors (lengths, indices, flags), empty
+      tensors and a handful of values (`torch.ones(1)`, a scale; `torch.zeros(2, 4)`, a worked example);
+    - tests whose expected value is worked out by hand: a literal tensor, `torch.arange`, or plain
+      arithmetic of the inputs with a number (`inp * world_size`, `2.0 / FP8_MAX`);
+    - tests that compare a function with itself (a cache, determinism or round-trip test);
+    - edge-case tests: a `torch.full` with a chosen value (64.0, -inf, 0.5) or an empty tensor in
+      the function;
+    - tests that also build data with distinct values (`torch.arange`/`linspace`, a `torch.tensor`
+      of fractional values) or take inputs from an input helper (`make_inputs`, `gdn_inputs`);
+    - tests on stand-ins (`monkeypatch`, `Mock`, `patch`, `SimpleNamespace`).
 
     ## Why is this bad?
     Constant inputs make a wrong kernel look right: every row of `torch.ones` is the same, so
@@ -38,7 +53,7 @@ class ConstantTestInputs(Rule):
     def test_rms_norm():
         x = torch.ones(16, 4096, device="cuda", dtype=torch.bfloat16)
         w = torch.ones(4096, device="cuda", dtype=torch.bfloat16)
-        torch.testing.assert_close(rms_norm(x, w), rms_norm_ref(x, w))
+        torch.testing.assert_close(ops.rms_norm(x, w), rms_norm_ref(x, w))
     ```
 
     ## Use instead
@@ -47,7 +62,7 @@ class ConstantTestInputs(Rule):
         torch.manual_seed(0)
         x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
-        torch.testing.assert_close(rms_norm(x, w), rms_norm_ref(x, w))
+        torch.testing.assert_close(ops.rms_norm(x, w), rms_norm_ref(x, w))
     ```
     """
 
@@ -85,17 +100,19 @@ def make_inputs():
     INVALID = [
         """
 import torch
+from mylib import ops
 def test_rms_norm():
     x = torch.ones(16, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.ones(4096, device="cuda", dtype=torch.bfloat16)
-    torch.testing.assert_close(rms_norm(x, w), rms_norm_ref(x, w))
+    torch.testing.assert_close(ops.rms_norm(x, w), rms_norm_ref(x, w))
 """,
         """
 import torch
+from mylib.kernels import scale_rows
 def check_scale(n=128):
-    x = torch.full((n, 4), 2.0, device="cuda")
+    x = torch.ones(n, 4, device="cuda")
     s = torch.ones(n, 1, device="cuda")
-    assert torch.equal(scale_rows(x, s), x * s)
+    assert torch.equal(scale_rows(x, s), scale_rows_ref(x, s))
 """,
     ]
     PREFILTER = (r"zeros|ones|full|eye",)
@@ -113,15 +130,32 @@ def check_scale(n=128):
             compares = [c for c in reached if is_compare(model, c)]
             if not compares or self._draws_random(fn, reached) or all(self._literal_expected(c, fn) for c in compares):
                 continue
+            if not any(self._kernel_call(c) for c in reached):
+                continue  # no kernel under test: a check of Python plumbing, a cache or a layout
+            if _mocked(model, fn) or self._varied_data(fn, reached) or any(
+                    (_chosen_value(model, n) or (_empty(n) and last(model.call_name(n)) in TENSOR_FACTORIES))
+                    for n in nodes_under(fn.body, nested=True) if isinstance(n, cst.Call)):
+                continue  # a behaviour test on stand-ins, or inputs with distinct values built by hand
+            own = {id(n) for n in nodes_under(fn.body, nested=True)}
+            references = [c for c in compares if id(c) in own and self._against_reference(c, fn)]
+            if not references:
+                continue  # every expected value is worked out by hand from the chosen constants
             compared = {_base(a.value) for c in compares for a in c.args}
             expected = {id(n) for c in compares for a in c.args for n in nodes_under(a.value)}
+            written = _written(fn)
             for node in nodes_under(fn.body):
                 if isinstance(node, cst.Call) and (model.call_name(node) or "") in CONSTANT_FACTORIES:
-                    if _integer(model, node):
+                    if _integer(model, node) or _empty(node) or _single(node):
                         continue  # lengths, indices and flags: metadata written by hand on purpose
                     target = self._assigned_name(node)
+                    if target is not None and target in written:
+                        continue  # an accumulator or a buffer filled later, not an input
                     if (target is not None and target in compared) or id(node) in expected:
                         continue  # an output buffer or the expected value, not an input
+                    if _chosen_value(model, node):
+                        continue  # a value picked for an edge case (64.0, -inf, 0.5), not a placeholder
+                    if not self._feeds(node, target, fn, references):
+                        continue  # not an input of what is compared against a reference
                     self.report(node, factory=model.call_name(node), function=fn.name.value)
                     break
 
@@ -148,6 +182,11 @@ def check_scale(n=128):
         literal = LITERAL_TENSORS
         values, passed = {}, set()  # constants by name; names handed to a call other than a comparison
         for n in nodes_under(fn.body):
+            if (isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Tuple)
+                    and isinstance(n.value, cst.Call)):
+                for el in n.targets[0].target.elements:  # a, b = f(x): both come from f
+                    if isinstance(el.value, cst.Name):
+                        values[el.value.value] = n.value
             if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
                 values[n.targets[0].target.value] = n.value
             elif isinstance(n, cst.Call) and not is_compare(self.model, n):
@@ -160,6 +199,149 @@ def check_scale(n=128):
                 return True
         return False
 
+    def _kernel_call(self, call: cst.Call) -> bool:
+        """A kernel launch or dispatch (as the model found them), or a call into a kernel module
+        (``ops.``, ``_custom_ops``, ``kernels``, ``triton``, ``flashinfer``, ``sgl_kernel`` ...)."""
+        if id(call) in self.model.launch_sites:
+            return True
+        name = self.model.call_name(call) or ""
+        return not name.startswith("torch.") and bool(KERNEL_CALL.search(name))
+
+    def _varied_data(self, fn: cst.FunctionDef, reached: list[cst.Call]) -> bool:
+        """The test also builds inputs with distinct values: ``torch.arange``/``linspace`` data or a
+        ``torch.tensor`` written with fractional values. The constants are then padding, initial
+        states or fill values around data chosen on purpose."""
+        model = self.model
+        for c in reached:
+            name = model.call_name(c) or ""
+            if name in ("torch.arange", "torch.linspace", "torch.logspace") and not _integer(model, c):
+                return True
+            if name in ("torch.tensor", "torch.as_tensor") and not _integer(model, c) and c.args and any(
+                    isinstance(n, cst.Float) for n in nodes_under(c.args[0].value)):
+                return True
+            if INPUT_HELPER.search(last(name)) and not name.startswith("torch."):
+                return True  # inputs made by a helper this file cannot see into (another module's)
+        return False
+
+    def _against_reference(self, compare: cst.Call, fn: cst.FunctionDef) -> bool:
+        """Neither side of the comparison is worked out by hand (a constant, a literal tensor, or
+        plain arithmetic of the inputs with a number: ``inp * world_size``, ``2.0 / FP8_MAX``): the
+        result is checked against a reference computation, which the same constants fool."""
+        model = self.model
+        values: dict[str, cst.BaseExpression] = {}
+        tensors: set[str] = set()  # names bound to tensors built in the function
+        passed: set[str] = set()  # names handed to a call other than a comparison (in-place outputs)
+        unpacked: set[str] = set()  # names bound otherwise (tuple unpacking, loops, with ... as)
+        for n in nodes_under(fn.body):
+            if (isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Tuple)
+                    and isinstance(n.value, cst.Call)):
+                for el in n.targets[0].target.elements:  # a, b = f(x): both come from f
+                    if isinstance(el.value, cst.Name):
+                        values[el.value.value] = n.value
+            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+                values[n.targets[0].target.value] = n.value
+                if isinstance(n.value, cst.Call) and last(model.call_name(n.value)) in TENSOR_FACTORIES:
+                    tensors.add(n.targets[0].target.value)
+            elif isinstance(n, (cst.Assign, cst.AugAssign, cst.For, cst.AsName)):
+                targets = n.targets if isinstance(n, cst.Assign) else [n]
+                for t in targets:
+                    unpacked.update(x.value for x in nodes_under(getattr(t, "target", t) if not isinstance(
+                        t, cst.For) else t.target) if isinstance(x, cst.Name))
+            elif isinstance(n, cst.Call) and not is_compare(model, n):
+                passed |= {x.value.value for x in n.args if isinstance(x.value, cst.Name)}
+
+        def scalar(e, depth=0) -> bool:
+            if isinstance(e, (cst.Integer, cst.Float)):
+                return True
+            if isinstance(e, cst.UnaryOperation):
+                return scalar(e.expression, depth)
+            if isinstance(e, cst.Name):
+                if e.value in tensors:
+                    return False
+                if e.value in values and depth < 4:
+                    return scalar(values[e.value], depth + 1)
+                if e.value.isupper():
+                    return True  # WORLD_SIZE, FP8_MAX: a module constant
+                return e.value not in passed and e.value not in unpacked  # a parameter or constant: a number
+            if isinstance(e, cst.Attribute):
+                return e.value is not None and not isinstance(e.value, cst.Call) and (model.dotted(e) or "").isupper()
+            if isinstance(e, cst.BinaryOperation):
+                return scalar(e.left, depth) and scalar(e.right, depth)
+            return False
+
+        def by_hand(e, depth=0) -> bool:
+            while isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute) and e.func.attr.value in AS_IS | SHAPE:
+                e = e.func.value
+            if isinstance(e, (cst.Integer, cst.Float, cst.UnaryOperation)):
+                return scalar(e)
+            if isinstance(e, cst.Name):
+                if e.value in passed or e.value not in values or depth >= 4:
+                    return scalar(e)
+                return by_hand(values[e.value], depth + 1)
+            if isinstance(e, cst.Call):
+                return (model.call_name(e) or "") in LITERAL_TENSORS | {"torch.arange", "torch.linspace"}
+            if isinstance(e, cst.Subscript):
+                return by_hand(e.value, depth)
+            if isinstance(e, (cst.ListComp, cst.GeneratorExp)):
+                return by_hand(e.elt, depth)
+            if isinstance(e, cst.DictComp):
+                return by_hand(e.value, depth)
+            if isinstance(e, cst.BinaryOperation):
+                return scalar(e.left) or scalar(e.right) or (by_hand(e.left, depth) and by_hand(e.right, depth))
+            return False
+
+        def computations(e, depth=0) -> set[str]:
+            """The calls that compute ``e`` (names resolved through assignments), casts aside."""
+            found: set[str] = set()
+            for n in nodes_under(e, nested=True):
+                if isinstance(n, cst.Name) and n.value in values and depth < 4:
+                    found |= computations(values[n.value], depth + 1)
+                elif isinstance(n, cst.Call) and not (isinstance(n.func, cst.Attribute) and n.func.attr.value in AS_IS):
+                    name = model.dotted(n.func) or ""
+                    if name not in LITERAL_TENSORS and last(model.call_name(n)) not in TENSOR_FACTORIES:
+                        found.add(name)
+            return found
+
+        sides = [a.value for a in compare.args if a.keyword is None][:2]
+        if len(sides) != 2 or any(by_hand(s) for s in sides):
+            return False
+        computed = [computations(s) for s in sides]
+        # a reference is computed, and by something else than the result it checks (not a cache,
+        # determinism or round-trip test calling the same function twice)
+        return any(computed) and computed[0] != computed[1]
+
+    def _feeds(self, node: cst.Call, target: str | None, fn: cst.FunctionDef, references: list[cst.Call]) -> bool:
+        """The constant reaches a side of a comparison against a reference: through assignments
+        and calls (``y = op(x)``, ``op(out, x)`` writing ``out``)."""
+        model = self.model
+        reached: set[str] = {target} if target else set()
+        if not target:  # built inline: op(torch.ones(...)) or y = f(torch.ones(...))
+            for anc in model.ancestors(node):
+                if isinstance(anc, cst.Call) and not is_compare(model, anc):
+                    reached |= {a.value.value for a in anc.args if isinstance(a.value, cst.Name)}
+                elif isinstance(anc, cst.Assign):
+                    reached |= {x.value for t in anc.targets for x in nodes_under(t.target) if isinstance(x, cst.Name)}
+                    break
+                elif isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                    break
+        steps = []
+        for n in nodes_under(fn.body, nested=True):
+            if isinstance(n, cst.Assign):
+                steps.append(({x.value for t in n.targets for x in nodes_under(t.target) if isinstance(x, cst.Name)},
+                              names_of(n.value)))
+            elif isinstance(n, cst.Call) and not is_compare(model, n):
+                args = {a.value.value for a in n.args if isinstance(a.value, cst.Name)}
+                steps.append((args, set().union(*(names_of(a.value) for a in n.args)) if n.args else set()))
+        for _ in range(6):
+            grown = set(reached)
+            for targets, used in steps:
+                if used & grown:
+                    grown |= targets
+            if grown == reached:
+                break
+            reached = grown
+        return any(names_of(a.value) & reached for c in references for a in c.args[:2])
+
     def _assigned_name(self, call: cst.Call) -> str | None:
         for anc in self.model.ancestors(call):
             if isinstance(anc, cst.Assign):
@@ -168,6 +350,19 @@ def check_scale(n=128):
             if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                 return None
         return None
+
+
+MOCKS = {"monkeypatch", "mocker", "Mock", "MagicMock", "AsyncMock", "patch", "SimpleNamespace", "create_autospec"}
+
+
+def _mocked(model, fn: cst.FunctionDef) -> bool:
+    """The test runs on stand-ins (``monkeypatch``, ``Mock``, ``patch``, ``SimpleNamespace``): it
+    checks plumbing with values chosen so the expected result is known, not a kernel's arithmetic."""
+    if any(p.name.value in MOCKS for p in fn.params.params):
+        return True
+    return any(isinstance(n, cst.Name) and n.value in MOCKS for n in nodes_under(fn, nested=True)) or any(
+        last(model.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)) in MOCKS
+        for d in fn.decorators)
 
 
 def _base(expr: cst.CSTNode) -> str | None:
@@ -181,10 +376,83 @@ def _base(expr: cst.CSTNode) -> str | None:
 AS_IS = {"float", "double", "half", "bfloat16", "to", "cpu", "cuda", "view", "reshape", "flatten", "contiguous",
          "clone", "detach", "squeeze", "unsqueeze", "view_as", "reshape_as"}
 LITERAL_TENSORS = CONSTANT_FACTORIES | {"torch.tensor", "torch.as_tensor"}
+# Methods that only reshape or repeat a hand-written expectation (``torch.arange(k).expand(b, k)``).
+SHAPE = {"expand", "expand_as", "repeat", "permute", "transpose", "t", "broadcast_to", "narrow", "tile"}
+# Calls into kernel code by their qualified name.
+KERNEL_CALL = re.compile(
+    r"(^|\.)(ops|_custom_ops|custom_ops|kernels?|csrc|_C|sgl_kernel|flashinfer|liger_kernel|deep_gemm|triton\w*|cuda\w*"
+    r"|fla|aiter|cutlass\w*|flash_attn\w*|xformers|fbgemm\w*|quack|tilelang)(\.|$)|kernel|triton|fused|cuda",
+    re.IGNORECASE)
+# Helpers that build a test's inputs (``make_inputs``, ``gdn_inputs``, ``generate_data``).
+INPUT_HELPER = re.compile(r"input|^_?(make|gen|generate|create|sample|random|rand)_|_data$|^_?get_data", re.IGNORECASE)
 INTEGER_DTYPES = {"int8", "int16", "int32", "int64", "long", "int", "uint8", "bool", "short"}
 
 
 def _integer(model, call: cst.Call) -> bool:
-    """A factory with an integer or boolean dtype (``torch.ones(n, dtype=torch.int32)``)."""
+    """A factory with an integer or boolean dtype (``torch.ones(n, dtype=torch.int32)``), or a
+    ``torch.full``/``full_like`` of an integer without a dtype (``torch.full((n,), step)`` is int64)."""
     dtype = next((a.value for a in call.args if a.keyword and a.keyword.value == "dtype"), None)
+    if dtype is None and last(model.call_name(call)) in ("full", "full_like"):
+        fill = arg(call, 1, "fill_value")
+        if isinstance(fill, cst.UnaryOperation):
+            fill = fill.expression
+        return isinstance(fill, cst.Integer)
     return dtype is not None and (model.dotted(dtype) or "").split(".")[-1] in INTEGER_DTYPES
+
+
+def names_of(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in nodes_under(node, nested=True) if isinstance(n, cst.Name)}
+
+
+def _chosen_value(model, call: cst.Call) -> bool:
+    """``torch.full``/``full_like`` with a fill other than 0 or 1: a value picked on purpose (an edge
+    case: a large magnitude, -inf, a rounding tie), unlike a placeholder of zeros or ones."""
+    if last(model.call_name(call)) not in ("full", "full_like"):
+        return False
+    fill = arg(call, 1, "fill_value")
+    return not (isinstance(fill, (cst.Integer, cst.Float)) and fill.evaluated_value in (0, 1))
+
+
+def _single(call: cst.Call) -> bool:
+    """``torch.ones(1)``, ``torch.zeros(1, 2)``: a handful of values (a scale, a worked example),
+    not data with rows that could be mixed up."""
+    sizes = [a.value for a in call.args if a.keyword is None]
+    if len(sizes) == 1 and isinstance(sizes[0], (cst.Tuple, cst.List)):
+        sizes = [e.value for e in sizes[0].elements]
+    if not sizes or not all(isinstance(v, cst.Integer) for v in sizes):
+        return False
+    count = 1
+    for v in sizes:
+        count *= int(v.evaluated_value)
+    return count <= 8
+
+
+def _empty(call: cst.Call) -> bool:
+    """A factory with a literal 0 among its sizes: an empty tensor has no values to be constant."""
+    sizes = [a.value for a in call.args if a.keyword is None]
+    if len(sizes) == 1 and isinstance(sizes[0], (cst.Tuple, cst.List)):
+        sizes = [e.value for e in sizes[0].elements]
+    return any(isinstance(v, cst.Integer) and v.evaluated_value == 0 for v in sizes)
+
+
+def _written(fn: cst.FunctionDef) -> set[str]:
+    """Names the function writes into after building them: ``acc += ...``, ``buf[i] = ...``,
+    ``out=acc``, ``acc.add_(...)``: accumulators and buffers, not inputs."""
+    out: set[str] = set()
+    for n in nodes_under(fn.body, nested=True):
+        if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name):
+            out.add(n.target.value)
+        elif isinstance(n, (cst.Assign, cst.AugAssign)):
+            for t in (n.targets if isinstance(n, cst.Assign) else [n]):
+                target = t.target
+                if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+                    out.add(target.value.value)
+        elif isinstance(n, cst.Call):
+            for a in n.args:
+                if a.keyword is not None and a.keyword.value == "out" and isinstance(a.value, cst.Name):
+                    out.add(a.value.value)
+            func = n.func
+            if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.attr.value.endswith("_")
+                    and not func.attr.value.startswith("_")):
+                out.add(func.value.value)
+    return out

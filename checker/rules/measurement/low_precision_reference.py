@@ -27,8 +27,10 @@ class LowPrecisionReference(Rule):
     that reduce (`sum`, `mean`, `var`, `softmax`, `logsumexp`, `cumsum`, `norm`) a value they
     computed themselves (an elementwise intermediate already rounded to 16 bits, such as
     `x.pow(2)` or `logits / temperature`) without ever upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
-    function, and not every call site in the module passes upcast inputs (`x.float()`, or a
-    name the caller assigned from one).
+    function (a parameter default such as `work_dtype=torch.float32` counts), and not every call
+    site in the module passes upcast inputs (`x.float()`, or a name the caller assigned from one).
+    Fakes handed to `monkeypatch.setattr` or `patch` are stand-ins, not references, and are
+    left alone.
 
     PyTorch's own reductions accumulate in FP32 internally, so `torch.softmax(x)` of an input
     is left alone; the loss is in the rounded intermediates.
@@ -107,12 +109,24 @@ DTYPES = [torch.float16, torch.bfloat16]
         for fn in (f for defs in self.model.functions.values() for f in defs):
             if fn.name.value.startswith("test") or not REFERENCE.search(fn.name.value) or self._upcasts(fn.body) or self._called_upcast(fn, original_node):
                 continue
+            if self._upcasts(fn.params) or self._stand_in(fn, original_node):
+                continue  # work_dtype=torch.float32 by default, or a fake patched in by a test
             computed = self._computed_names(fn)
             for node in nodes_under(fn.body):
                 if isinstance(node, cst.Call) and _op(node) in REDUCTIONS and not self._loss(node):
                     if self._computed(_reduced(node), computed):
                         self.report(node, function=fn.name.value, op=_op(node))
                         break
+
+    def _stand_in(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
+        """The function is handed to ``monkeypatch.setattr``/``patch``: a fake that replaces code
+        under test (it records calls, returns a stand-in value), not a numerical reference."""
+        name = fn.name.value
+        for n in nodes_under(module, nested=True):
+            if isinstance(n, cst.Call) and last(self.model.dotted(n.func)) in ("setattr", "patch", "object") and any(
+                    isinstance(a.value, cst.Name) and a.value.value == name for a in n.args):
+                return True
+        return False
 
     def _loss(self, call: cst.Call) -> bool:
         """A scalar made to call ``.backward()`` on (``(o * do).sum().backward()``), not the reference."""

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.model import HOST_TIMERS
@@ -10,6 +12,8 @@ from kcheck.rules.measurement import (
 
 MEANS = {"mean", "fmean", "average"}
 FEW_RUNS = 10  # a window averaging this many runs or fewer is "a handful"
+SPREAD = re.compile(r"median|percentile|quantile", re.IGNORECASE)
+ESTIMATE = re.compile(r"estimat|n_repeat|calibrat", re.IGNORECASE)
 
 
 class MeanOfTimings(Rule):
@@ -21,6 +25,11 @@ class MeanOfTimings(Rule):
     per-run timings (filled from `elapsed_time` or host timers); `do_bench(...,
     return_mode="mean")`; and a timed window around `for _ in range(N)` with N of 10 or fewer,
     whose total divided by N is a mean of a handful of runs.
+
+    A mean reported beside the median or percentiles (a function that computes those too) is an
+    extra column, and a short window that only estimates a call's time to size the real
+    measurement (`estimate_ms`, `n_repeat`, as `do_bench` does) is not a report: neither is
+    reported.
 
     ## Why is this bad?
     Kernel timings have a long right tail: clock changes, interrupts, other tenants and the
@@ -115,10 +124,11 @@ def bench_host(fn, x, iters=5):
                     mode = arg(node, 99, "return_mode")
                     if isinstance(mode, cst.SimpleString) and mode.evaluated_value == "mean":
                         self.report(node, what='do_bench(return_mode="mean") reports the mean')
-                elif name in MEANS and self._mentions(node, timings):
+                elif name in MEANS and self._mentions(node, timings) and not self._median_too(node):
                     self.report(node, what="the mean of per-run timings is reported")
             elif isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Call) and \
-                    last(model.dotted(node.left.func)) == "sum" and self._mentions(node.left, timings):
+                    last(model.dotted(node.left.func)) == "sum" and self._mentions(node.left, timings) \
+                    and not self._median_too(node):
                 self.report(node, what="the mean of per-run timings is reported")
         for region in model.timed_regions:
             if not device_timing(region) or not scope.covers(region.nodes[0]):
@@ -128,8 +138,20 @@ def bench_host(fn, x, iters=5):
                 if isinstance(stmt, cst.For) and isinstance(stmt.iter, cst.Call) and \
                         model.dotted(stmt.iter.func) == "range" and len(stmt.iter.args) == 1:
                     n = int_value(root, stmt.iter.args[0].value)
-                    if n is not None and 1 < n <= FEW_RUNS:
+                    if n is not None and 1 < n <= FEW_RUNS and not self._estimate(root):
                         self.report(stmt, what=f"one window over {n} runs gives the mean of a handful of runs")
+
+    def _median_too(self, node: cst.CSTNode) -> bool:
+        """The function reports the median or percentiles as well: the mean is an extra column."""
+        fn = self.model.enclosing_function(node)
+        return fn is not None and any(
+            (isinstance(n, cst.Name) and SPREAD.search(n.value)) or (isinstance(n, cst.Attribute) and SPREAD.search(n.attr.value))
+            for n in nodes_under(fn.body, nested=True))
+
+    def _estimate(self, root: cst.CSTNode) -> bool:
+        """The short window only estimates the time of a call to size the real measurement
+        (``estimate_ms = ...; n_repeat = int(rep / estimate_ms)``), as ``do_bench`` does."""
+        return any(isinstance(n, cst.Name) and ESTIMATE.search(n.value) for n in nodes_under(root, nested=True))
 
     def _mentions(self, node: cst.CSTNode, timings: set[str]) -> bool:
         return any(isinstance(n, cst.Name) and n.value in timings for n in nodes_under(node))

@@ -3,7 +3,9 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.measurement import TOLERANCE_COMPARES, Scope, arg, is_compare, nodes_under, scope_gate
+from kcheck.rules.measurement import (
+    EMPTY_FACTORIES, TOLERANCE_COMPARES, Scope, arg, is_compare, nodes_under, scope_gate,
+)
 
 
 class NanEqualComparison(Rule):
@@ -11,18 +13,27 @@ class NanEqualComparison(Rule):
 
     ## What it does
     In test and benchmark code, finds `assert_close`, `allclose`, `isclose` and
-    `assert_allclose` calls with `equal_nan=True`, unless the test puts NaN or infinity into
-    its inputs on purpose (`float("nan")`, `torch.inf`): then matching NaNs is the point.
+    `assert_allclose` calls with `equal_nan=True` that compare two buffers the test allocates
+    without values (`torch.empty*`, `.new_empty`) or fills with NaN: two outputs, each written by
+    a kernel. An element that neither kernel writes is then NaN (or the same stale memory) on
+    both sides and passes. Against an independent reference, finite where the output was left
+    unwritten, a NaN still fails, so such comparisons are left alone, as are tests that put NaN
+    or infinity into their inputs on purpose (`float("nan")`, `torch.inf`, in the body or a
+    `parametrize` decorator): then matching NaNs is the point.
 
     ## Why is this bad?
     A NaN in a kernel's output is a bug (an unwritten element of a NaN-poisoned buffer, an
     overflow, a division by a zero norm). With `equal_nan=True` a NaN passes as soon as the
-    reference has one in the same place, and a reference computed the same wrong way often
-    does; poisoning outputs with NaN, the best way to find unwritten elements, stops working
-    at the same moment. NaN must never pass.
+    other side has one in the same place, and when both sides are poisoned outputs, the
+    elements both kernels skip are exactly such places: poisoning outputs with NaN, the best way
+    to find unwritten elements, stops working. NaN must never pass.
 
     ## Example
     ```python
+    out = torch.empty_like(x).fill_(float("nan"))
+    ref = torch.empty_like(x).fill_(float("nan"))
+    ops.rms_norm(out, x, w, eps)
+    ops.rms_norm_reference(ref, x, w, eps)
     torch.testing.assert_close(out, ref, atol=1e-2, rtol=1.6e-2, equal_nan=True)
     ```
 
@@ -49,16 +60,29 @@ import numpy as np
 def summarize(a, b):
     return np.isclose(a, b, equal_nan=True)
 """,
+        """
+import torch
+def test_jsd(p, q):
+    torch.testing.assert_close(jsd(p, q), torch_jsd(p, q), atol=1e-5, rtol=1e-5, equal_nan=True)
+""",
     ]
     INVALID = [
         """
 import torch
-def test_norm():
+def test_norm(x, w):
+    out = torch.empty_like(x).fill_(float("nan"))
+    ref = torch.empty_like(x).fill_(float("nan"))
+    ops.rms_norm(out, x, w, 1e-6)
+    ops.rms_norm_reference(ref, x, w, 1e-6)
     torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2, equal_nan=True)
 """,
         """
 import torch
-def check_topk(values, ref):
+def check_topk(scores, k):
+    values = torch.empty(scores.shape[0], k, device="cuda")
+    ref = scores.new_empty(scores.shape[0], k)
+    topk(scores, values)
+    topk_reference(scores, ref)
     return torch.allclose(values, ref, equal_nan=True)
 """,
     ]
@@ -74,15 +98,64 @@ def check_topk(values, ref):
             if isinstance(node, cst.Call) and is_compare(self.model, node, TOLERANCE_COMPARES):
                 flag = arg(node, 99, "equal_nan")
                 if isinstance(flag, cst.Name) and flag.value == "True" and scope.covers(node) \
-                        and not self._nan_inputs(node):
+                        and not self._nan_inputs(node) and self._both_unset(node):
                     self.report(node)
 
-    def _nan_inputs(self, call: cst.Call) -> bool:
-        """The test puts NaN or infinity into its inputs on purpose (``float("nan")``, ``torch.inf``)."""
+    def _both_unset(self, call: cst.Call) -> bool:
+        """Both compared values are buffers the test allocates without values (``torch.empty*``,
+        ``.new_empty``) or fills with NaN: an element neither side writes is NaN (or the same stale
+        memory) on both, and equal_nan makes it match. Against an independent reference (finite
+        where the output is unwritten) a NaN still fails, so that is left alone."""
         fn = self.model.enclosing_function(call)
-        for n in nodes_under(fn.body if fn is not None else call):
+        if fn is None:
+            return False
+        unset: set[str] = set()
+        for n in nodes_under(fn.body, nested=True):
+            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+                if _unset_value(self.model, n.value):
+                    unset.add(n.targets[0].target.value)
+        sides = [a.value for a in call.args if a.keyword is None][:2]
+        names = [_base(s) for s in sides]
+        return len(names) == 2 and all(name in unset for name in names)
+
+    def _nan_inputs(self, call: cst.Call) -> bool:
+        """The test puts NaN or infinity into its inputs on purpose (``float("nan")``, ``torch.inf``),
+        in its body or its decorators (``@pytest.mark.parametrize("v", [float("nan")])``)."""
+        fn = self.model.enclosing_function(call)
+        root = fn if fn is not None else call
+        poison = {id(x) for n in nodes_under(root, nested=True)  # NaN that poisons an output is no input
+                  if isinstance(n, cst.Assign) and _unset_value(self.model, n.value) for x in nodes_under(n.value)}
+        for n in nodes_under(root):
+            if id(n) in poison:
+                continue
             if isinstance(n, cst.SimpleString) and str(n.evaluated_value).lower().lstrip("+-") in ("nan", "inf"):
                 return True
             if isinstance(n, cst.Attribute) and n.attr.value in ("nan", "inf") and isinstance(n.value, cst.Name):
                 return True
         return False
+
+
+def _base(expr: cst.CSTNode) -> str | None:
+    """``out`` for ``out``, ``out[:n]``, ``out.float()``: the buffer a compared value reads."""
+    while True:
+        if isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not expr.args:
+            expr = expr.func.value
+        else:
+            break
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _unset_value(model, value: cst.CSTNode) -> bool:
+    """``torch.empty(...)``, ``x.new_empty(...)``, ``torch.full(..., nan)``, ``torch.empty(...).fill_(nan)``."""
+    if not isinstance(value, cst.Call):
+        return False
+    name = model.call_name(value) or ""
+    if name in EMPTY_FACTORIES or (isinstance(value.func, cst.Attribute) and value.func.attr.value in (
+            "new_empty", "empty_like")):
+        return True
+    text = cst.Module([]).code_for_node(value)
+    if isinstance(value.func, cst.Attribute) and value.func.attr.value == "fill_":
+        return "nan" in text.lower()
+    return name.split(".")[-1] in ("full", "full_like") and "nan" in text.lower()

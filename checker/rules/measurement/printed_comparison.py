@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.rule import Rule
@@ -7,6 +9,12 @@ from kcheck.model import LOG_METHODS
 from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, nodes_under, uses
 
 ASSERTING = ("assert", "fail", "exit")
+# Helpers that only report (print_mismatch_details, log_errors, show_diff).
+REPORTER = re.compile(r"^_?(print|log|report|show|dump|describe|display|summari[sz]e|emit)", re.IGNORECASE)
+# Error measures compared with a bound (if max_diff > tol:).
+ERROR_NAME = re.compile(r"diff|err|mismatch|dist|sim", re.IGNORECASE)
+# Timing columns of a benchmark table.
+TIMING = re.compile(r"time|_ms$|^ms$|_us$|^us$|lat|speed|^spd$|^t_|tflop|gbps|bandwidth|^bw", re.IGNORECASE)
 
 
 class PrintedComparison(Rule):
@@ -17,7 +25,10 @@ class PrintedComparison(Rule):
     comparison — the result of `allclose`/`isclose`/`equal`, or an error such as
     `(out - ref).abs().max()` — and never check it: no `assert`, no `raise`, no `assert_*`
     call, no `pytest.fail` or `sys.exit`, the difference is not returned to a caller, and the
-    function is not a helper whose callers all assert.
+    function is not a helper whose callers all assert. Also left alone: a comparison whose result
+    decides something (`if not torch.allclose(...): return False`, `results[k] = passed`,
+    `if max_diff > tol:`), reporting helpers (`print_*`, `log_*`, `report_*`, `show_*`), and a
+    printed row of a benchmark table (the error is a column beside the timings).
 
     ## Why is this bad?
     A printed difference is read once, by a person, on the shape they tried; afterwards the
@@ -91,9 +102,44 @@ def verify(out, ref):
         if scope.whole_file:
             roots.append((original_node, "this script"))
         for root, where in roots:
-            if isinstance(root, cst.FunctionDef) and self._callers_check(root, original_node):
-                continue
+            if isinstance(root, cst.FunctionDef) and (self._callers_check(root, original_node)
+                                                     or REPORTER.match(root.name.value)):
+                continue  # a reporting helper (print_mismatch_details) of checks made elsewhere
+            if self._decides(root):
+                continue  # the comparison's result decides something: the printed error is extra detail
             self._check(root, where)
+
+    def _decides(self, root: cst.CSTNode) -> bool:
+        """A comparison whose result is used, not only printed: in an ``if`` or a ``return``
+        (``if not torch.allclose(...): return False``), or stored (``results[k] = passed``),
+        or an error measure compared with a bound (``if max_diff > tol:``)."""
+        model = self.model
+        body = root.body if isinstance(root, cst.FunctionDef) else root
+        results: set[str] = set()
+        for n in nodes_under(body):
+            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name) and \
+                    any(isinstance(c, cst.Call) and is_compare(model, c) for c in nodes_under(n.value)):
+                results.add(n.targets[0].target.value)
+        for n in nodes_under(body):
+            tests = []
+            if isinstance(n, (cst.If, cst.While)):
+                tests = [n.test]
+            elif isinstance(n, cst.IfExp):
+                tests = [n.test]
+            elif isinstance(n, cst.Return) and n.value is not None:
+                tests = [n.value]
+            elif isinstance(n, cst.Assign) and any(isinstance(t.target, cst.Subscript) for t in n.targets):
+                tests = [n.value]
+            for t in tests:
+                for x in nodes_under(t):
+                    if isinstance(x, cst.Call) and is_compare(model, x):
+                        return True
+                    if isinstance(x, cst.Name) and x.value in results:
+                        return True
+                    if isinstance(x, cst.Comparison) and self._difference(x, set()) is None and isinstance(n, cst.If) \
+                            and any(isinstance(y, cst.Name) and ERROR_NAME.search(y.value) for y in nodes_under(x)):
+                        return True
+        return False
 
     def _callers_check(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
         """A helper that prints statistics for callers that all assert (there is at least one)."""
@@ -129,6 +175,8 @@ def verify(out, ref):
                 if self._difference(node.value, diffs):
                     return
             if isinstance(node, cst.Call) and model.log_kind(node):
+                if any(isinstance(x, cst.Name) and TIMING.search(x.value) for a in node.args for x in nodes_under(a.value)):
+                    continue  # a row of a benchmark table: the error is a column beside the timings
                 for a in node.args:
                     what = self._difference(a.value, diffs)
                     if what:

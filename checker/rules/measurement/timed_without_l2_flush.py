@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.rule import Rule
@@ -17,7 +19,10 @@ class TimedWithoutL2Flush(Rule):
     In test and benchmark code, finds CUDA-event and host-timer windows that time the same
     call repeatedly — a loop inside the window, or a window inside a loop — when the inputs do
     not rotate with the loop variable (`xs[i % n]`) and nothing in the function or its
-    same-module helpers flushes L2 (a name with `flush`, `l2` or `clear_cache` in it).
+    same-module helpers flushes L2 (a name with `flush`, `l2` or `clear_cache` in it). Inputs
+    that the loop body takes from the loop variable (`x, y = data_sets[i % n]`,
+    `inputs_for(idx)`) rotate too. Collectives (`all_reduce`, `all_to_all`, dispatch/combine)
+    are not reported: their cost is the interconnect.
     `triton.testing.do_bench` flushes L2 itself and is not reported. This rule is a preview:
     it cannot see how large the inputs are, so it reports at `info` level.
 
@@ -127,10 +132,12 @@ def bench(fn, x, iters=100):
             timed = work_calls(model, region.nodes)
             if not timed:
                 continue
-            varying = _targets(loop)
+            varying = _varying(loop)
             if any(isinstance(n, cst.Name) and n.value in varying for c in timed for a in c.args
                    for n in nodes_under(a.value)):
                 continue  # inputs rotate with the loop
+            if all(COLLECTIVE.search(model.dotted(c.func) or "") for c in timed):
+                continue  # a collective moves data between GPUs: L2 is not what it measures
             reported.add(id(root))
             self.report(timed[0], call=model.dotted(timed[0].func) or "the timed call", times=times)
 
@@ -156,3 +163,20 @@ def _targets(loop: cst.CSTNode) -> set[str]:
     if isinstance(loop, cst.For):
         return {n.value for n in nodes_under(loop.target) if isinstance(n, cst.Name)}
     return set()
+
+
+def _varying(loop: cst.CSTNode) -> set[str]:
+    """The loop variable and the names the loop body assigns from it (``x, y = data[i % n]``,
+    ``logits = inputs_for(idx)``): inputs that rotate with the loop."""
+    varying = _targets(loop)
+    assigns = [n for n in nodes_under(loop.body) if isinstance(n, cst.Assign)]
+    for _ in range(3):
+        for a in assigns:
+            if any(isinstance(n, cst.Name) and n.value in varying for n in nodes_under(a.value)):
+                varying |= {n.value for t in a.targets for n in nodes_under(t.target) if isinstance(n, cst.Name)}
+    return varying
+
+
+# Collectives and point-to-point transfers: their cost is the interconnect, not L2 hits.
+COLLECTIVE = re.compile(r"all_?reduce|all_?gather|all_?to_?all|reduce_?scatter|broadcast|\bsend|\brecv|a2a|barrier"
+                        r"|\bnccl|dispatch|combine", re.IGNORECASE)

@@ -119,7 +119,8 @@ def test_quant(x):
                 compared |= passed
             elif not name.startswith("torch.") or name.startswith("torch.ops."):
                 for b in passed:
-                    written.setdefault(b, name or model.dotted(func) or "a call")
+                    launched = func.value if isinstance(func, cst.Subscript) else func  # kernel[grid](...)
+                    written.setdefault(b, name or model.dotted(launched) or "a call")
         for node in nodes_under(fn.body):  # out[...] = ... writes it too
             if isinstance(node, cst.Assign):
                 for t in node.targets:
