@@ -22,8 +22,8 @@ META_PARAM = re.compile(r"^(BLOCK|TILE)(_|$)|_(BLOCK|TILE)(_|$)|^GROUP_SIZE|^num
 # A tl.arange over one of these names covers a blocked (tail-able) dimension...
 BLOCKED_BOUND = re.compile(r"BLOCK|TILE|CHUNK", re.IGNORECASE)
 # ...unless the name says it is a model dimension taken whole (BLOCK_DMODEL, BLOCK_HEADDIM,
-# BLOCK_DPE, BLOCK_D): kernels size those exactly and check the head size in the wrapper.
-EXACT_BOUND = re.compile(r"DMODEL|HEAD|DIM|DPE|_D[KV]?$", re.IGNORECASE)
+# BLOCK_DPE, BLOCK_ROPE, BLOCK_D): kernels size those exactly and check the head size in the wrapper.
+EXACT_BOUND = re.compile(r"DMODEL|HEAD|DIM|DPE|ROPE|_D[KV]?$", re.IGNORECASE)
 
 
 def kernel_gate(summary) -> bool:

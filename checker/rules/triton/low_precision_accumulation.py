@@ -10,7 +10,12 @@ from kcheck.rules.triton import TRITON_TEXT, arg, is_tl_attr, kernel_gate, kerne
 LOW = ("float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16")
 WIDE = ("float32", "float64")
 # Pointers whose loads are integers (indices, counts, lengths), not activations.
-INT_POINTER = re.compile(r"idx|ids|cnt|index|indices|offset|count|len|mask|pos|expert|table|slot|seq", re.IGNORECASE)
+INT_POINTER = re.compile(r"idx|ids|cnt|index|indices|offset|count|len|mask|pos|expert|table|slot|seq|parent",
+                         re.IGNORECASE)
+# Pointers to buffers kernels keep in fp32: split-K partials, scratch, running sums and maxima,
+# normalisation statistics, scales.
+F32_POINTER = re.compile(r"part|scratch|acc|lse|sum|max|den|mean|rstd|var|stat|scale|amax|fp32|f32|float32",
+                         re.IGNORECASE)
 LOW_TEXT = re.compile(r"bfloat16|float16|\bhalf\b|bf16|fp16")
 F32, LOADED, LOWP = "fp32", "loaded", "low"
 
@@ -23,7 +28,10 @@ class LowPrecisionAccumulation(Rule):
     an accumulator created with `tl.zeros`/`tl.full` in `tl.float16`/`tl.bfloat16` (or in the
     input pointer's element type) and then added to; `tl.dot(..., out_dtype=tl.float16)`; and
     `tl.sum` over values loaded from memory and never cast to `tl.float32`, in a module that
-    handles FP16/BF16 data. `tl.dot` without `out_dtype` accumulates in FP32 and is fine.
+    handles FP16/BF16 data. Loads that are integers (`other=-1`, pointers named for ids, counts,
+    offsets) or from buffers kernels keep in FP32 (pointers named for partials, scratch, sums,
+    maxima, statistics, scales) do not count, and neither do values cast to 16 bits explicitly
+    (`(x * x).to(tl.bfloat16)`: a kernel that reproduces a BF16 reference on purpose). `tl.dot` without `out_dtype` accumulates in FP32 and is fine.
 
     ## Why is this bad?
     BF16 keeps 8 bits of mantissa: once a running sum is a few hundred times larger than the
@@ -176,6 +184,14 @@ def k(a, b):
                     pointer = arg(expr, 0, "pointer")
                     bases = {n.value for n in nodes_under(pointer) if isinstance(n, cst.Name)} & set(k.params) \
                         if pointer is not None else set()
+                    other = arg(expr, 2, "other")
+                    if isinstance(other, cst.UnaryOperation) and isinstance(other.expression, cst.Integer):
+                        return None  # other=-1: a sentinel of an integer load
+                    named = {n.value for n in nodes_under(pointer) if isinstance(n, cst.Name)} if pointer else set()
+                    if any(INT_POINTER.search(n) for n in named - bases if n.endswith(("_ptr", "_base", "_ptrs"))):
+                        return None  # a local pointer named for ids or counts
+                    if any(F32_POINTER.search(n) for n in named):
+                        return F32  # partial sums, maxima, statistics and scales are kept in fp32
                     return None if any(INT_POINTER.search(n) for n in bases) else LOADED
                 if op == "cast":
                     return kind(cst.Call(cst.Attribute(expr.args[0].value, cst.Name("to")), [expr.args[1]])) \
@@ -204,7 +220,7 @@ def k(a, b):
                 for sub in nodes_under(node):
                     if isinstance(sub, cst.Call) and tl_op(model, sub) == "sum" and arg(sub, 99, "dtype") is None:
                         values = arg(sub, 0, "input")
-                        if values is not None and kind(values) in (LOADED, LOWP):
+                        if values is not None and kind(values) == LOADED:  # an explicit 16-bit cast is on purpose
                             self.report(sub, what="tl.sum over 16-bit values loaded from memory keeps their precision")
                 for stmt in node.body:
                     if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.rule import Rule
@@ -22,7 +24,9 @@ class RuntimeMetaParameter(Rule):
     `num_warps`, `num_stages`) or used where Triton needs a compile-time value (the bounds of
     `tl.arange`, the shape of `tl.zeros`/`tl.full`/`tl.reshape`, `tl.static_range`). A
     `@triton.jit` helper called from another kernel in the module is left alone: its arguments
-    are compile-time values whenever its callers pass compile-time values.
+    are compile-time values whenever its callers pass compile-time values. Counts of blocks
+    (`NUM_BLOCK`, `N_TILES`: a loop bound) are not block sizes, and `len(buffers)` of a tuple
+    argument is static (Triton specialises on a tuple's length).
 
     ## Why is this bad?
     A block size the compiler does not know cannot size registers or unroll loops: used as a
@@ -117,7 +121,7 @@ def k(x_ptr, n, BLOCK: tl.constexpr, num_warps):
             for name in sorted(runtime):
                 if name in shaped:
                     why = "used as a shape or tl.arange bound"
-                elif META_PARAM.search(name):
+                elif META_PARAM.search(name) and not COUNT.match(name):
                     why = "a launch option" if name.startswith("num_") else "a block size"
                 else:
                     continue
@@ -125,6 +129,13 @@ def k(x_ptr, n, BLOCK: tl.constexpr, num_warps):
 
 
 def _bare_names(node: cst.CSTNode) -> set[str]:
-    """Names used as values: in ``x.shape`` the shape of a tensor is read, which is static already."""
+    """Names used as values: in ``x.shape`` the shape of a tensor is read, which is static already,
+    and so is ``len(buffers)`` of a tuple argument (Triton specialises on a tuple's length)."""
     bases = {id(n.value) for n in nodes_under(node) if isinstance(n, cst.Attribute)}
+    bases |= {id(a.value) for n in nodes_under(node)
+              if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "len" for a in n.args}
     return {n.value for n in nodes_under(node) if isinstance(n, cst.Name) and id(n) not in bases}
+
+
+# A count of blocks (NUM_BLOCK, N_BLOCKS, NUM_TILES) is a loop bound, not a block size.
+COUNT = re.compile(r"^(NUM|N)_(?!warps$|stages$)", re.IGNORECASE)

@@ -13,6 +13,7 @@ from kcheck.rules.triton import (
 
 STOPS = {"minimum", "where", "load"}
 # A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
+INDEX_LIST = re.compile(r"ids|idx|indices|sorted|slot|table|loc", re.IGNORECASE)
 DECLARED_EXACT = re.compile(r"no[ _-]?(column[ _-])?mask|unmasked|nomask|\beven\b|divisib|multiple of", re.IGNORECASE)
 
 
@@ -25,11 +26,18 @@ class UnmaskedTailAccess(Rule):
     and no `boundary_check`. A bound whose name contains `BLOCK`, `TILE` or `CHUNK` marks a
     blocked dimension that can have a partial last block (names follow their latest
     assignment, and values read by `tl.load` are data, not offsets); one named for a model dimension taken
-    whole (`BLOCK_DMODEL`, `BLOCK_HEADDIM`, `BLOCK_DPE`, `BLOCK_D`) does not. Offsets that were wrapped (`offs % N`)
+    whole (`BLOCK_DMODEL`, `BLOCK_HEADDIM`, `BLOCK_DPE`, `BLOCK_ROPE`, `BLOCK_D`) does not. Offsets that were wrapped (`offs % N`)
     or clamped (`tl.minimum`, `tl.where`) are safe, and so is an access inside an
     `if EVEN_K:`-style branch on a `tl.constexpr` parameter, or in a kernel whose name or
     docstring states the precondition ("no mask", "even", "divisible", "multiple of"): an
-    unmasked fast path the launcher chose on purpose.
+    unmasked fast path the launcher chose on purpose. Two more launcher guarantees are
+    recognised: a block parameter that every launch in the module passes a value the module
+    checks divisibility by (`BLOCK_H=_BLOCK_H` beside `if H % _BLOCK_H != 0: <fallback>`), and a
+    load of an index list (`sorted_token_ids`, `ids`, `slots`) whose values the kernel then
+    compares to a sentinel (`ids < num_valid`): such lists are padded to whole blocks. And a
+    kernel launched on one program per row (no ceil-division in the grid) with a fixed block
+    (a literal or a module constant) that addresses `row * BLOCK + tl.arange(0, BLOCK)` reads
+    rows exactly BLOCK wide.
 
     ## Why is this bad?
     When the size is not a multiple of the block (4,097 tokens, a hidden size of 5,120 under a
@@ -126,10 +134,50 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
         return kernel_gate(summary) and "arange" in summary.all_names
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        # names and literals the module checks divisibility by (``H % _BLOCK_H != 0`` ahead of a
+        # fallback, ``assert n % BLOCK == 0``): the launcher guarantees whole blocks of them
+        self._divisors = {self.model.dotted(n.right) or getattr(n.right, "value", None)
+                          for n in nodes_under(original_node, nested=True)
+                          if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)}
         for k in kernels(self.model):
             doc = k.fn.get_docstring() or ""
             if not (DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name)):
+                self._exact = self._checked_bounds(k, original_node)
                 self._check(k)
+
+    def _checked_bounds(self, k, module: cst.Module) -> set[str]:
+        """The kernel's block parameters that every launch in the module passes a value whose
+        divisibility the module checks (``BLOCK_H=_BLOCK_H`` beside ``if H % _BLOCK_H != 0:``)."""
+        passed: dict[str, set[str | None]] = {}
+        launches = 0
+        for site in self.model.launch_sites.values():
+            func = site.call.func
+            if not (isinstance(func, cst.Subscript) and self.model.dotted(func.value) == k.name):
+                continue
+            launches += 1
+            for a in site.call.args:
+                if a.keyword is not None:
+                    value = self.model.dotted(a.value) or getattr(a.value, "value", None)
+                    passed.setdefault(a.keyword.value, set()).add(value)
+        exact = {name for name, values in passed.items()
+                 if launches and len(values) == 1 and None not in values and values <= self._divisors}
+        self._row_blocks = {name for name, values in passed.items() if launches and self._whole_rows(k, values)}
+        return exact
+
+    def _whole_rows(self, k, values) -> bool:
+        """Every launch gives the block a fixed size (a literal or a module constant) on a grid of
+        one program per row (no ceil-division in it): ``row * BLOCK + tl.arange(0, BLOCK)`` then
+        addresses rows exactly BLOCK wide, as in a kernel over a [tokens, 128] buffer."""
+        if not values or not all(isinstance(v, str) and (v.isdigit() or v.isupper() or v.lstrip("_").isupper())
+                                 for v in values):
+            return False
+        for site in self.model.launch_sites.values():
+            func = site.call.func
+            if isinstance(func, cst.Subscript) and self.model.dotted(func.value) == k.name:
+                grid = cst.Module([]).code_for_node(func.slice[0].slice) if func.slice else ""
+                if re.search(r"cdiv|//|ceil|\+.*-\s*1|lambda|grid", grid):
+                    return False
+        return True
 
     def _bound(self, expr: cst.CSTNode, tainted: dict[str, str]) -> str | None:
         """The BLOCK bound whose tl.arange offsets ``expr`` carries unwrapped, or None.
@@ -186,8 +234,30 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
             return
         pointer = arg(call, 0, "pointer")
         bound = self._bound(pointer, tainted) if pointer is not None else None
+        if bound in self._exact or (op == "load" and self._padded_index_list(call, pointer, k)):
+            return
+        if bound in self._row_blocks and any(
+                isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+                and bound in {getattr(n.left, "value", None), getattr(n.right, "value", None)}
+                for n in nodes_under(pointer)):
+            return  # row * BLOCK + tl.arange(0, BLOCK) on a one-program-per-row grid
         if bound is not None and not self._guarded(call, k):
             self.report(call, op=op, bound=bound, what="reads" if op == "load" else "writes")
+
+    def _padded_index_list(self, call: cst.Call, pointer: cst.CSTNode, k) -> bool:
+        """A load of an index list (``sorted_token_ids``, ``ids``, ``slots``) whose values the kernel
+        then compares (``ids < num_valid``, ``ids >= 0``): the list is padded to whole blocks with a
+        sentinel, as MoE block alignment and paged-attention tables are."""
+        if not INDEX_LIST.search(" ".join(names_in(pointer))):
+            return False
+        stmt = self.model.parent(call)
+        while stmt is not None and not isinstance(stmt, (cst.Assign, cst.AnnAssign, cst.SimpleStatementLine)):
+            stmt = self.model.parent(stmt)
+        if not isinstance(stmt, (cst.Assign, cst.AnnAssign)):
+            return False
+        targets = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
+        loaded = {t.value for t in targets if isinstance(t, cst.Name)}
+        return any(isinstance(n, cst.Comparison) and names_in(n) & loaded for n in nodes_under(k.fn.body))
 
     def _guarded(self, call: cst.Call, k) -> bool:
         """Inside an ``if`` on a constexpr parameter (an unmasked fast path chosen at launch)."""
