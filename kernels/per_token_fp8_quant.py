@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, INTERPRET, device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
+from kcheck.kernels._launch import BENCH, INTERPRET, device_reason, fallback, pin_small_batches, row_configs, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
 
@@ -51,7 +51,7 @@ def _round_to_e4m3(v):
 @triton.autotune(
     configs=row_configs(),
     key=["N", "token_bucket"],
-    prune_configs_by={"early_config_prune": prune_for_small_batches},
+    prune_configs_by={"early_config_prune": pin_small_batches(16)},
     **BENCH,
 )
 @triton.jit
