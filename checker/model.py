@@ -471,7 +471,7 @@ def _statements_holding(model: ModuleModel, node: cst.CSTNode) -> Iterator[tuple
 def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
     config = model.config
     records: dict[int, dict[int, int]] = {}  # block -> statement index -> record calls it holds
-    timers: dict[int, set[int]] = {}
+    timers: dict[int, dict[int, int]] = {}  # block -> statement index -> timer calls it holds
     blocks: dict[int, cst.CSTNode] = {}
     for call in model.calls:
         if _is_record(model, call):
@@ -482,7 +482,8 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
         elif _is_host_timer(model, call):
             for block, index in _statements_holding(model, call):
                 blocks[id(block)] = block
-                timers.setdefault(id(block), set()).add(index)
+                counts = timers.setdefault(id(block), {})
+                counts[index] = counts.get(index, 0) + 1
         else:
             name = model.call_name(call) or ""
             if name.split(".")[-1] in BENCH_TIMERS:
@@ -503,8 +504,17 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
                     "event-window", "a CUDA-event window (start.record() ... end.record())",
                     list(block.body[first + 1:last]), model.enclosing_function(block)))
     for key, indices in timers.items():
-        start, stop = min(indices), max(indices)
-        if stop - start > 1 and model.in_measurement_code(blocks[key]):
+        # timers pair up in order (start, stop), (start, stop), ...: a sync or a print between two
+        # windows is outside both; an odd count (a lap timer) keeps one window over all of them.
+        # A statement holding a whole window (an ``if`` or loop with both timers) is its own
+        # window, found in its own block, and takes no part in the pairing here.
+        ordered = sorted(i for i, n in indices.items() if n % 2)
+        if not ordered:
+            continue
+        pairs = list(zip(ordered[::2], ordered[1::2])) if len(ordered) % 2 == 0 else [(ordered[0], ordered[-1])]
+        for start, stop in pairs:
+            if stop - start <= 1 or not model.in_measurement_code(blocks[key]):
+                continue
             block = blocks[key]
             stmts = list(block.body)
             function = model.enclosing_function(block)
@@ -514,7 +524,8 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
             while j >= 0 and _is_sync_statement(model, inner[j], function):
                 exempt.add(id(inner[j]))
                 j -= 1
-            synced = bool(exempt) or any(model.sync_kind(c, function) for c in _statement_calls(stmts[stop]))
+            synced = bool(exempt) or _loop_ends_synced(model, inner[-1] if inner else None, function) or any(
+                model.sync_kind(c, function) for c in _statement_calls(stmts[stop]))
             model.timed_regions.append(TimedRegion(
                 "host-timer", "a host-timer window (perf_counter() ... perf_counter())",
                 inner, function, exempt, synced, stmts[stop]))
@@ -533,7 +544,17 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
                     [fn.body], fn))
 
 
+def _loop_ends_synced(model: ModuleModel, stmt: cst.CSTNode | None, function) -> bool:
+    """A loop whose body ends in a sync (``for ...: fn(); torch.cuda.synchronize()``)."""
+    if not isinstance(stmt, (cst.For, cst.While)) or not isinstance(stmt.body, cst.IndentedBlock) or stmt.orelse:
+        return False
+    return bool(stmt.body.body) and _is_sync_statement(model, stmt.body.body[-1], function)
+
+
 def _is_sync_statement(model: ModuleModel, stmt: cst.CSTNode, function) -> bool:
+    if isinstance(stmt, cst.If) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock):
+        # ``if torch.cuda.is_available(): torch.cuda.synchronize()``
+        return bool(stmt.body.body) and all(_is_sync_statement(model, s, function) for s in stmt.body.body)
     if not isinstance(stmt, cst.SimpleStatementLine):
         return False
     calls = list(_statement_calls(stmt))

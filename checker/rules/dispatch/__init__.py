@@ -6,12 +6,19 @@ answered here from the module model's kernel claims (:mod:`kcheck.claims`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from kcheck.claims import Claim, Use, compute_uses, families
 
 CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "register_kernel", "impl",
                "direct_register_custom_op", "register_custom_op"}
+
+# Kernel libraries (not torch): a registered op that calls one integrates a real kernel.
+EXTERNAL_KERNELS = re.compile(r"^(flashinfer|flash_attn)(\.|$)")
+# A reference solution by its file name (ref.py, reference.py, matmul_ref.py).
+REFERENCE_FILE = re.compile(r"^(ref|reference)(_|$)|_(ref|reference)$", re.I)
 
 
 def claim_gate(summary, config) -> bool:
@@ -33,9 +40,17 @@ def analyse(model) -> list[Analysis]:
     if cached is not None:
         return cached
     out = []
+    if REFERENCE_FILE.search(PurePosixPath(model.path).stem):
+        model._dispatch_analysis = out
+        return out  # ref.py, reference.py: the reference solution, not a claim
     for claim in model.kernel_claims:
+        if claim.kind == "custom-op-class":
+            continue  # a CustomOp's forward_cuda is the CUDA slot of a layer, not a kernel submission
         uses = compute_uses(model, claim.function, claim.attrs)
         library = [u for u in uses if u.kind == "library"]
+        if claim.kind == "custom-op":
+            # a registered op around FlashInfer or flash-attn exposes a real kernel to torch.compile
+            library = [u for u in library if not EXTERNAL_KERNELS.match(u.name)]
         if claim.baseline is not None:
             base = families(compute_uses(model, claim.baseline, claim.baseline_attrs))
             library = [u for u in library if u.family == "baseline" or u.family in base]

@@ -11,13 +11,17 @@ class LibraryDispatchAsKernel(Rule):
 
     ## What it does
     Finds kernel claims — a `ModelNew` beside a `Model`, a registered custom op
-    (`torch.library.custom_op`, `Library.impl`, `direct_register_custom_op`), the `forward_cuda`
-    of a `CustomOp`-style class, a leaderboard `custom_kernel`, a function under a configured
-    `kernel-paths` folder — whose work goes only to library ops: `torch.matmul`/`mm`/`bmm`/`@`,
-    `F.linear`, `F.scaled_dot_product_attention`, convolutions, softmax, `torch.ops.aten.*`,
-    flash-attn, flashinfer, an `nn.Linear`/`nn.Conv2d` module or `torch.compile` around these,
-    with no kernel launch of its own. When the baseline (`Model.forward`, `forward_native`) is in
-    the same file, only library ops the baseline also calls count.
+    (`torch.library.custom_op`, `Library.impl`, `direct_register_custom_op`), a leaderboard
+    `custom_kernel`, a function under a configured `kernel-paths` folder — whose work goes only
+    to library ops: `torch.matmul`/`mm`/`bmm`/`@`, `F.linear`, `F.scaled_dot_product_attention`,
+    convolutions, softmax, `torch.ops.aten.*`, flash-attn, flashinfer, an `nn.Linear`/`nn.Conv2d`
+    module or `torch.compile` around these, with no kernel launch of its own. When the baseline
+    (`Model.forward`) is in the same file, only library ops the baseline also calls count.
+
+    Not claims: the `forward_cuda` of a `CustomOp`-style layer (the layer's CUDA slot, where a
+    library op such as cuDNN's convolution is often the deliberate choice), a registered op whose
+    library call goes to FlashInfer or flash-attn (it exposes a real kernel to `torch.compile`),
+    and a reference solution by its file name (`ref.py`, `reference.py`, `*_ref.py`).
 
     ## Why is this bad?
     The "kernel" is the baseline. It passes every correctness check because it computes the same

@@ -57,6 +57,12 @@ def dispatch_gate(summary, needs: set[str] | None = None) -> bool:
     return any(f.names & needs and summary.reaches(f, targets, depth=2) for f in summary.functions)
 
 
+def claim_gate(summary, config) -> bool:
+    """A file that can hold a claim of :data:`FALLBACK_CLAIMS`: a ``forward_cuda`` method, or any
+    file when kernel paths are configured."""
+    return bool(config.kernel_paths) or "forward_cuda" in summary.function_names()
+
+
 # -- where the dispatches are ----------------------------------------------------------------------
 
 
@@ -78,11 +84,19 @@ class Dispatcher:
         return self.order.get(id(node), 1 << 30) < last
 
 
-def dispatchers(model) -> list[Dispatcher]:
-    """Every non-reference function that dispatches to a kernel (cached on the model)."""
+def dispatchers(model, claimed: bool = True) -> list[Dispatcher]:
+    """Every non-reference function that dispatches to a kernel (cached on the model); with
+    ``claimed``, only those on a kernel claim's compute path (:func:`claim_path`)."""
     cached = getattr(model, "_fallback_dispatchers", None)
-    if cached is not None:
+    if cached is None:
+        cached = model._fallback_dispatchers = _all_dispatchers(model)
+    if not claimed:
         return cached
+    path = claim_path(model)
+    return [d for d in cached if id(d.function) in path]
+
+
+def _all_dispatchers(model) -> list[Dispatcher]:
     direct: dict[int, tuple[cst.FunctionDef, list[cst.Call], str]] = {}
     for launch in model.launch_sites.values():
         fn = model.enclosing_function(launch.call)
@@ -113,7 +127,45 @@ def dispatchers(model) -> list[Dispatcher]:
             continue
         order = {id(n): i for i, n in enumerate(_walk(fn.body))}
         out.append(Dispatcher(fn, sites, order, label))
-    model._fallback_dispatchers = out
+    return out
+
+
+# Claims that put a kernel in place of a library path on a serving path: a CustomOp-style
+# ``forward_cuda`` beside its ``forward_native``, or code under a configured kernel path. A
+# registered custom op (often a low-level op registered only so torch.compile can trace it), a
+# ``ModelNew`` or a leaderboard ``custom_kernel`` (run on the task's fixed inputs) owe no fallback.
+FALLBACK_CLAIMS = {"custom-op-class", "kernel-path"}
+
+
+def claim_path(model, depth: int = 3) -> set[int]:
+    """ids of the functions on the compute path of a claim in :data:`FALLBACK_CLAIMS`: the
+    claim's function and the same-module helpers it calls, to ``depth`` (reference functions and
+    ``forward_native`` excluded).
+
+    Only there does code present a new kernel in place of a library op that every input used to
+    reach, so only there is a declared fallback owed. Elsewhere an assert or a device branch in a
+    low-level op wrapper states an internal contract its callers keep (or a native op checks its
+    own inputs), and failing loudly on a broken contract is right."""
+    cached = getattr(model, "_fallback_claim_path", None)
+    if cached is not None:
+        return cached
+    out: set[int] = set()
+    stack = [(claim.function, 0) for claim in model.kernel_claims if claim.kind in FALLBACK_CLAIMS]
+    while stack:
+        fn, level = stack.pop()
+        if id(fn) in out:
+            continue
+        out.add(id(fn))
+        if level >= depth:
+            continue
+        for node in _walk(fn.body):
+            if isinstance(node, cst.Call):
+                target = model.callee(node)
+                if target is not None and id(target) not in out and not (
+                    is_reference_name(target.name.value) or target.name.value == "forward_native"
+                ):
+                    stack.append((target, level + 1))
+    model._fallback_claim_path = out
     return out
 
 

@@ -4,43 +4,62 @@ import libcst as cst
 
 from kcheck.claims import _walk
 from kcheck.rule import Rule
-from kcheck.rules.fallback import DISPATCH_TEXT, KIND_TEXT, dispatch_gate, dispatchers, statements, support_checks
+from kcheck.rules.fallback import (
+    DISPATCH_TEXT, KIND_TEXT, claim_gate, dispatch_gate, dispatchers, statements, support_checks,
+)
 
 
 class AssertOrRaiseWhereFallbackBelongs(Rule):
-    """An `assert` or `raise` on the input's dtype, shape, head size or device right before a kernel.
+    """An `assert` or `raise` on the input's dtype, shape, head size or device where a new kernel replaces a library path.
 
     ## What it does
-    Finds `assert` statements, and `raise` statements under an `if`, in a function that launches
-    a specialised kernel (a Triton launch, a `torch.ops` op, an inline extension, a kernel module
-    such as `_custom_ops`, directly or through a same-module helper), before that launch, whose
-    test compares the input's dtype, device, shape or head size with a constant: a supported set,
-    a size limit, an alignment. Checks that compare two arguments with each other
-    (`a.dtype == b.dtype`), checks on output buffers and on index dtypes (`int64`, `uint8`) are
-    contract checks and are left alone. A wrapper is reported once, at its first such check, with
-    the number of checks.
+    Finds `assert` statements, and `raise` statements under an `if`, on the compute path of a
+    kernel claim that replaces a library path every input used to reach — the `forward_cuda` of a
+    `CustomOp`-style class beside its `forward_native`, or a function under a configured
+    `kernel-paths` entry, and the same-module helpers they call — before the launch of a
+    specialised kernel (a Triton launch, a `torch.ops` op, an inline extension, a kernel module
+    such as `_custom_ops`), whose test compares the input's dtype, device, shape or head size
+    with a constant: a supported set, a size limit, an alignment. Checks that compare two
+    arguments with each other (`a.dtype == b.dtype`), checks on output buffers and on index
+    dtypes (`int64`, `uint8`) are contract checks and are left alone. A claim is reported once,
+    at its first such check, with the number of checks.
+
+    Low-level op wrappers outside such a claim (including ops registered with
+    `direct_register_custom_op` or `torch.library` so that `torch.compile` can trace them,
+    `ModelNew` solutions and leaderboard `custom_kernel`s, which run on their task's fixed inputs)
+    are not checked: their asserts state an internal contract their callers keep, and failing
+    loudly when a caller breaks it is right.
 
     ## Why is this bad?
-    A serving engine meets every dtype, head size and shape its models and users send. A kernel
-    wrapper that crashes on the ones it does not support takes the server down (or, with `python
-    -O`, lets the assert vanish and the kernel read garbage) where a slower path would have
-    answered. Unsupported input belongs on a declared fallback — the reference implementation or
-    a general kernel — that says once that it is being used.
+    A serving engine meets every dtype, head size and shape its models and users send. The
+    library path the kernel replaces (`forward_native`) handled all of them; a `forward_cuda`
+    that crashes on the ones its kernel does not support takes the server down (or, with
+    `python -O`, lets the assert vanish and the kernel read garbage) where the old path would have
+    answered. Unsupported input belongs on the declared fallback — the native implementation or a
+    general kernel — that says once that it is being used.
 
     ## Example
     ```python
-    def rms_norm(x, weight, eps):
-        assert x.dtype in (torch.float16, torch.bfloat16), "only half precision"
-        _rms_norm_kernel[grid](x, weight, out, eps)
+    class RMSNorm(CustomOp):
+        def forward_native(self, x):
+            return rms_norm_reference(x, self.weight, self.eps)
+
+        def forward_cuda(self, x):
+            assert x.dtype in (torch.float16, torch.bfloat16), "only half precision"
+            return _rms_norm_triton(x, self.weight, self.eps)
     ```
 
     ## Use instead
     ```python
-    def rms_norm(x, weight, eps):
-        if x.dtype not in (torch.float16, torch.bfloat16):
-            _warn_once(f"rms_norm: no kernel for {x.dtype}, using the torch reference")
-            return rms_norm_reference(x, weight, eps)
-        _rms_norm_kernel[grid](x, weight, out, eps)
+    class RMSNorm(CustomOp):
+        def forward_native(self, x):
+            return rms_norm_reference(x, self.weight, self.eps)
+
+        def forward_cuda(self, x):
+            if x.dtype not in (torch.float16, torch.bfloat16):
+                _warn_once(f"rms_norm: no kernel for {x.dtype}, using the native path")
+                return self.forward_native(x)
+            return _rms_norm_triton(x, self.weight, self.eps)
     ```
     """
 
@@ -71,8 +90,6 @@ def rms_norm(x, w, eps):
 def check_config(head_size):
     assert head_size in (64, 128, 256)
 """,
-    ]
-    INVALID = [
         """
 import torch
 import triton
@@ -83,20 +100,42 @@ def scale(x):
     assert x.dtype in (torch.float16, torch.bfloat16), "half precision only"
     _kernel[(1,)](x, x.numel())
 """,
+    ]
+    INVALID = [
+        """
+import torch
+import triton
+from vllm.model_executor.custom_op import CustomOp
+@triton.jit
+def _kernel(x_ptr, n):
+    pass
+class Scale(CustomOp):
+    def forward_native(self, x):
+        return x * 2
+    def forward_cuda(self, x):
+        assert x.dtype in (torch.float16, torch.bfloat16), "half precision only"
+        _kernel[(1,)](x, x.numel())
+        return x
+""",
         """
 import torch
 from vllm import _custom_ops as ops
-def paged_attention(out, q, k_cache, v_cache, head_size):
+def _paged_attention(out, q, k_cache, v_cache, head_size):
     if head_size not in (64, 80, 96, 112, 128, 256):
         raise ValueError(f"unsupported head size {head_size}")
     ops.paged_attention_v1(out, q, k_cache, v_cache, head_size)
+class PagedAttention:
+    def forward_native(self, out, q, k_cache, v_cache, head_size):
+        return paged_attention_reference(out, q, k_cache, v_cache)
+    def forward_cuda(self, out, q, k_cache, v_cache, head_size):
+        _paged_attention(out, q, k_cache, v_cache, head_size)
 """,
     ]
     PREFILTER = (DISPATCH_TEXT, r"\bassert\b|\braise\b")
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return dispatch_gate(summary, {"<assert>", "<raise>"})
+        return claim_gate(summary, config) and dispatch_gate(summary, {"<assert>", "<raise>"})
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -111,7 +111,7 @@ def moe(x, w):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        for disp in dispatchers(model):
+        for disp in dispatchers(model, claimed=False):
             for node in _walk(disp.function.body):
                 if not isinstance(node, cst.Try) or not disp.dispatches(statements(node.body)):
                     continue

@@ -5,7 +5,8 @@ import libcst as cst
 from kcheck.claims import _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, computes, device_only, dispatch_gate, dispatchers, mentioned_props, sibling_statements, statements,
+    DISPATCH_TEXT, claim_gate, computes, device_only, dispatch_gate, dispatchers, mentioned_props, sibling_statements,
+    statements,
 )
 
 
@@ -13,10 +14,14 @@ class IncompleteGuard(Rule):
     """A guard that checks only the device before a kernel that assumes more.
 
     ## What it does
-    Finds an `if` in a function that launches a specialised kernel, where the test that picks the
-    kernel over the fallback checks only the device (`x.is_cuda`, `x.device.type == "cuda"`,
-    `torch.cuda.is_available()`), and nothing else in the function checks the dtype, shape,
-    rank, contiguity or strides the kernel was written for.
+    Finds an `if` on the compute path of a kernel claim that replaces a library path (the
+    `forward_cuda` of a `CustomOp`-style class beside its `forward_native`, a function under a
+    configured `kernel-paths` entry, and the same-module helpers they call) that launches a
+    specialised kernel, where the test that picks the kernel over the fallback checks only the
+    device (`x.is_cuda`, `x.device.type == "cuda"`, `torch.cuda.is_available()`), and nothing
+    else in the function checks the dtype, shape, rank, contiguity or strides the kernel was
+    written for. Low-level op wrappers outside such a claim are not checked: a device branch
+    there picks the platform, and the native op behind it checks its own inputs.
 
     ## Why is this bad?
     Being on the GPU is the least a kernel needs. A Triton or CUDA kernel is written for some
@@ -27,19 +32,27 @@ class IncompleteGuard(Rule):
 
     ## Example
     ```python
-    def gelu(x):
-        if x.is_cuda:
-            return _gelu_triton(x)
-        return torch.nn.functional.gelu(x)
+    class Gelu(CustomOp):
+        def forward_native(self, x):
+            return torch.nn.functional.gelu(x)
+
+        def forward_cuda(self, x):
+            if x.is_cuda:
+                return _gelu_triton(x)
+            return torch.nn.functional.gelu(x)
     ```
 
     ## Use instead
     ```python
-    def gelu(x):
-        if x.is_cuda and x.dtype in SUPPORTED_DTYPES and x.is_contiguous():
-            return _gelu_triton(x)
-        _warn_once("gelu: using torch for this input")
-        return torch.nn.functional.gelu(x)
+    class Gelu(CustomOp):
+        def forward_native(self, x):
+            return torch.nn.functional.gelu(x)
+
+        def forward_cuda(self, x):
+            if x.is_cuda and x.dtype in SUPPORTED_DTYPES and x.is_contiguous():
+                return _gelu_triton(x)
+            _warn_once("gelu: using torch for this input")
+            return torch.nn.functional.gelu(x)
     ```
     """
 
@@ -52,21 +65,25 @@ class IncompleteGuard(Rule):
     VALID = [
         """
 import torch
-def rms_norm(x, w, eps):
-    if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.is_contiguous():
-        return torch.ops._C.rms_norm(x, w, eps)
-    return rms_norm_reference(x, w, eps)
+class RMSNorm(CustomOp):
+    def forward_native(self, x):
+        return rms_norm_reference(x, self.w, self.eps)
+    def forward_cuda(self, x):
+        if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.is_contiguous():
+            return torch.ops._C.rms_norm(x, self.w, self.eps)
+        return rms_norm_reference(x, self.w, self.eps)
 """,
         """
 import torch
-def rms_norm(x, w, eps):
-    assert x.stride(-1) == 1
-    if not x.is_cuda:
-        return rms_norm_reference(x, w, eps)
-    return torch.ops._C.rms_norm(x, w, eps)
+class RMSNorm(CustomOp):
+    def forward_native(self, x):
+        return rms_norm_reference(x, self.w, self.eps)
+    def forward_cuda(self, x):
+        assert x.stride(-1) == 1
+        if not x.is_cuda:
+            return rms_norm_reference(x, self.w, self.eps)
+        return torch.ops._C.rms_norm(x, self.w, self.eps)
 """,
-    ]
-    INVALID = [
         """
 import torch
 def rms_norm(x, w, eps):
@@ -75,11 +92,23 @@ def rms_norm(x, w, eps):
     return rms_norm_reference(x, w, eps)
 """,
     ]
+    INVALID = [
+        """
+import torch
+class RMSNorm(CustomOp):
+    def forward_native(self, x):
+        return rms_norm_reference(x, self.w, self.eps)
+    def forward_cuda(self, x):
+        if x.is_cuda:
+            return torch.ops._C.rms_norm(x, self.w, self.eps)
+        return rms_norm_reference(x, self.w, self.eps)
+""",
+    ]
     PREFILTER = (DISPATCH_TEXT, r"is_cuda|device|is_available")
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return dispatch_gate(summary, {"is_cuda", "device", "type"})
+        return claim_gate(summary, config) and dispatch_gate(summary, {"is_cuda", "device", "type"})
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

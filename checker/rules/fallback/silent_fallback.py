@@ -3,17 +3,24 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.fallback import DISPATCH_TEXT, announces, computes, dispatch_gate, dispatchers, fallback_branches
+from kcheck.rules.fallback import (
+    DISPATCH_TEXT, announces, claim_gate, computes, dispatch_gate, dispatchers, fallback_branches,
+)
 
 
 class SilentFallback(Rule):
     """A fallback that bypasses the kernel without saying so.
 
     ## What it does
-    Finds input guards in a function that launches a specialised kernel — an `if` on the dtype,
-    device, shape, head size or layout, or on a `supported`/`can_use`-style check — where one side
-    launches the kernel and the other computes the result some other way (a reference, a library
-    op) without logging or warning, directly or in a same-module helper. The announcers are
+    Finds input guards on the compute path of a kernel claim that replaces a library path (the
+    `forward_cuda` of a `CustomOp`-style class beside its `forward_native`, a function under a
+    configured `kernel-paths` entry, and the same-module helpers they call) that launches a
+    specialised kernel — an `if` on the dtype, device, shape, head size or layout, or on a
+    `supported`/`can_use`-style check — where one side launches the kernel and the other computes
+    the result some other way (a reference, a library op) without logging or warning, directly or
+    in a same-module helper. Branches in low-level op wrappers outside such a claim (a CPU loop
+    beside a CUDA kernel, a size threshold, a specialised kernel beside a general one) are
+    dispatch, not a fallback from a claimed kernel, and are not checked. The announcers are
     `logger.warning_once` and other logger methods, `warnings.warn`, `print`, and the functions
     named in `fallback-announcers`.
 
@@ -26,19 +33,21 @@ class SilentFallback(Rule):
 
     ## Example
     ```python
-    def rms_norm(x, w, eps):
-        if x.dtype not in SUPPORTED_DTYPES:
-            return rms_norm_reference(x, w, eps)
-        return torch.ops._C.rms_norm(x, w, eps)
+    class RMSNorm(CustomOp):
+        def forward_cuda(self, x):
+            if x.dtype not in SUPPORTED_DTYPES:
+                return self.forward_native(x)
+            return torch.ops._C.rms_norm(x, self.weight, self.eps)
     ```
 
     ## Use instead
     ```python
-    def rms_norm(x, w, eps):
-        if x.dtype not in SUPPORTED_DTYPES:
-            logger.warning_once("rms_norm: no kernel for %s, using the reference", x.dtype)
-            return rms_norm_reference(x, w, eps)
-        return torch.ops._C.rms_norm(x, w, eps)
+    class RMSNorm(CustomOp):
+        def forward_cuda(self, x):
+            if x.dtype not in SUPPORTED_DTYPES:
+                logger.warning_once("rms_norm: no kernel for %s, using the native path", x.dtype)
+                return self.forward_native(x)
+            return torch.ops._C.rms_norm(x, self.weight, self.eps)
     ```
 
     ## Options
@@ -54,44 +63,68 @@ class SilentFallback(Rule):
         """
 import torch
 import warnings
+class RMSNorm(CustomOp):
+    def forward_native(self, x):
+        return rms_norm_reference(x, self.w, self.eps)
+    def forward_cuda(self, x):
+        if x.dtype not in (torch.float16, torch.bfloat16):
+            warnings.warn("rms_norm: no kernel for this dtype; using the reference")
+            return rms_norm_reference(x, self.w, self.eps)
+        return torch.ops._C.rms_norm(x, self.w, self.eps)
+""",
+        """
+import torch
+class RMSNorm(CustomOp):
+    def forward_native(self, x):
+        return rms_norm_reference(x, self.w, self.eps)
+    def forward_cuda(self, x):
+        if x.numel() == 0:
+            return x
+        return torch.ops._C.rms_norm(x, self.w, self.eps)
+""",
+        """
+import torch
+class ApplyBitmask(CustomOp):
+    def forward_native(self, logits, mask):
+        logits.masked_fill_(~mask, float("-inf"))
+    def forward_cuda(self, logits, mask):
+        if logits.device.type == "npu":
+            torch.ops.npu.apply_token_bitmask(logits, mask)
+        else:
+            logits.masked_fill_(~mask, float("-inf"))
+""",
+        """
+import torch
 def rms_norm(x, w, eps):
     if x.dtype not in (torch.float16, torch.bfloat16):
-        warnings.warn("rms_norm: no kernel for this dtype; using the reference")
         return rms_norm_reference(x, w, eps)
     return torch.ops._C.rms_norm(x, w, eps)
-""",
-        """
-import torch
-def rms_norm(x, w, eps):
-    if x.numel() == 0:
-        return x
-    return torch.ops._C.rms_norm(x, w, eps)
-""",
-        """
-import torch
-def apply_bitmask(logits, mask):
-    if logits.device.type == "npu":
-        torch.ops.npu.apply_token_bitmask(logits, mask)
-    else:
-        logits.masked_fill_(~mask, float("-inf"))
 """,
     ]
     INVALID = [
         """
 import torch
-def rms_norm(x, w, eps):
-    if x.dtype not in (torch.float16, torch.bfloat16):
-        return rms_norm_reference(x, w, eps)
-    return torch.ops._C.rms_norm(x, w, eps)
+class RMSNorm(CustomOp):
+    def forward_native(self, x):
+        return rms_norm_reference(x, self.w, self.eps)
+    def forward_cuda(self, x):
+        if x.dtype not in (torch.float16, torch.bfloat16):
+            return self.forward_native(x)
+        return torch.ops._C.rms_norm(x, self.w, self.eps)
 """,
         """
 import torch
-def rotary(q, k, cos, sin, head_size):
+def _rotary(q, k, cos, sin, head_size):
     if head_size in (64, 128):
         torch.ops._C.rotary_embedding(q, k, cos, sin)
     else:
         q, k = rotary_reference(q, k, cos, sin)
     return q, k
+class Rotary(CustomOp):
+    def forward_native(self, q, k, cos, sin):
+        return rotary_reference(q, k, cos, sin)
+    def forward_cuda(self, q, k, cos, sin):
+        return _rotary(q, k, cos, sin, self.head_size)
 """,
     ]
     OPTIONS = ("fallback-announcers",)
@@ -99,7 +132,7 @@ def rotary(q, k, cos, sin, head_size):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return dispatch_gate(summary, {"<if>", "<except>"})
+        return claim_gate(summary, config) and dispatch_gate(summary, {"<if>", "<except>"})
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

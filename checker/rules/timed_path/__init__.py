@@ -6,6 +6,7 @@ through a same-module helper", answered here over the module model's timed regio
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Iterator
 
 import libcst as cst
@@ -64,3 +65,64 @@ def report_calls(rule, kinds: tuple[str, ...], classify: Callable, template: str
         where = via if via is not None else call
         helper = f" (inside {model.dotted(via.func)}())" if via is not None else ""
         rule.report(where, template.format(what=what, helper=helper, region=region.label))
+
+
+GPU_WORK_NAMES = {"torch", "kernel", "fn", "func", "model", "op", "launch"}
+GPU_METHODS = {"forward", "cuda"}  # x.forward(...), x.cuda(): GPU work whatever x is
+
+
+def gpu_work(model, call: cst.Call) -> bool:
+    """Whether a call written in a region launches GPU work: a ``torch`` call, a Triton launch
+    ``kernel[grid](...)``, or a call of a ``fn``/``model``/``op`` callable. An awaited call
+    (``await func(...)``) is a coroutine: a request or I/O, not a launch."""
+    if isinstance(model.parent(call), cst.Await):
+        return False
+    name = model.call_name(call) or ""
+    if name.startswith("torch.") and not name.startswith(("torch.cuda.Event", "torch.cuda.synchronize")):
+        return True
+    func = call.func
+    if isinstance(func, cst.Subscript):  # kernel[grid](...) of a Triton kernel or a kernel-like name
+        value = func.value
+        return isinstance(value, cst.Name) and (value.value in GPU_WORK_NAMES or any(
+            k.name.value == value.value for k in model.triton_kernels))
+    if isinstance(func, cst.Name) and func.value in GPU_WORK_NAMES:
+        return True
+    return isinstance(func, cst.Attribute) and func.attr.value in GPU_METHODS or (
+        isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in GPU_WORK_NAMES
+    )
+
+
+# A debug switch: ``envs.SGLANG_TRACE_X.get()``, ``self.debug``, ``VERBOSE``, ``trace_e2e``.
+DEBUG_FLAG = re.compile(r"(^|_)envs?($|_)|debug|verbose|trace", re.I)
+
+
+def off_the_step(model, node: cst.CSTNode) -> bool:
+    """Whether ``node`` runs only off the normal step: in an ``except`` handler (an error path),
+    under an ``if`` on a debug switch, or after an early ``if not <debug switch>: return`` in its
+    function."""
+    function = None
+    for anc in model.ancestors(node):
+        if isinstance(anc, cst.ExceptHandler):
+            return True
+        if isinstance(anc, (cst.If, cst.IfExp)) and _names_flag(anc.test):
+            return True
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            function = anc
+            break
+    if isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock):
+        for stmt in function.body.body:
+            if any(n is stmt for n in model.ancestors(node)):
+                break
+            if isinstance(stmt, cst.If) and _names_flag(stmt.test) and isinstance(stmt.body, cst.IndentedBlock) and any(
+                isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, cst.Return) for x in s.body)
+                for s in stmt.body.body
+            ):
+                return True
+    return False
+
+
+def _names_flag(test: cst.CSTNode) -> bool:
+    from kcheck.model import walk
+
+    return any(isinstance(n, cst.Name) and DEBUG_FLAG.search(n.value) or isinstance(n, cst.Attribute)
+               and DEBUG_FLAG.search(n.attr.value) for n in walk(test))

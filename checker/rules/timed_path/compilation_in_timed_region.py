@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import COMPILE_NAMES, TIMED, TIMER_TEXT, hot_gate, report_calls, timed_gate
 
@@ -12,7 +13,9 @@ class CompilationInTimedRegion(Rule):
     ## What it does
     Finds `torch.compile(...)`, `torch._dynamo.optimize(...)`, `triton.compile(...)` and
     `torch.utils.cpp_extension.load_inline/load(...)` called inside a CUDA-event window, a
-    callable given to `do_bench`, a host-timer window, or a per-step hot path.
+    callable given to `do_bench`, a host-timer window, or a per-step hot path. A compile whose
+    result is kept under a guard on the same name (`if _compiled is None: _compiled =
+    torch.compile(fn)`, `if key not in cache: cache[key] = ...`) runs once and is not reported.
 
     ## Why is this bad?
     Compilation takes seconds; inside a timed region it swamps the kernel's microseconds, and a
@@ -76,4 +79,28 @@ class Block(torch.nn.Module):
         return timed_gate(summary, COMPILE_NAMES) or hot_gate(summary, config, COMPILE_NAMES)
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        report_calls(self, TIMED + ("hot-path",), self.model.compile_kind, self.MESSAGE)
+        model = self.model
+        report_calls(self, TIMED + ("hot-path",), lambda c: None if _cached(model, c) else model.compile_kind(c),
+                     self.MESSAGE)
+
+
+def _cached(model, call: cst.Call) -> bool:
+    """``if _compiled is None: _compiled = torch.compile(fn)`` (also ``if key not in cache:
+    cache[key] = ...``): compiled once and kept, not on every call."""
+    parent = model.parent(call)
+    if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
+        return False
+    target = parent.targets[0].target
+    if isinstance(target, cst.Subscript):
+        target = target.value
+    text = model.dotted(target)
+    if not text:
+        return False
+    for anc in model.ancestors(call):
+        if isinstance(anc, cst.FunctionDef):
+            return False
+        if isinstance(anc, cst.If) and any(
+            isinstance(n, (cst.Name, cst.Attribute)) and model.dotted(n) == text for n in walk(anc.test)
+        ):
+            return True
+    return False

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
+from kcheck.model import MEASUREMENT_PATH, walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import SYNC_NAMES, SYNC_TEXT, hot_gate, report_calls
+from kcheck.rules.timed_path import SYNC_NAMES, SYNC_TEXT, hot_gate, off_the_step, region_calls
 
 
 class HostSyncInHotPath(Rule):
@@ -14,7 +17,14 @@ class HostSyncInHotPath(Rule):
     `torch.cuda.synchronize()`, `torch.nonzero`, one-argument `torch.where`, ...) in per-step
     hot paths: model-layer `forward` methods, decode and step functions, metadata builds
     (the names are configurable with `hot-path-functions`), and in same-module helpers they
-    call. `.item()` on a tensor the function built on the CPU is not reported.
+    call. `.item()` on a tensor the function built on the CPU is not reported, nor is a sync the
+    code declares deliberate (inside `with gpu_sync_allowed():` or a similar `allow_sync` block)
+    or takes only for a caller that passed a tensor where a list would do (`x if isinstance(x,
+    list) else x.tolist()`), nor one off the normal step: in an `except` handler, or under a debug
+    switch (`if envs.TRACE_X.get():`, `if self.debug:`, after `if not <switch>: return`). The
+    `forward` of a pipeline stage (a class named `*Stage`) runs once per request: only syncs in
+    its loops (the denoising steps) are reported there. Test and benchmark files (by path) are not serving code and are not
+    checked.
 
     ## Why is this bad?
     Every step pays a full GPU drain and a host round trip, the CPU can no longer run ahead to
@@ -90,4 +100,64 @@ def decode_step(model, tokens):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        report_calls(self, ("hot-path",), lambda c: model.sync_kind(c, model.enclosing_function(c)), self.MESSAGE)
+        if MEASUREMENT_PATH.search(model.path):
+            return  # a test's or benchmark's "decode step" is not a serving step
+        for region, call, via in region_calls(model, ("hot-path",)):
+            where = via if via is not None else call
+            if _allowed(model, call) or off_the_step(model, call) or (
+                via is not None and (_allowed(model, via) or off_the_step(model, via))
+            ) or (_per_request(model, region) and not _in_loop(model, where, region.function)):
+                continue
+            what = model.sync_kind(call, model.enclosing_function(call))
+            if not what:
+                continue
+            helper = f" (inside {model.dotted(via.func)}())" if via is not None else ""
+            self.report(where, what=what, helper=helper, region=region.label)
+
+
+def _per_request(model, region) -> bool:
+    """A pipeline stage's ``forward`` (a class named ``*Stage``) runs once per request; only its
+    loops (the denoising steps) run per step."""
+    owner = model.context_of(region.function).split(".")
+    return len(owner) >= 2 and owner[-2].endswith("Stage")
+
+
+def _in_loop(model, node: cst.CSTNode, function) -> bool:
+    for anc in model.ancestors(node):
+        if anc is function:
+            return False
+        if isinstance(anc, (cst.For, cst.While, cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)):
+            return True
+    return False
+
+
+# ``with gpu_sync_allowed():``, ``with allow_sync():``: the code declares the sync deliberate.
+ALLOW_SYNC = re.compile(r"sync_allowed|allow_?(gpu_?)?syncs?$", re.I)
+
+
+def _allowed(model, node: cst.CSTNode) -> bool:
+    """Whether a sync is declared deliberate (inside a ``with ...sync_allowed()`` block), or taken
+    only when the caller passed a tensor where a list would do (the other side of
+    ``x if isinstance(x, list) else x.tolist()``)."""
+    child = node
+    for anc in model.ancestors(node):
+        if isinstance(anc, cst.With) and any(
+            isinstance(item.item, cst.Call) and ALLOW_SYNC.search((model.dotted(item.item.func) or "").split(".")[-1])
+            for item in anc.items
+        ):
+            return True
+        if isinstance(anc, (cst.If, cst.IfExp)) and child is not anc.test and _isinstance_list(anc.test):
+            return True
+        if isinstance(anc, cst.FunctionDef):
+            return False
+        child = anc
+    return False
+
+
+def _isinstance_list(test: cst.CSTNode) -> bool:
+    for node in walk(test):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "isinstance" and any(
+            isinstance(n, cst.Name) and n.value in ("list", "tuple", "List", "Sequence") for n in walk(node)
+        ):
+            return True
+    return False

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kcheck.model import walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import SYNC_NAMES, SYNC_TEXT, TIMED, TIMER_TEXT, report_calls, timed_gate
+from kcheck.rules.timed_path import SYNC_NAMES, SYNC_TEXT, TIMED, TIMER_TEXT, gpu_work, region_calls, timed_gate
 
 
 class HostSyncInTimedRegion(Rule):
@@ -13,8 +14,12 @@ class HostSyncInTimedRegion(Rule):
     Finds calls that make the CPU wait for the GPU (`torch.cuda.synchronize()`, `.item()`,
     `.cpu()`, `.tolist()`, `.numpy()`, `torch.nonzero`, one-argument `torch.where`, ...) inside a
     measured region: between two CUDA-event `record()` calls, in a callable given to `do_bench`,
-    or inside a host-timer window (`time.perf_counter()` ... `time.perf_counter()`), including
-    same-module helpers the region calls.
+    or inside a host-timer window (`time.perf_counter()` ... `time.perf_counter()`), and in
+    same-module helpers that are harness work: handed a result the region computed
+    (`check_nan(out)` after `out = fn(x)`) or called beside the GPU work the region launches
+    (`fn(x); check(x)`). A helper that is the region's only work (`attention(q, k, v)`,
+    `tune(M, N, K)`) is the operation being measured, or a job of measurements, and its syncs are
+    its own cost.
 
     Event windows and host-timer windows count in measurement code only: files under
     `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
@@ -125,4 +130,33 @@ def bench(fn, x):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        report_calls(self, TIMED, lambda c: model.sync_kind(c, model.enclosing_function(c)), self.MESSAGE)
+        for region, call, via in region_calls(model, TIMED):
+            what = model.sync_kind(call, model.enclosing_function(call))
+            if not what or (via is not None and not _harness_helper(model, region, via)):
+                continue
+            helper = f" (inside {model.dotted(via.func)}())" if via is not None else ""
+            self.report(via if via is not None else call, what=what, helper=helper, region=region.label)
+
+
+def _harness_helper(model, region, via: cst.Call) -> bool:
+    """Whether a helper call in a region is harness work added to the measurement: it is handed a
+    result the region computed (``check(out)`` after ``out = fn(x)``), or it runs beside other GPU
+    work the region launches (``fn(x); check(x)``). A helper that is the region's only work
+    (``attention(q, k, v)``, ``tune(M, N, K)``) is the operation being measured, or a job of
+    measurements, and its syncs are its own cost."""
+    cache = model.__dict__.setdefault("_timed_work", {})
+    if id(region) not in cache:
+        cache[id(region)] = [c for c, _ in model.calls_in(region.nodes, depth=0) if gpu_work(model, c)]
+    if any(c is not via for c in cache[id(region)]):
+        return True
+    bound: set[str] = set()
+    for root in region.nodes:
+        for node in walk(root):
+            targets = []  # names bound to what a call returned (``out = fn(x)``, not ``n = shape[0]``)
+            if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and node.value is not None and any(
+                isinstance(n, cst.Call) for n in walk(node.value)
+            ):
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            for target in targets:
+                bound.update(n.value for n in walk(target) if isinstance(n, cst.Name))
+    return any(isinstance(n, cst.Name) and n.value in bound for arg in via.args for n in walk(arg.value))

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import TIMER_NAMES, timed_gate
+from kcheck.rules.timed_path import GPU_METHODS, GPU_WORK_NAMES, TIMER_NAMES, gpu_work, timed_gate
 
-GPU_WORK_NAMES = {"torch", "kernel", "fn", "func", "model", "op", "launch"}
-GPU_METHODS = {"forward", "cuda"}  # x.forward(...), x.cuda(): GPU work whatever x is
+# Text of a file that can put work on a GPU.
+GPU_TEXT = re.compile(r"cuda|gpu|device|accelerator|triton|xpu|\bhip\b|Event", re.I)
+CPU_TEXT = re.compile(r"cpu", re.I)
 
 
 class HostTimerWithoutSync(Rule):
@@ -15,14 +18,18 @@ class HostTimerWithoutSync(Rule):
     ## What it does
     Finds host-timer windows (`t0 = time.perf_counter()` ... `time.perf_counter() - t0`, also
     `time.time()`, `time.monotonic()`, `timeit.default_timer()`) that launch GPU work (a `torch`
-    call, a Triton launch `kernel[grid](...)`, or a call of a `fn`/`model`/`op` callable) with no
-    synchronize between the last launch and the stop timestamp.
+    call, a Triton launch `kernel[grid](...)`, or a call of a `fn`/`model`/`op` callable; an
+    awaited call is a coroutine, not a launch) with no synchronize between the last launch and
+    the stop timestamp.
 
     Event windows and host-timer windows count in measurement code only: files under
     `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
     and functions named `bench*`, `test*`, `time*`, `measure*`, `profil*`, `perf*`, `verify*`,
     `check*` and the functions they contain. Elsewhere, serving code that times a whole operation for a log line is measuring
-    that operation, syncs included. `do_bench`-style timers count everywhere.
+    that operation, syncs included. `do_bench`-style timers count everywhere. A file that says it
+    benchmarks the CPU (`cpu` in its path or text) and never names a GPU (no `cuda`, `device`,
+    `gpu`, `accelerator`, `triton`, `Event`) times CPU work, for which the host timer is the right
+    clock, and is not checked.
 
     ## Why is this bad?
     Kernel launches return as soon as the work is queued. Without a sync the timer measures how
@@ -101,24 +108,10 @@ def bench(x, w):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
+        if not GPU_TEXT.search(self.context.source) and CPU_TEXT.search(self.context.path + self.context.source):
+            return  # a CPU benchmark that never names a GPU: the host timer is the right clock
         for region in model.timed_regions:
             if region.kind != "host-timer" or region.synced_before_stop:
                 continue
-            if any(self._is_gpu_work(call) for call, _ in model.calls_in(region.nodes, depth=0)):
+            if any(gpu_work(model, call) for call, _ in model.calls_in(region.nodes, depth=0)):
                 self.report(region.stop)
-
-    def _is_gpu_work(self, call: cst.Call) -> bool:
-        model = self.model
-        name = model.call_name(call) or ""
-        if name.startswith("torch.") and not name.startswith(("torch.cuda.Event", "torch.cuda.synchronize")):
-            return True
-        func = call.func
-        if isinstance(func, cst.Subscript):  # kernel[grid](...) of a Triton kernel or a kernel-like name
-            value = func.value
-            return isinstance(value, cst.Name) and (value.value in GPU_WORK_NAMES or any(
-                k.name.value == value.value for k in model.triton_kernels))
-        if isinstance(func, cst.Name) and func.value in GPU_WORK_NAMES:
-            return True
-        return isinstance(func, cst.Attribute) and func.attr.value in GPU_METHODS or (
-            isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in GPU_WORK_NAMES
-        )

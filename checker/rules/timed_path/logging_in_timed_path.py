@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import LOG_NAMES, TIMED, graph_gate, hot_gate, region_calls, timed_gate
+from kcheck.rules.timed_path import (
+    LOG_NAMES, TIMED, gpu_work, graph_gate, hot_gate, off_the_step, region_calls, timed_gate,
+)
 
 
 class LoggingInTimedPath(Rule):
@@ -20,7 +23,14 @@ class LoggingInTimedPath(Rule):
     `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
     and functions named `bench*`, `test*`, `time*`, `measure*`, `profil*`, `perf*`, `verify*`,
     `check*` and the functions they contain. Elsewhere, serving code that times a whole operation for a log line is measuring
-    that operation, syncs included. `do_bench`-style timers count everywhere.
+    that operation, syncs included. `do_bench`-style timers count everywhere. A host-timer
+    window counts only when its own statements launch GPU work (a `torch` call, a Triton launch,
+    a call of a `fn`/`model`/`op` callable): one around a CI run, an eval or a tuning sweep times
+    a job, and a print there costs nothing that matters. Windows pair up in order, so a print
+    between two windows of one function is outside both. Per-step hot paths count outside test
+    and benchmark files only (a dataset's `sample()` in a benchmark is not a serving step), and
+    not in an `except` handler (an error path) or under a debug switch (`if envs.TRACE_X.get():`,
+    `if self.debug:`, or after `if not <switch>: return` in a helper).
 
     ## Why is this bad?
     Formatting a tensor copies it to the host and synchronizes; even a plain string costs
@@ -107,6 +117,11 @@ class Layer(torch.nn.Module):
             what = model.log_kind(call)
             if not what:
                 continue
+            if region.kind == "hot-path" and (MEASUREMENT_PATH.search(model.path) or off_the_step(model, call)
+                                              or via is not None and off_the_step(model, via)):
+                continue  # not a serving step: a test's forward, an error path, a debug trace
+            if region.kind == "host-timer" and not _launches(model, region):
+                continue  # wall time of a job (a CI run, an eval, a tuning sweep), not of GPU work
             if region.kind == "hot-path" and what != "print()" and not self._formats_argument(call, region.function):
                 continue
             where = via if via is not None else call
@@ -129,3 +144,11 @@ class Layer(torch.nn.Module):
                             and part.expression.value in params:
                         return True
         return False
+
+
+def _launches(model, region) -> bool:
+    """Whether a host-timer window launches GPU work in its own statements (cached per region)."""
+    cache = model.__dict__.setdefault("_timer_launches", {})
+    if id(region) not in cache:
+        cache[id(region)] = any(gpu_work(model, c) for c, _ in model.calls_in(region.nodes, depth=0))
+    return cache[id(region)]
