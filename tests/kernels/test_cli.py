@@ -71,3 +71,12 @@ def test_committed_results_cover_every_op_shape_and_peer():
 def test_readme_table_is_drawn_from_the_committed_results():
     table = summary_table(json.loads(RESULTS.read_text()))
     assert table in (REPO / "kernels" / "README.md").read_text()
+
+
+def test_a_peer_that_does_less_than_the_op_is_never_the_best_peer():
+    row = {"op": "rotary_embedding", "dtype": "bfloat16", "tokens": 1, "gbps": 4.0, "frac_copy": 0.001, "frac_datasheet": 0.001}
+    result = {"rows": [{**row, "impl": "kcheck", "median_us": 5.0}, {**row, "impl": "liger", "median_us": 8.0}],
+              "other_rows": [{**row, "impl": "liger-pregathered", "median_us": 4.0, "same_op": False}]}
+    table = summary_table(result)
+    assert "| rotary_embedding | 1 | 5.00 | liger | 8.00 | 1.60 |" in table
+    assert "| rotary_embedding | 1 | liger-pregathered | 4.00 | 5.00 | 0.80 |" in table

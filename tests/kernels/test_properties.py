@@ -80,3 +80,18 @@ def test_fp8_quant_reconstructs_and_uses_the_full_range(gen):
     assert torch.equal(q.float().abs().amax(dim=1), torch.full((8,), FP8_MAX))
     err = (q.float() * s - x.float()).abs()
     assert (err <= x.float().abs() / 16 + s * 2.0**-9).all()  # half an e4m3 step, relative or subnormal
+
+
+def test_rope_torch_peers_rotate_in_place_like_the_kernel(gen):
+    from kcheck.kernels.rotary_embedding import SPEC, in_place_reference
+
+    q = torch.randn(3, 4, 32, generator=gen, dtype=torch.float32)
+    k = torch.randn(3, 2, 32, generator=gen, dtype=torch.float32)
+    pos, cache = torch.tensor([5, 0, 17]), cos_sin_cache(32, 32)
+    qi, ki = q.clone(), k.clone()
+    rq, rk = in_place_reference(pos, qi, ki, cache)
+    assert rq.data_ptr() == qi.data_ptr() and rk.data_ptr() == ki.data_ptr()
+    eq, ek = _rope(q, k, pos, cache, True)
+    torch.testing.assert_close(qi, eq)
+    torch.testing.assert_close(ki, ek)
+    assert SPEC.peer_reference is in_place_reference and "liger-pregathered" in SPEC.other_peers
