@@ -19,6 +19,7 @@ The per-dtype tolerance limits (:data:`TOLERANCE_LIMITS`) are data, kept here in
 
 from __future__ import annotations
 
+import builtins
 import re
 
 import libcst as cst
@@ -65,6 +66,23 @@ CONSTANT_FACTORIES = {
 EMPTY_FACTORIES = {"torch.empty", "torch.empty_like", "torch.empty_strided"}
 TENSOR_FACTORIES = {name.split(".")[-1] for name in CONSTANT_FACTORIES | EMPTY_FACTORIES} | {
     "tensor", "as_tensor", "from_numpy", "array", "asarray", "arange", "linspace"} | (RANDOM_CALLS - {"load", "load_file"})
+
+
+# Calls into kernel code by their qualified name: kernel modules and libraries, Triton, fused ops,
+# and the communication kernels (custom all-reduce, all-to-all dispatch and combine).
+KERNEL_CALL = re.compile(
+    r"(^|\.)(ops|_custom_ops|custom_ops|kernels?|csrc|_C|sgl_kernel|flashinfer|liger_kernel|deep_gemm|triton\w*"
+    r"|cuda\w*|fla|aiter|cutlass\w*|flash_attn\w*|xformers|fbgemm\w*|quack|tilelang)(\.|$)|kernel|triton|fused|cuda"
+    r"|all_?reduce|reduce_?scatter|all_?gather|all_?to_?all|dispatch|combine|symm_mem|quick_?reduce|custom_ar",
+    re.IGNORECASE)
+
+
+def kernel_call(model, call: cst.Call) -> bool:
+    """A kernel launch or dispatch (as the model found them), or a call into kernel code by name."""
+    if id(call) in model.launch_sites:
+        return True
+    name = model.call_name(call) or model.dotted(call.func) or ""
+    return not name.startswith("torch.") and bool(KERNEL_CALL.search(name))
 
 
 def last(name: str | None) -> str:
@@ -188,6 +206,8 @@ def work_calls(model, nodes) -> list[cst.Call]:
             if isinstance(n, cst.Call) and (_inside_call(model, n, root) or isinstance(model.parent(n), cst.WithItem)):
                 continue  # an argument of another call (alloc() in torch.tensor([...])) or a context manager
             if isinstance(n, cst.Call) and last(model.dotted(n.func) or code(n.func)) not in MEASUREMENT_CALLS:
+                if isinstance(n.func, cst.Name) and n.func.value in BUILTINS and n.func.value not in model.functions:
+                    continue  # min(), sorted(), isinstance(): Python's own functions are no GPU work
                 if model.log_kind(n) or model.sync_kind(n) or model.compile_kind(n) or isinstance(n.func, cst.Call):
                     continue  # KC2xx's business, or the call of a compiled callable
                 if (model.call_name(n) or "").split(".")[0] in ("torch", "numpy", "np") and last(
@@ -206,6 +226,9 @@ def _inside_call(model, node: cst.CSTNode, root: cst.CSTNode) -> bool:
         if isinstance(anc, cst.Arg):
             return True
     return False
+
+
+BUILTINS = frozenset(dir(builtins))
 
 
 def region_root(model, region) -> cst.CSTNode:

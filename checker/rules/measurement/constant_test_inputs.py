@@ -6,8 +6,8 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    COMPARES, CONSTANT_FACTORIES, RANDOM_CALLS, TENSOR_FACTORIES, Scope, arg, calls, is_compare, last, nodes_under,
-    scope_gate, uses,
+    COMPARES, CONSTANT_FACTORIES, RANDOM_CALLS, TENSOR_FACTORIES, Scope, arg, calls, is_compare, kernel_call, last,
+    nodes_under, scope_gate, uses,
 )
 
 
@@ -200,12 +200,9 @@ def check_scale(n=128):
         return False
 
     def _kernel_call(self, call: cst.Call) -> bool:
-        """A kernel launch or dispatch (as the model found them), or a call into a kernel module
-        (``ops.``, ``_custom_ops``, ``kernels``, ``triton``, ``flashinfer``, ``sgl_kernel`` ...)."""
-        if id(call) in self.model.launch_sites:
-            return True
-        name = self.model.call_name(call) or ""
-        return not name.startswith("torch.") and bool(KERNEL_CALL.search(name))
+        """A kernel launch or dispatch, or a call into kernel code (``ops.``, ``_custom_ops``,
+        ``kernels``, ``triton``, ``flashinfer``, ``sgl_kernel``, an all-reduce ...)."""
+        return kernel_call(self.model, call)
 
     def _varied_data(self, fn: cst.FunctionDef, reached: list[cst.Call]) -> bool:
         """The test also builds inputs with distinct values: ``torch.arange``/``linspace`` data or a
@@ -378,11 +375,6 @@ AS_IS = {"float", "double", "half", "bfloat16", "to", "cpu", "cuda", "view", "re
 LITERAL_TENSORS = CONSTANT_FACTORIES | {"torch.tensor", "torch.as_tensor"}
 # Methods that only reshape or repeat a hand-written expectation (``torch.arange(k).expand(b, k)``).
 SHAPE = {"expand", "expand_as", "repeat", "permute", "transpose", "t", "broadcast_to", "narrow", "tile"}
-# Calls into kernel code by their qualified name.
-KERNEL_CALL = re.compile(
-    r"(^|\.)(ops|_custom_ops|custom_ops|kernels?|csrc|_C|sgl_kernel|flashinfer|liger_kernel|deep_gemm|triton\w*|cuda\w*"
-    r"|fla|aiter|cutlass\w*|flash_attn\w*|xformers|fbgemm\w*|quack|tilelang)(\.|$)|kernel|triton|fused|cuda",
-    re.IGNORECASE)
 # Helpers that build a test's inputs (``make_inputs``, ``gdn_inputs``, ``generate_data``).
 INPUT_HELPER = re.compile(r"input|^_?(make|gen|generate|create|sample|random|rand)_|_data$|^_?get_data", re.IGNORECASE)
 INTEGER_DTYPES = {"int8", "int16", "int32", "int64", "long", "int", "uint8", "bool", "short"}

@@ -19,7 +19,8 @@ class MissingWarmup(Rule):
     (nothing named `warmup`, `warm_up`, `n_warmup`...). When the timed call is a parameter
     (`fn(*args)` in a timing helper), the helper's same-module callers must warm up the callable
     they pass instead; a timing function whose first call's result is thrown away is warmed by
-    that call. Also finds `do_bench(..., warmup=0)`.
+    that call, and so is one nested in a benchmark that calls it (or an alias of it) for a
+    warm-up first. Also finds `do_bench(..., warmup=0)`.
 
     ## Why is this bad?
     The first call of a Triton kernel compiles it, the first call with a new autotune key runs
@@ -134,7 +135,7 @@ def bench(x):
             start = region.nodes[0]
             if self._warm(root, start, {code(c.func) for c in timed}):
                 continue
-            if self._warmed_by_first_call(region.function, original_node):
+            if self._warmed_by_first_call(region.function, original_node) or self._warmed_by_parent(region.function):
                 continue
             by_callers = self._warmed_by_callers(region.function, timed, original_node)
             if by_callers is None or not by_callers:
@@ -163,6 +164,26 @@ def bench(x):
             return False
         sites = self.model.callers(fn)
         return len(sites) >= 2 and isinstance(self.model.parent(sites[0]), cst.Expr)
+
+    def _warmed_by_parent(self, fn) -> bool:
+        """A timing function nested in a benchmark that warms it up: the enclosing function calls
+        it (or an alias, ``run_benchmark = run_cuda_benchmark``) once and throws the result away
+        before the measured call, or names a warm-up (``num_warmup_iters``)."""
+        if fn is None:
+            return False
+        parent = self.model.enclosing_function(fn)
+        if parent is None:
+            return False
+        names = {fn.name.value}
+        for n in nodes_under(parent.body):
+            if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value in names:
+                names |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+        sites = [n for n in nodes_under(parent.body) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
+                 and n.func.value in names]
+        if len(sites) >= 2 and isinstance(self.model.parent(sites[0]), cst.Expr):
+            return True
+        return bool(sites) and any(isinstance(n, cst.Name) and "warm" in n.value.lower()
+                                   for n in nodes_under(parent.body))
 
     def _warmed_by_callers(self, fn, timed, module) -> bool | None:
         """When every timed call is a call of a parameter (``fn(*args)``), the callers warm up or

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import COMPARES, EMPTY_FACTORIES, Scope, calls, is_compare, last, nodes_under, scope_gate, uses
 
 FILLS = {"fill_", "copy_", "normal_", "uniform_", "random_", "fill_diagonal_"}
+REFERENCE_BUFFER = re.compile(r"(^|_)(ref|reference|expected|expect|baseline|golden|gold|naive)(_|$)", re.IGNORECASE)
 
 
 class UnpoisonedOutput(Rule):
@@ -16,7 +19,9 @@ class UnpoisonedOutput(Rule):
     `torch.empty_strided` or `.new_empty`, handed to a call that writes it (the kernel under
     test, or its wrapper), and later compared, with no fill before the call: no
     `.fill_(float("nan"))` or other non-zero fill, no `.copy_`, no random fill. Buffers written
-    by a `torch.*` operator (`out=` of a library op writes every element) are not reported.
+    by a `torch.*` operator (`out=` of a library op writes every element) are not reported, and
+    neither are the reference's own outputs (`ref_out`, `expected`, `baseline`): an element the
+    reference leaves unwritten makes the check fail, it cannot hide a kernel bug.
 
     ## Why is this bad?
     `torch.empty` does not clear memory. The caching allocator hands back the block that the
@@ -127,6 +132,8 @@ def test_quant(x):
                     if isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name):
                         poisoned.add(t.target.value.value)
         for b in buffers:
+            if REFERENCE_BUFFER.search(b):
+                continue  # the reference's own output: stale memory there fails the check, it hides nothing
             if b in written and b in compared and b not in poisoned:
                 call, factory = buffers[b]
                 self.report(call, name=b, factory=factory, writer=last(written[b]) or written[b])

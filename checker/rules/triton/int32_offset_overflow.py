@@ -10,7 +10,8 @@ from kcheck.rules.triton import META_PARAM, TRITON_TEXT, is_tl_attr, kernel_gate
 # Sizes that stay small in serving: head, expert, top-k, group and tile counts, and the strides of
 # per-row statistics (rstd, mean, lse) and rotary tables (cos, sin, freqs).
 SMALL = re.compile(r"head|expert|topk|top_k|group|^[HE]$|^n_(blocks|tiles|chunks)$|^num_(tiles|chunks)$"
-                   r"|rstd|mean|lse|cos|sin|freqs", re.IGNORECASE)
+                   r"|rstd|mean|lse|cos|sin|freqs"
+                   r"|^(pid_|i_|idx_|cur_|off_)?(h|hq|hk|hv|kh|qh|kvh|qo_h)$", re.IGNORECASE)  # pid_h, i_hv: head ids
 # Calls that keep an index an index; any other call (tl.load, tl.arange, math) makes data or a vector.
 INDEX_OPS = {"multiple_of", "max_contiguous", "minimum", "maximum"}
 
@@ -23,7 +24,8 @@ class Int32OffsetOverflow(Rule):
     name computed from one) with a runtime argument (a stride or a size that is not a
     `tl.constexpr`), where neither side was cast to `tl.int64` first. Products with a block
     size (a `tl.constexpr`, or a parameter named like one, which KC504 reports), with a literal,
-    with head, expert, top-k, group and tile counts or ids (`head * stride_h`), or with the
+    with head, expert, top-k, group and tile counts or ids (`head * stride_h`, `pid_h`, `i_hv`,
+    `pid_kh`), or with the
     strides of per-row statistics (`rstd`, `mean`, `lse`) and rotary tables (`cos`, `sin`) are
     left alone: those stay small.
 
