@@ -74,12 +74,18 @@ GPU_METHODS = {"forward", "cuda"}  # x.forward(...), x.cuda(): GPU work whatever
 def gpu_work(model, call: cst.Call) -> bool:
     """Whether a call written in a region launches GPU work: a ``torch`` call, a Triton launch
     ``kernel[grid](...)``, or a call of a ``fn``/``model``/``op`` callable. An awaited call
-    (``await func(...)``) is a coroutine: a request or I/O, not a launch."""
+    (``await func(...)``), or any call in an ``async def``, is a coroutine: a request or I/O, not
+    a launch."""
     if isinstance(model.parent(call), cst.Await):
+        return False
+    function = model.enclosing_function(call)
+    if function is not None and function.asynchronous is not None:
         return False
     name = model.call_name(call) or ""
     if name.startswith("torch.") and not name.startswith(("torch.cuda.Event", "torch.cuda.synchronize")):
-        return True
+        # a tensor built as an argument (``wrapper.plan(torch.arange(n, device=d))``) is not the
+        # timed work; the call it is handed to decides
+        return not isinstance(model.parent(call), cst.Arg)
     func = call.func
     if isinstance(func, cst.Subscript):  # kernel[grid](...) of a Triton kernel or a kernel-like name
         value = func.value
@@ -92,19 +98,23 @@ def gpu_work(model, call: cst.Call) -> bool:
     )
 
 
+# Debugging tools: a dumper's step() prints by design.
+DEBUG_PATH = re.compile(r"(^|/)debug[^/]*(/|\.py$)", re.I)
 # A debug switch: ``envs.SGLANG_TRACE_X.get()``, ``self.debug``, ``VERBOSE``, ``trace_e2e``.
 DEBUG_FLAG = re.compile(r"(^|_)envs?($|_)|debug|verbose|trace", re.I)
 
 
 def off_the_step(model, node: cst.CSTNode) -> bool:
     """Whether ``node`` runs only off the normal step: in an ``except`` handler (an error path),
-    under an ``if`` on a debug switch, or after an early ``if not <debug switch>: return`` in its
-    function."""
+    under an ``if`` on a debug switch or one that fills the cache its test reads (once per key),
+    or after an early ``if not <debug switch>: return`` in its function."""
     function = None
     for anc in model.ancestors(node):
         if isinstance(anc, cst.ExceptHandler):
             return True
         if isinstance(anc, (cst.If, cst.IfExp)) and _names_flag(anc.test):
+            return True
+        if isinstance(anc, cst.If) and _fills_cache(model, anc):
             return True
         if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
             function = anc
@@ -118,6 +128,22 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
                 for s in stmt.body.body
             ):
                 return True
+    return False
+
+
+def _fills_cache(model, node: cst.If) -> bool:
+    """``if _handles.get(dev) is None: _handles[dev] = create(); print(...)``: a branch that fills
+    the cache its test reads runs once per key, not on every step."""
+    from kcheck.model import walk
+
+    tested = {model.dotted(n) for n in walk(node.test) if isinstance(n, (cst.Name, cst.Attribute))}
+    tested.discard(None)
+    for n in walk(node.body):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                target = t.target.value if isinstance(t.target, cst.Subscript) else t.target
+                if isinstance(target, (cst.Name, cst.Attribute)) and model.dotted(target) in tested:
+                    return True
     return False
 
 

@@ -6,7 +6,7 @@ import libcst as cst
 
 from kcheck.model import MEASUREMENT_PATH, walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import SYNC_NAMES, SYNC_TEXT, hot_gate, off_the_step, region_calls
+from kcheck.rules.timed_path import DEBUG_PATH, SYNC_NAMES, SYNC_TEXT, hot_gate, off_the_step, region_calls
 
 
 class HostSyncInHotPath(Rule):
@@ -17,14 +17,24 @@ class HostSyncInHotPath(Rule):
     `torch.cuda.synchronize()`, `torch.nonzero`, one-argument `torch.where`, ...) in per-step
     hot paths: model-layer `forward` methods, decode and step functions, metadata builds
     (the names are configurable with `hot-path-functions`), and in same-module helpers they
-    call. `.item()` on a tensor the function built on the CPU is not reported, nor is a sync the
-    code declares deliberate (inside `with gpu_sync_allowed():` or a similar `allow_sync` block)
-    or takes only for a caller that passed a tensor where a list would do (`x if isinstance(x,
-    list) else x.tolist()`), nor one off the normal step: in an `except` handler, or under a debug
-    switch (`if envs.TRACE_X.get():`, `if self.debug:`, after `if not <switch>: return`). The
-    `forward` of a pipeline stage (a class named `*Stage`) runs once per request: only syncs in
-    its loops (the denoising steps) are reported there. Test and benchmark files (by path) are not serving code and are not
-    checked.
+    call.
+
+    Not reported:
+    - `.item()` on a tensor the function built on the CPU, or on a tensor named for the host
+      (`seq_lens_cpu.tolist()`);
+    - a sync the code declares deliberate (inside `with gpu_sync_allowed():` or a similar
+      `allow_sync` block), or takes only for a caller that passed a tensor where a list or an int
+      would do (`x if isinstance(x, list) else x.tolist()`, `if isinstance(n, torch.Tensor): n =
+      n.item()`);
+    - a sync off the normal step: in an `except` handler, under a debug switch
+      (`if envs.TRACE_X.get():`, `if self.debug:`, after `if not <switch>: return`), or in a
+      branch that fills the cache its test reads (`if key not in cache: cache[key] = ...`);
+    - a sync under a test for another backend (`if is_npu(): cu_seqlens = cu_seqlens.to("cpu")`):
+      what that backend's op requires;
+    - in the `forward` of a pipeline stage (a class named `*Stage`), which runs once per request,
+      a sync outside its loops (the denoising steps);
+    - anything in test and benchmark files (by path) and debugging tools (`debug*/`, `debug*.py`),
+      which are not serving code.
 
     ## Why is this bad?
     Every step pays a full GPU drain and a host round trip, the CPU can no longer run ahead to
@@ -100,11 +110,11 @@ def decode_step(model, tokens):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        if MEASUREMENT_PATH.search(model.path):
-            return  # a test's or benchmark's "decode step" is not a serving step
+        if MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path):
+            return  # a test's or benchmark's "decode step", a debugging tool's step(): not serving steps
         for region, call, via in region_calls(model, ("hot-path",)):
             where = via if via is not None else call
-            if _allowed(model, call) or off_the_step(model, call) or (
+            if _allowed(model, call) or off_the_step(model, call) or _cpu_named(model, call) or (
                 via is not None and (_allowed(model, via) or off_the_step(model, via))
             ) or (_per_request(model, region) and not _in_loop(model, where, region.function)):
                 continue
@@ -148,16 +158,45 @@ def _allowed(model, node: cst.CSTNode) -> bool:
             return True
         if isinstance(anc, (cst.If, cst.IfExp)) and child is not anc.test and _isinstance_list(anc.test):
             return True
+        if isinstance(anc, cst.If) and child is anc.body and _other_backend(model, anc.test):
+            return True  # ``if is_npu(): x = x.to("cpu")``: what that backend's op requires
         if isinstance(anc, cst.FunctionDef):
             return False
         child = anc
     return False
 
 
+def _other_backend(model, test: cst.CSTNode) -> bool:
+    """A test that asks for a backend other than CUDA (``is_npu()``, ``current_platform.is_xpu()``,
+    ``not current_platform.is_cuda_alike()``)."""
+    def last(call) -> str:
+        return (model.dotted(call.func) or "").split(".")[-1] if isinstance(call, cst.Call) else ""
+
+    return any(isinstance(n, cst.Call) and OTHER_BACKEND.match(last(n)) or isinstance(n, cst.UnaryOperation)
+               and isinstance(n.operator, cst.Not) and re.match(r"^_?is_cuda", last(n.expression)) for n in walk(test))
+
+
+def _cpu_named(model, call: cst.Call) -> bool:
+    """A sync whose tensor is named for the host (``seq_lens_cpu.tolist()``,
+    ``(ids_cpu == tag).nonzero()``): by the serving engines' naming rule it already lives there."""
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    if receiver is None:
+        return False
+    return any(isinstance(n, cst.Name) and CPU_NAME.search(n.value) or isinstance(n, cst.Attribute)
+               and CPU_NAME.search(n.attr.value) for n in walk(receiver))
+
+
+CPU_NAME = re.compile(r"(^|_)cpu$|^cpu_|_np$")
+
+
+OTHER_BACKEND = re.compile(r"^_?is_(npu|xpu|cpu|hpu|mps|musa|mlu|tpu)$")
+
+
 def _isinstance_list(test: cst.CSTNode) -> bool:
     for node in walk(test):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "isinstance" and any(
-            isinstance(n, cst.Name) and n.value in ("list", "tuple", "List", "Sequence") for n in walk(node)
+            isinstance(n, cst.Name) and n.value in ("list", "tuple", "List", "Sequence", "Tensor")
+            or isinstance(n, cst.Attribute) and n.attr.value == "Tensor" for n in walk(node)
         ):
             return True
     return False

@@ -19,7 +19,7 @@ class HostTimerWithoutSync(Rule):
     Finds host-timer windows (`t0 = time.perf_counter()` ... `time.perf_counter() - t0`, also
     `time.time()`, `time.monotonic()`, `timeit.default_timer()`) that launch GPU work (a `torch`
     call, a Triton launch `kernel[grid](...)`, or a call of a `fn`/`model`/`op` callable; an
-    awaited call is a coroutine, not a launch) with no synchronize between the last launch and
+    awaited call, or any call in an `async def`, is a coroutine, not a launch) with no synchronize between the last launch and
     the stop timestamp.
 
     Event windows and host-timer windows count in measurement code only: files under

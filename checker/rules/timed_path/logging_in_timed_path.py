@@ -5,7 +5,7 @@ import libcst as cst
 from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import (
-    LOG_NAMES, TIMED, gpu_work, graph_gate, hot_gate, off_the_step, region_calls, timed_gate,
+    DEBUG_PATH, LOG_NAMES, TIMED, gpu_work, graph_gate, hot_gate, off_the_step, region_calls, timed_gate,
 )
 
 
@@ -28,9 +28,11 @@ class LoggingInTimedPath(Rule):
     a call of a `fn`/`model`/`op` callable): one around a CI run, an eval or a tuning sweep times
     a job, and a print there costs nothing that matters. Windows pair up in order, so a print
     between two windows of one function is outside both. Per-step hot paths count outside test
-    and benchmark files only (a dataset's `sample()` in a benchmark is not a serving step), and
-    not in an `except` handler (an error path) or under a debug switch (`if envs.TRACE_X.get():`,
-    `if self.debug:`, or after `if not <switch>: return` in a helper).
+    and benchmark files (a dataset's `sample()` in a benchmark is not a serving step) and outside
+    debugging tools (`debug*/` folders, `debug*.py`) only. In every region, a call in an `except`
+    handler (an error path), under a debug switch (`if envs.TRACE_X.get():`, `if self.debug:`,
+    or after `if not <switch>: return` in a helper), or in a branch that fills the cache its test
+    reads (`if _handles.get(dev) is None: _handles[dev] = ...`, once per key) is not reported.
 
     ## Why is this bad?
     Formatting a tensor copies it to the host and synchronizes; even a plain string costs
@@ -117,9 +119,10 @@ class Layer(torch.nn.Module):
             what = model.log_kind(call)
             if not what:
                 continue
-            if region.kind == "hot-path" and (MEASUREMENT_PATH.search(model.path) or off_the_step(model, call)
-                                              or via is not None and off_the_step(model, via)):
-                continue  # not a serving step: a test's forward, an error path, a debug trace
+            if region.kind == "hot-path" and (MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path)):
+                continue  # not a serving step: a test's forward, a debugging tool's step()
+            if off_the_step(model, call) or via is not None and off_the_step(model, via):
+                continue  # an error path or a debug trace: not run on every step or iteration
             if region.kind == "host-timer" and not _launches(model, region):
                 continue  # wall time of a job (a CI run, an eval, a tuning sweep), not of GPU work
             if region.kind == "hot-path" and what != "print()" and not self._formats_argument(call, region.function):
