@@ -16,6 +16,8 @@ WIDE = {"float32", "float64", "float", "double"}
 VIEWS = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "unsqueeze", "squeeze", "clone",
          "detach", "expand", "expand_as", "view_as", "t", "narrow", "unflatten"}
 LOW_TEXT = re.compile(r"bfloat16|float16|\bhalf\b|bf16|fp16")
+# Integer tensors a reference reduces exactly: counts, masks, ids.
+COUNTS = re.compile(r"cnt|count|mask|^num_|_num$|idx|ids$|indices|hit|valid|flag", re.IGNORECASE)
 
 
 class LowPrecisionReference(Rule):
@@ -30,7 +32,8 @@ class LowPrecisionReference(Rule):
     function (a parameter default such as `work_dtype=torch.float32` counts), and not every call
     site in the module passes upcast inputs (`x.float()`, or a name the caller assigned from one).
     Fakes handed to `monkeypatch.setattr` or `patch` are stand-ins, not references, and are
-    left alone.
+    left alone, as are Python's own `sum()` of a list and reductions of counts, masks and ids
+    (`cnts.sum(0)`, `expert_mask.sum()`): integer sums are exact.
 
     PyTorch's own reductions accumulate in FP32 internally, so `torch.softmax(x)` of an input
     is left alone; the loss is in the rounded intermediates.
@@ -114,6 +117,11 @@ DTYPES = [torch.float16, torch.bfloat16]
             computed = self._computed_names(fn)
             for node in nodes_under(fn.body):
                 if isinstance(node, cst.Call) and _op(node) in REDUCTIONS and not self._loss(node):
+                    if isinstance(node.func, cst.Name) and node.func.value not in self.model.imports:
+                        continue  # Python's sum() of a list, not a tensor reduction
+                    if any(COUNTS.search(n.value) for n in nodes_under(_reduced(node) or node)
+                           if isinstance(n, cst.Name)):
+                        continue  # counts, masks and ids: an integer reduction is exact
                     if self._computed(_reduced(node), computed):
                         self.report(node, function=fn.name.value, op=_op(node))
                         break
