@@ -174,7 +174,25 @@ class ModuleModel:
         if isinstance(func, cst.Name) and func.value not in self.imports:
             return self.local_function(func.value)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
-            return self.local_function(func.attr.value)
+            # the method of the caller's own class or of its same-module bases (two classes of a
+            # module often define the same helper name); one inherited from elsewhere is unseen
+            owner = next((a for a in self.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+            if owner is None:
+                return self.local_function(func.attr.value)
+            stack, seen = [owner], set()
+            while stack:
+                cls = stack.pop()
+                if id(cls) in seen or not isinstance(cls.body, cst.IndentedBlock):
+                    continue
+                seen.add(id(cls))
+                for stmt in cls.body.body:
+                    if isinstance(stmt, cst.FunctionDef) and stmt.name.value == func.attr.value:
+                        return stmt
+                for base in cls.bases:
+                    found = self.classes.get((self.dotted(base.value) or "").split(".")[-1])
+                    if found is not None:
+                        stack.append(found)
+            return None
         return None
 
     def callers(self, fn: cst.FunctionDef) -> list[cst.Call]:
