@@ -177,3 +177,43 @@ def test_warm_scan_reads_no_file_whose_stat_is_unchanged(tmp_path, monkeypatch):
     (tmp_path / "bench.py").write_text(BENCH.replace("fn(x).item()", "fn(x).cpu()"))
     edited = run()
     assert reads == ["bench.py"] and [f.message.split()[0] for f in edited.findings] == [".cpu()"]
+
+
+def _prefilter_texts() -> list[str]:
+    """Every fixture and rule example, plus edge cases for the matcher's word splitting."""
+    from kcheck.registry import all_rules
+
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in (REPO / "tests" / "fixtures").rglob("*.py")]
+    texts += [ex for r in all_rules() for ex in (*r.VALID, *r.INVALID)]
+    texts += ["", "x.item()", "x.item ()", "SpeedUp", "speed-up", "SPEED_UP", "_C", "torch._C.foo", "my_C1",
+              "kernel[grid](x)", "kernel[grid] (x)", "half", "behalf", "'cpu'", '"cpu"', "cpu", "if", "elif x:",
+              "aab", "ac", "abc", "xxyz", "a|b", "a.b", "axb"]
+    return texts
+
+
+@pytest.mark.parametrize("pattern", sorted(
+    {p for r in __import__("kcheck.registry", fromlist=["all_rules"]).all_rules() for p in r.PREFILTER}
+    | {r"\b_C\b", r"ab?c", r"a+b", r"x{2}yz", r"a\|b", r"(a|b)c", r"a\.b", r"[|]", r"(?i)speed[- _]?up|faster"}))
+def test_prefilter_matcher_answers_exactly_what_the_regex_answers(pattern):
+    import re
+
+    from kcheck.rule import text_matcher
+
+    matches, regex = text_matcher(pattern), re.compile(pattern)
+    for text in _prefilter_texts():
+        assert matches(text) == bool(regex.search(text)), (pattern, text[:80])
+
+
+def test_a_file_no_rule_wants_is_only_compiled_and_still_reports_a_syntax_error(monkeypatch):
+    import ast
+
+    calls = []
+    real = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: calls.append(1) or real(*a, **k))
+    config = config_for(REPO / "x.py")
+    assert engine.check_source("x = 1\n", "x.py", config).findings == []
+    assert calls == []  # compiled, never parsed into a tree
+    broken = engine.check_source("x = (\n", "x.py", config).findings
+    assert [f.code for f in broken] == ["KC900"]
+    # compile() rejects what ast.parse accepts (return outside a function): that is not a parse error
+    assert engine.check_source("return 1\n", "x.py", config).findings == []

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from kcheck.claims import Claim, Use, compute_uses, families
+from kcheck.rule import Rule
 
 CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "register_kernel", "impl",
                "direct_register_custom_op", "register_custom_op"}
@@ -19,6 +20,17 @@ CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "regist
 EXTERNAL_KERNELS = re.compile(r"^(flashinfer|flash_attn)(\.|$)")
 # A reference solution by its file name (ref.py, reference.py, matmul_ref.py).
 REFERENCE_FILE = re.compile(r"^(ref|reference)(_|$)|_(ref|reference)$", re.I)
+
+
+class ClaimRule(Rule):
+    """The family's base class: its rules judge kernel claims, so a file must name one of
+    ``CLAIM_NAMES`` (or lie on a configured kernel path) before it is parsed for them."""
+
+    PREFILTER = ("|".join(sorted(CLAIM_NAMES)),)
+
+    @classmethod
+    def prefilter(cls, text: str, config=None, seen: dict | None = None) -> bool:
+        return bool(config is not None and config.kernel_paths) or super().prefilter(text, config, seen)
 
 
 def claim_gate(summary, config) -> bool:

@@ -3,11 +3,10 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.claims import HEAVY_FAMILIES
-from kcheck.rule import Rule
-from kcheck.rules.dispatch import analyse, claim_gate
+from kcheck.rules.dispatch import ClaimRule, analyse, claim_gate
 
 
-class DecorativeKernel(Rule):
+class DecorativeKernel(ClaimRule):
     """A real kernel that does a side job while the main op still goes to the library.
 
     ## What it does

@@ -2,11 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kcheck.rule import Rule
-from kcheck.rules.dispatch import analyse, claim_gate
+from kcheck.rules.dispatch import ClaimRule, analyse, claim_gate
 
 
-class LibraryDispatchAsKernel(Rule):
+class LibraryDispatchAsKernel(ClaimRule):
     """Code presented as a kernel whose compute is a library call the baseline already makes.
 
     ## What it does
