@@ -66,13 +66,15 @@ def selectivity(tree: str) -> tuple[dict, dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("tree")
-    ap.add_argument("--report", help="a scan_corpus.py report of the same tree, for the files with findings")
+    ap.add_argument("--report", help="a scan_corpus.py report (or kcheck's JSON output) of the same tree, "
+                    "for the files with findings")
     args = ap.parse_args(argv)
     per_rule, totals = selectivity(args.tree)
     reported: dict[str, set] = defaultdict(set)
     if args.report:
-        for f in json.load(open(args.report))["findings"]:
-            reported[f["code"]].add(f["path"])
+        data = json.load(open(args.report))
+        for f in data["findings"] if isinstance(data, dict) else data:  # scan_corpus.py or `kcheck -o json`
+            reported[f["code"]].add(f.get("path") or f.get("filename"))
     t = totals
     print(f"{t['files']:,} files, {t['lines']:,} lines; parsed with ast: {t['ast_files']:,} files; "
           f"with libcst: {t['libcst_files']:,} files ({t['libcst_files'] / max(t['files'], 1):.0%}), "
