@@ -47,7 +47,8 @@ DTYPE_NAMES = {
     "float16": "float16", "half": "float16", "fp16": "float16",
     "bfloat16": "bfloat16", "bf16": "bfloat16",
 }
-QUANTIZED = re.compile(r"float8|fp8|int8|uint8|int4|fp4|mxfp|nvfp|e4m3|e5m2|quant", re.IGNORECASE)
+QUANTIZED = re.compile(r"float8|fp8|int8|uint8|int4|fp4|float4|e2m1|mxfp|nvfp|e4m3|e5m2|quant|block_?scaled",
+                       re.IGNORECASE)
 
 # Comparisons: the last component of the called name. Those with tolerances take (a, b, rtol, atol).
 TOLERANCE_COMPARES = {"assert_close", "assert_allclose", "allclose", "isclose", "assert_verbose_allclose"}
@@ -83,6 +84,19 @@ def kernel_call(model, call: cst.Call) -> bool:
         return True
     name = model.call_name(call) or model.dotted(call.func) or ""
     return not name.startswith("torch.") and bool(KERNEL_CALL.search(name))
+
+
+MOCKS = {"monkeypatch", "mocker", "Mock", "MagicMock", "AsyncMock", "patch", "SimpleNamespace", "create_autospec"}
+
+
+def mocked(model, fn: cst.FunctionDef) -> bool:
+    """The test runs on stand-ins (``monkeypatch``, ``Mock``, ``patch``, ``SimpleNamespace``): it
+    checks plumbing with values chosen so the expected result is known, not a kernel's arithmetic."""
+    if any(p.name.value in MOCKS for p in fn.params.params):
+        return True
+    return any(isinstance(n, cst.Name) and n.value in MOCKS for n in nodes_under(fn, nested=True)) or any(
+        last(model.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)) in MOCKS
+        for d in fn.decorators)
 
 
 def last(name: str | None) -> str:

@@ -6,8 +6,8 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    COMPARES, CONSTANT_FACTORIES, RANDOM_CALLS, TENSOR_FACTORIES, Scope, arg, calls, is_compare, kernel_call, last,
-    nodes_under, scope_gate, uses,
+    COMPARES, CONSTANT_FACTORIES, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, arg, calls, is_compare,
+    kernel_call, last, mocked, nodes_under, scope_gate, uses,
 )
 
 
@@ -31,7 +31,8 @@ class ConstantTestInputs(Rule):
     - outputs and expected values (buffers that are compared, constants written inside the
       comparison), accumulators and buffers the test writes into (`acc += ...`, `buf[i] = ...`,
       `out=buf`, `buf.fill_(...)`), integer and boolean tensors (lengths, indices, flags), empty
-      tensors and a handful of values (`torch.ones(1)`, a scale; `torch.zeros(2, 4)`, a worked example);
+      tensors, FP8/FP4 tensors (quantisation scales) and a handful of values (`torch.ones(1)`, a
+      scale; `torch.zeros(2, 4)`, a worked example);
     - tests whose expected value is worked out by hand: a literal tensor, `torch.arange`, or plain
       arithmetic of the inputs with a number (`inp * world_size`, `2.0 / FP8_MAX`);
     - tests that compare a function with itself (a cache, determinism or round-trip test);
@@ -132,7 +133,7 @@ def check_scale(n=128):
                 continue
             if not any(self._kernel_call(c) for c in reached):
                 continue  # no kernel under test: a check of Python plumbing, a cache or a layout
-            if _mocked(model, fn) or self._varied_data(fn, reached) or any(
+            if mocked(model, fn) or self._varied_data(fn, reached) or any(
                     (_chosen_value(model, n) or (_empty(n) and last(model.call_name(n)) in TENSOR_FACTORIES))
                     for n in nodes_under(fn.body, nested=True) if isinstance(n, cst.Call)):
                 continue  # a behaviour test on stand-ins, or inputs with distinct values built by hand
@@ -145,7 +146,7 @@ def check_scale(n=128):
             written = _written(fn)
             for node in nodes_under(fn.body):
                 if isinstance(node, cst.Call) and (model.call_name(node) or "") in CONSTANT_FACTORIES:
-                    if _integer(model, node) or _empty(node) or _single(node):
+                    if _integer(model, node) or _empty(node) or _single(node) or _quantized(model, node):
                         continue  # lengths, indices and flags: metadata written by hand on purpose
                     target = self._assigned_name(node)
                     if target is not None and target in written:
@@ -349,19 +350,6 @@ def check_scale(n=128):
         return None
 
 
-MOCKS = {"monkeypatch", "mocker", "Mock", "MagicMock", "AsyncMock", "patch", "SimpleNamespace", "create_autospec"}
-
-
-def _mocked(model, fn: cst.FunctionDef) -> bool:
-    """The test runs on stand-ins (``monkeypatch``, ``Mock``, ``patch``, ``SimpleNamespace``): it
-    checks plumbing with values chosen so the expected result is known, not a kernel's arithmetic."""
-    if any(p.name.value in MOCKS for p in fn.params.params):
-        return True
-    return any(isinstance(n, cst.Name) and n.value in MOCKS for n in nodes_under(fn, nested=True)) or any(
-        last(model.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)) in MOCKS
-        for d in fn.decorators)
-
-
 def _base(expr: cst.CSTNode) -> str | None:
     """``out`` for ``out``, ``out.float()``, ``out.view(-1).cpu()``: a buffer compared as it is."""
     while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in AS_IS:
@@ -403,6 +391,12 @@ def _chosen_value(model, call: cst.Call) -> bool:
         return False
     fill = arg(call, 1, "fill_value")
     return not (isinstance(fill, (cst.Integer, cst.Float)) and fill.evaluated_value in (0, 1))
+
+
+def _quantized(model, call: cst.Call) -> bool:
+    """A factory with an FP8/FP4 dtype: quantisation scales set to one on purpose."""
+    dtype = next((a.value for a in call.args if a.keyword and a.keyword.value == "dtype"), None)
+    return dtype is not None and bool(QUANTIZED.search(model.dotted(dtype) or ""))
 
 
 def _single(call: cst.Call) -> bool:

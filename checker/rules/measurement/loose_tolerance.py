@@ -32,8 +32,10 @@ class LooseTolerance(Rule):
     and, when the function names only FP32/FP64 (often a scale or a sink beside the output), also
     from the module constants it reads (`DTYPE = torch.bfloat16`) and the same-module helpers it
     calls (the input builders); the loosest one wins, and BF16 is assumed when none is named.
+    FP32 in a test that names TF32 (`FIXUP_TF32_RTOL`, `allow_tf32`) is judged like FP16, whose
+    10 mantissa bits TF32 keeps.
 
-    Not judged: tests of quantised outputs (FP8, INT8, FP4, a test or a call named for
+    Not judged: tests of quantised outputs (FP8, INT8, FP4, block-scaled, a test or a call named for
     quantisation, a quick all-reduce that compresses its payload); tests that run no kernel (no
     launch and no call into kernel code in the test or its helpers: end-to-end model and server
     outputs); and a comparison with a comment that gives the reason for its tolerance, on it or
@@ -125,6 +127,8 @@ def test_softmax():
             dtypes = dtypes or module_dtypes
             if "quantized" in dtypes:
                 continue
+            if "float32" in dtypes and self._tf32(node):
+                dtypes = dtypes | {"float16"}  # TF32 keeps FP16's 10 mantissa bits
             dtypes = dtypes & TOLERANCE_LIMITS.keys() or {"bfloat16"}
             loosest = max(dtypes, key=lambda d: TOLERANCE_LIMITS[d])
             positional = (model.call_name(node) or "").split(".")[0] in ("torch", "numpy", "np")
@@ -158,6 +162,15 @@ def test_softmax():
                 if helper is not None and helper is not fn:
                     roots.append(helper)
         return dtypes_in(model, roots)
+
+    def _tf32(self, call: cst.Call) -> bool:
+        """The comparison or its function names TF32 (``FIXUP_TF32_RTOL``, ``allow_tf32``)."""
+        fn = self.model.enclosing_function(call)
+        for n in nodes_under(fn if fn is not None else call):
+            text = n.value if isinstance(n, cst.Name) else (n.attr.value if isinstance(n, cst.Attribute) else "")
+            if "tf32" in text.lower():
+                return True
+        return False
 
     def _checks_kernel(self, call: cst.Call) -> bool:
         """The test runs a kernel (a launch, or a call into kernel code) in the function or the

@@ -30,7 +30,7 @@ class LowPrecisionReference(Rule):
     computed themselves (an elementwise intermediate already rounded to 16 bits, such as
     `x.pow(2)` or `logits / temperature`) without ever upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
     function (a parameter default such as `work_dtype=torch.float32` counts), and not every call
-    site in the module passes upcast inputs (`x.float()`, or a name the caller assigned from one).
+    site in the module passes upcast inputs (`x.float()`, or a name the caller derived from one).
     Fakes handed to `monkeypatch.setattr` or `patch` are stand-ins, not references, and are
     left alone, as are Python's own `sum()` of a list and reductions of counts, masks and ids
     (`cnts.sum(0)`, `expert_mask.sum()`): integer sums are exact.
@@ -191,9 +191,16 @@ DTYPES = [torch.float16, torch.bfloat16]
             return True
         caller = self.model.enclosing_function(site)
         if isinstance(value, cst.Name) and caller is not None:
-            return any(isinstance(n, cst.Assign) and self._upcasts(n.value) and any(
-                isinstance(t.target, cst.Name) and t.target.value == value.value for t in n.targets)
-                for n in nodes_under(caller.body))
+            # names the caller derives from an upcast, through a few assignments
+            # (x_flat = x.float(); mix = x_flat @ w; logits = mix * a + b)
+            wide: set[str] = set()
+            assigns = [n for n in nodes_under(caller.body) if isinstance(n, cst.Assign)]
+            for _ in range(4):
+                for n in assigns:
+                    if self._upcasts(n.value) or any(isinstance(x, cst.Name) and x.value in wide
+                                                     for x in nodes_under(n.value)):
+                        wide |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+            return value.value in wide
         return False
 
 

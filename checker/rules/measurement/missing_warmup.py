@@ -1,12 +1,18 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
+from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     TIMER_NAMES, TIMER_TEXT, Scope, arg, code, device_timing, int_value, last, nodes_under, region_root, uses,
     work_calls,
 )
+
+
+BENCH_NAME = re.compile(r"^_?(bench|time|timeit|timing|measure|run_bench)", re.IGNORECASE)
 
 
 class MissingWarmup(Rule):
@@ -20,7 +26,10 @@ class MissingWarmup(Rule):
     (`fn(*args)` in a timing helper), the helper's same-module callers must warm up the callable
     they pass instead; a timing function whose first call's result is thrown away is warmed by
     that call, and so is one nested in a benchmark that calls it (or an alias of it) for a
-    warm-up first. Also finds `do_bench(..., warmup=0)`.
+    warm-up first, and a local closure (`runner()`) whose work was called before. Only code that
+    measures to report a number is judged: a benchmark or timing file, or a function named
+    `bench*`/`time*`/`measure*`; a `test_*` function printing how long its reference took, and
+    serving code profiling itself (`_profile_*`), are left alone. Also finds `do_bench(..., warmup=0)`.
 
     ## Why is this bad?
     The first call of a Triton kernel compiles it, the first call with a new autotune key runs
@@ -130,10 +139,17 @@ def bench(x):
             if not timed:
                 continue
             root = region_root(model, region)
+            if not self._benchmark(region):
+                continue
             # calls before the window in source order warm it up: before the loops around it, or
             # earlier in the same iteration (for _ in range(20): fn() just above the window)
             start = region.nodes[0]
-            if self._warm(root, start, {code(c.func) for c in timed}):
+            names = {code(c.func) for c in timed}
+            for c in timed:  # a local closure (runner()) is warmed by a call of what it runs (call_fn())
+                target = model.callee(c)
+                if target is not None:
+                    names |= {code(x.func) for x in nodes_under(target.body) if isinstance(x, cst.Call)}
+            if self._warm(root, start, names):
                 continue
             if self._warmed_by_first_call(region.function, original_node) or self._warmed_by_parent(region.function):
                 continue
@@ -144,6 +160,18 @@ def bench(x):
             if isinstance(node, cst.Call) and last(model.call_name(node)) == "do_bench":
                 if int_value(None, arg(node, 99, "warmup")) == 0:
                     self.report(node, call="do_bench", how="with warmup=0")
+
+    def _benchmark(self, region) -> bool:
+        """Code that measures to report a number: a benchmark or timing file, or a function named
+        bench*/time*/measure*. A test (test_*) that prints how long its reference took, and serving
+        code that profiles itself (_profile_prefill_latency, check_*), are judged by other means."""
+        fn = region.function
+        names = [a.name.value for a in [fn, *self.model.ancestors(fn)] if isinstance(a, cst.FunctionDef)] if fn else []
+        if any(n.lower().startswith(("test", "_test")) for n in names[:1]):
+            return False
+        if MEASUREMENT_PATH.search(self.model.path):
+            return True
+        return any(BENCH_NAME.match(n) for n in names)
 
     def _warm(self, root: cst.CSTNode, start: cst.CSTNode, names: set[str]) -> bool:
         """``root`` warms up: it names a warm-up, or calls one of ``names`` before ``start``."""

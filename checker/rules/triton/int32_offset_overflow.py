@@ -10,7 +10,7 @@ from kcheck.rules.triton import META_PARAM, TRITON_TEXT, is_tl_attr, kernel_gate
 # Sizes that stay small in serving: head, expert, top-k, group and tile counts, and the strides of
 # per-row statistics (rstd, mean, lse) and rotary tables (cos, sin, freqs).
 SMALL = re.compile(r"head|expert|topk|top_k|group|^[HE]$|^n_(blocks|tiles|chunks)$|^num_(tiles|chunks)$"
-                   r"|rstd|mean|lse|cos|sin|freqs"
+                   r"|rstd|mean|lse|cos|sin|freqs|indices"
                    r"|^(pid_|i_|idx_|cur_|off_)?(h|hq|hk|hv|kh|qh|kvh|qo_h)$", re.IGNORECASE)  # pid_h, i_hv: head ids
 # Calls that keep an index an index; any other call (tl.load, tl.arange, math) makes data or a vector.
 INDEX_OPS = {"multiple_of", "max_contiguous", "minimum", "maximum"}
@@ -26,7 +26,8 @@ class Int32OffsetOverflow(Rule):
     size (a `tl.constexpr`, or a parameter named like one, which KC504 reports), with a literal,
     with head, expert, top-k, group and tile counts or ids (`head * stride_h`, `pid_h`, `i_hv`,
     `pid_kh`), or with the
-    strides of per-row statistics (`rstd`, `mean`, `lse`) and rotary tables (`cos`, `sin`) are
+    strides of per-row statistics (`rstd`, `mean`, `lse`), index tables (`stride_state_indices_batch`)
+    and rotary tables (`cos`, `sin`) are
     left alone: those stay small.
 
     ## Why is this bad?

@@ -14,7 +14,7 @@ INT_POINTER = re.compile(r"idx|ids|cnt|index|indices|offset|count|len|mask|pos|e
                          re.IGNORECASE)
 # Pointers to buffers kernels keep in fp32: split-K partials, scratch, running sums and maxima,
 # normalisation statistics, scales.
-F32_POINTER = re.compile(r"part|scratch|acc|lse|sum|max|den|mean|rstd|var|stat|scale|amax|fp32|f32|float32",
+F32_POINTER = re.compile(r"part|scratch|segm|acc|lse|sum|max|den|mean|rstd|var|stat|scale|amax|fp32|f32|float32",
                          re.IGNORECASE)
 LOW_TEXT = re.compile(r"bfloat16|float16|\bhalf\b|bf16|fp16")
 F32, LOADED, LOWP = "fp32", "loaded", "low"
@@ -31,7 +31,10 @@ class LowPrecisionAccumulation(Rule):
     handles FP16/BF16 data. Loads that are integers (`other=-1`, pointers named for ids, counts,
     offsets) or from buffers kernels keep in FP32 (pointers named for partials, scratch, sums,
     maxima, statistics, scales) do not count, and neither do values cast to 16 bits explicitly
-    (`(x * x).to(tl.bfloat16)`: a kernel that reproduces a BF16 reference on purpose). `tl.dot` without `out_dtype` accumulates in FP32 and is fine.
+    (`(x * x).to(tl.bfloat16)`: a kernel that reproduces a BF16 reference on purpose). Values
+    that meet an FP32 accumulator or running maximum (`tl.zeros(..., dtype=tl.float32)`) are
+    FP32 by promotion, and a sum masked by an equality (`tl.sum(tl.where(offs == j, x, 0))`)
+    selects one element and is exact. `tl.dot` without `out_dtype` accumulates in FP32 and is fine.
 
     ## Why is this bad?
     BF16 keeps 8 bits of mantissa: once a running sum is a few hundred times larger than the
@@ -165,6 +168,11 @@ def k(a, b):
             if out is not None and is_tl_attr(self.model, out, *LOW):
                 self.report(call, what="tl.dot(..., out_dtype=<16-bit type>) accumulates the product in 16 bits")
 
+    def _selects(self, values, selectors: set[str]) -> bool:
+        """The summed values are masked by an equality (``tl.where(offs == j, x, 0)``,
+        ``x * (cols == idx)``): the sum picks one element per row and adds nothing."""
+        return _equality(values) or any(isinstance(n, cst.Name) and n.value in selectors for n in nodes_under(values))
+
     def _sums(self, k) -> None:
         model = self.model
         kinds: dict[str, str | None] = {}
@@ -196,8 +204,13 @@ def k(a, b):
                 if op == "cast":
                     return kind(cst.Call(cst.Attribute(expr.args[0].value, cst.Name("to")), [expr.args[1]])) \
                         if len(expr.args) >= 2 else None
-                if op in ("dot", "zeros", "full", "sum"):
+                if op in ("zeros", "full"):  # an fp32 accumulator or running max promotes what meets it
+                    dtype = arg(expr, 1 if op == "zeros" else 2, "dtype")
+                    return F32 if dtype is not None and is_tl_attr(model, dtype, *WIDE) else None
+                if op in ("dot", "sum"):
                     return F32 if op == "dot" else None
+                if op in ("max", "min"):
+                    return combine(a.value for a in expr.args[:1])
                 if op in ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "maximum", "minimum", "where", "sigmoid"):
                     return combine(a.value for a in expr.args)
                 return None
@@ -208,6 +221,8 @@ def k(a, b):
             if isinstance(expr, cst.Subscript):
                 return kind(expr.value)
             return None
+
+        selectors: set[str] = set()  # names holding an equality mask (cols == idx)
 
         def combine(parts) -> str | None:
             found = [kind(p) for p in parts]
@@ -220,8 +235,17 @@ def k(a, b):
                 for sub in nodes_under(node):
                     if isinstance(sub, cst.Call) and tl_op(model, sub) == "sum" and arg(sub, 99, "dtype") is None:
                         values = arg(sub, 0, "input")
+                        if values is not None and self._selects(values, selectors):
+                            continue  # sum(where(idx == j, x, 0)): picks one element, exact
                         if values is not None and kind(values) == LOADED:  # an explicit 16-bit cast is on purpose
                             self.report(sub, what="tl.sum over 16-bit values loaded from memory keeps their precision")
                 for stmt in node.body:
                     if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name):
                         kinds[stmt.targets[0].target.value] = kind(stmt.value)
+                        if _equality(stmt.value):
+                            selectors.add(stmt.targets[0].target.value)
+
+
+def _equality(expr) -> bool:
+    return any(isinstance(n, cst.Comparison) and any(isinstance(t.operator, cst.Equal) for t in n.comparisons)
+               for n in nodes_under(expr))

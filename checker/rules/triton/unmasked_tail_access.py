@@ -13,6 +13,7 @@ from kcheck.rules.triton import (
 
 STOPS = {"minimum", "where", "load"}
 # A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
+SCRATCH = re.compile(r"partial|scratch|workspace|tmp|_buf$|^(Mp|Lp|Op|Mid_O|Mid_LSE)$", re.IGNORECASE)
 INDEX_LIST = re.compile(r"ids|idx|indices|sorted|slot|table|loc", re.IGNORECASE)
 DECLARED_EXACT = re.compile(r"no[ _-]?(column[ _-])?mask|unmasked|nomask|\beven\b|divisib|multiple of", re.IGNORECASE)
 
@@ -37,7 +38,10 @@ class UnmaskedTailAccess(Rule):
     compares to a sentinel (`ids < num_valid`): such lists are padded to whole blocks. And a
     kernel launched on one program per row (no ceil-division in the grid) with a fixed block
     (a literal or a module constant) that addresses `row * BLOCK + tl.arange(0, BLOCK)` reads
-    rows exactly BLOCK wide.
+    rows exactly BLOCK wide. Scratch buffers the launcher allocates in whole blocks (a pointer
+    parameter named `*partial*`, `scratch`, `workspace`, `Mp`) and tiles addressed as
+    `t * TILE + tl.arange(0, TILE)` in a `tl.static_range(NUM_TILES)` loop over compile-time
+    constants are whole too.
 
     ## Why is this bad?
     When the size is not a multiple of the block (4,097 tokens, a hidden size of 5,120 under a
@@ -236,6 +240,8 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
         bound = self._bound(pointer, tainted) if pointer is not None else None
         if bound in self._exact or (op == "load" and self._padded_index_list(call, pointer, k)):
             return
+        if bound is not None and (self._scratch(pointer, k) or self._static_tiles(call, pointer, bound, k)):
+            return
         if bound in self._row_blocks and any(
                 isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
                 and bound in {getattr(n.left, "value", None), getattr(n.right, "value", None)}
@@ -243,6 +249,28 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
             return  # row * BLOCK + tl.arange(0, BLOCK) on a one-program-per-row grid
         if bound is not None and not self._guarded(call, k):
             self.report(call, op=op, bound=bound, what="reads" if op == "load" else "writes")
+
+    def _scratch(self, pointer: cst.CSTNode, k) -> bool:
+        """A scratch buffer the launcher allocates in whole blocks (``ts_partial_ptr``, ``Mp``,
+        ``workspace``): split-K and split-KV partials are sized by the block, never by the data."""
+        return any(SCRATCH.search(n) for n in names_in(pointer) & set(k.params))
+
+    def _static_tiles(self, call: cst.Call, pointer: cst.CSTNode, bound: str, k) -> bool:
+        """``for t in tl.static_range(NUM_TILES): ptr + t * TILE + tl.arange(0, TILE)`` with both
+        compile-time constants: the loop covers NUM_TILES whole tiles by construction."""
+        for anc in self.model.ancestors(call):
+            if anc is k.fn:
+                return False
+            if isinstance(anc, cst.For) and isinstance(anc.iter, cst.Call) and \
+                    tl_op(self.model, anc.iter) == "static_range" and isinstance(anc.target, cst.Name):
+                extent = set().union(*(names_in(a.value) for a in anc.iter.args)) if anc.iter.args else set()
+                if not extent <= k.constexprs:
+                    return False  # a runtime trip count: the tiles need not cover a whole row
+                var = anc.target.value
+                return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+                           and {getattr(n.left, "value", None), getattr(n.right, "value", None)} == {var, bound}
+                           for n in nodes_under(pointer))
+        return False
 
     def _padded_index_list(self, call: cst.Call, pointer: cst.CSTNode, k) -> bool:
         """A load of an index list (``sorted_token_ids``, ``ids``, ``slots``) whose values the kernel
