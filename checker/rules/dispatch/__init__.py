@@ -20,6 +20,8 @@ CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "regist
 EXTERNAL_KERNELS = re.compile(r"^(flashinfer|flash_attn)(\.|$)")
 # A reference solution by its file name (ref.py, reference.py, matmul_ref.py).
 REFERENCE_FILE = re.compile(r"^(ref|reference)(_|$)|_(ref|reference)$", re.I)
+# A docstring that opens by calling the function a reference ("Reference kernel for AG-GEMM").
+REFERENCE_DOC = re.compile(r"^\W*(a |the )?(naive |pytorch |torch )?reference\b", re.I)
 
 
 class ClaimRule(Rule):
@@ -58,6 +60,8 @@ def analyse(model) -> list[Analysis]:
     for claim in model.kernel_claims:
         if claim.kind == "custom-op-class":
             continue  # a CustomOp's forward_cuda is the CUDA slot of a layer, not a kernel submission
+        if REFERENCE_DOC.search(claim.function.get_docstring() or ""):
+            continue  # "Reference kernel for ...": a problem's sample submission says what it is
         uses = compute_uses(model, claim.function, claim.attrs)
         library = [u for u in uses if u.kind == "library"]
         if claim.kind == "custom-op":

@@ -20,7 +20,8 @@ class LibraryDispatchAsKernel(ClaimRule):
     Not claims: the `forward_cuda` of a `CustomOp`-style layer (the layer's CUDA slot, where a
     library op such as cuDNN's convolution is often the deliberate choice), a registered op whose
     library call goes to FlashInfer or flash-attn (it exposes a real kernel to `torch.compile`),
-    and a reference solution by its file name (`ref.py`, `reference.py`, `*_ref.py`).
+    and a reference solution by its file name (`ref.py`, `reference.py`, `*_ref.py`) or by its
+    docstring ("Reference kernel for ...", as in a leaderboard problem's sample submission).
 
     ## Why is this bad?
     The "kernel" is the baseline. It passes every correctness check because it computes the same

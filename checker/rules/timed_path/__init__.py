@@ -100,17 +100,20 @@ def gpu_work(model, call: cst.Call) -> bool:
 
 # Debugging tools: a dumper's step() prints by design.
 DEBUG_PATH = re.compile(r"(^|/)debug[^/]*(/|\.py$)", re.I)
+# Reference implementations: written to be right, not fast (reference.py, ref.py, *_reference.py).
+REFERENCE_PATH = re.compile(r"(^|/|_)(ref|reference)\.py$", re.I)
 # A debug switch: ``envs.SGLANG_TRACE_X.get()``, ``self.debug``, ``VERBOSE``, ``trace_e2e``.
 DEBUG_FLAG = re.compile(r"(^|_)envs?($|_)|debug|verbose|trace", re.I)
 
 
 def off_the_step(model, node: cst.CSTNode) -> bool:
-    """Whether ``node`` runs only off the normal step: in an ``except`` handler (an error path),
+    """Whether ``node`` runs only off the normal step: in an ``except`` handler or a branch that
+    only logs and gives up (error paths),
     under an ``if`` on a debug switch or one that fills the cache its test reads (once per key),
     or after an early ``if not <debug switch>: return`` in its function."""
     function = None
     for anc in model.ancestors(node):
-        if isinstance(anc, cst.ExceptHandler):
+        if isinstance(anc, cst.ExceptHandler) or _error_branch(model, anc):
             return True
         if isinstance(anc, (cst.If, cst.IfExp)) and _names_flag(anc.test):
             return True
@@ -129,6 +132,22 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
             ):
                 return True
     return False
+
+
+def _error_branch(model, block: cst.CSTNode) -> bool:
+    """``else: print(f"[ERROR] unsupported backend {b}"); return None``: a branch that only logs and
+    then gives up (``return``, ``return None``, ``raise``) is an error path."""
+    if not isinstance(block, cst.IndentedBlock) or not isinstance(model.parent(block), (cst.If, cst.Else)):
+        return False
+    *body, last = block.body
+    if not (isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 and (
+        isinstance(last.body[0], cst.Raise) or isinstance(last.body[0], cst.Return) and (
+            last.body[0].value is None or isinstance(last.body[0].value, cst.Name) and last.body[0].value.value == "None"))):
+        return False
+    return bool(body) and all(
+        isinstance(s, cst.SimpleStatementLine) and all(
+            isinstance(x, cst.Expr) and isinstance(x.value, cst.Call) and model.log_kind(x.value) for x in s.body)
+        for s in body)
 
 
 def _fills_cache(model, node: cst.If) -> bool:

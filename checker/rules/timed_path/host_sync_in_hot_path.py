@@ -6,7 +6,9 @@ import libcst as cst
 
 from kcheck.model import MEASUREMENT_PATH, walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import DEBUG_PATH, SYNC_NAMES, SYNC_TEXT, hot_gate, off_the_step, region_calls
+from kcheck.rules.timed_path import (
+    DEBUG_PATH, REFERENCE_PATH, SYNC_NAMES, SYNC_TEXT, hot_gate, off_the_step, region_calls,
+)
 
 
 class HostSyncInHotPath(Rule):
@@ -33,8 +35,9 @@ class HostSyncInHotPath(Rule):
       what that backend's op requires;
     - in the `forward` of a pipeline stage (a class named `*Stage`), which runs once per request,
       a sync outside its loops (the denoising steps);
-    - anything in test and benchmark files (by path) and debugging tools (`debug*/`, `debug*.py`),
-      which are not serving code.
+    - anything in test and benchmark files (by path), debugging tools (`debug*/`, `debug*.py`)
+      and reference implementations (`reference.py`, `ref.py`, `*_reference.py`), which are not
+      serving code.
 
     ## Why is this bad?
     Every step pays a full GPU drain and a host round trip, the CPU can no longer run ahead to
@@ -110,8 +113,8 @@ def decode_step(model, tokens):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        if MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path):
-            return  # a test's or benchmark's "decode step", a debugging tool's step(): not serving steps
+        if MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path) or REFERENCE_PATH.search(model.path):
+            return  # a test's "decode step", a debugging tool's step(), a reference: not serving steps
         for region, call, via in region_calls(model, ("hot-path",)):
             where = via if via is not None else call
             if _allowed(model, call) or off_the_step(model, call) or _cpu_named(model, call) or (

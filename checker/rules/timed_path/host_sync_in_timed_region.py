@@ -18,8 +18,8 @@ class HostSyncInTimedRegion(Rule):
     same-module helpers that are harness work: handed a result the region computed
     (`check_nan(out)` after `out = fn(x)`) or called beside the GPU work the region launches
     (`fn(x); check(x)`). A helper that is the region's only work (`attention(q, k, v)`,
-    `tune(M, N, K)`) is the operation being measured, or a job of measurements, and its syncs are
-    its own cost.
+    `tune(M, N, K)`, also with its own backward on its output) is the operation being measured,
+    or a job of measurements, and its syncs are its own cost.
 
     Event windows and host-timer windows count in measurement code only: files under
     `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
@@ -147,8 +147,9 @@ def _harness_helper(model, region, via: cst.Call) -> bool:
     cache = model.__dict__.setdefault("_timed_work", {})
     if id(region) not in cache:
         cache[id(region)] = [c for c, _ in model.calls_in(region.nodes, depth=0) if gpu_work(model, c)]
-    if any(c is not via for c in cache[id(region)]):
-        return True
+    results = _bound_from(model, via)  # ``om = attention(q, k, v)``: om is the operation's output
+    if any(c is not via and not _consumes(c, results) for c in cache[id(region)]):
+        return True  # other timed work beside the helper (its own backward does not count)
     bound: set[str] = set()
     for root in region.nodes:
         for node in walk(root):
@@ -160,3 +161,14 @@ def _harness_helper(model, region, via: cst.Call) -> bool:
             for target in targets:
                 bound.update(n.value for n in walk(target) if isinstance(n, cst.Name))
     return any(isinstance(n, cst.Name) and n.value in bound for arg in via.args for n in walk(arg.value))
+
+
+def _bound_from(model, call: cst.Call) -> set[str]:
+    parent = model.parent(call)
+    if isinstance(parent, cst.Assign):
+        return {n.value for t in parent.targets for n in walk(t.target) if isinstance(n, cst.Name)}
+    return set()
+
+
+def _consumes(call: cst.Call, names: set[str]) -> bool:
+    return bool(names) and any(isinstance(n, cst.Name) and n.value in names for a in call.args for n in walk(a.value))

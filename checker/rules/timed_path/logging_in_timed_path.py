@@ -30,7 +30,8 @@ class LoggingInTimedPath(Rule):
     between two windows of one function is outside both. Per-step hot paths count outside test
     and benchmark files (a dataset's `sample()` in a benchmark is not a serving step) and outside
     debugging tools (`debug*/` folders, `debug*.py`) only. In every region, a call in an `except`
-    handler (an error path), under a debug switch (`if envs.TRACE_X.get():`, `if self.debug:`,
+    handler or a branch that only logs and gives up (`else: print("[ERROR] ..."); return None`;
+    error paths), under a debug switch (`if envs.TRACE_X.get():`, `if self.debug:`,
     or after `if not <switch>: return` in a helper), or in a branch that fills the cache its test
     reads (`if _handles.get(dev) is None: _handles[dev] = ...`, once per key) is not reported.
 
