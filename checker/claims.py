@@ -162,8 +162,8 @@ def find_claims(model, module: cst.Module) -> None:
             if any(name in TRITON_DECORATORS for name in decorator_names(model, fn)):
                 model.triton_kernels.append(fn)
     consts, extensions = _module_bindings(model, module)
-    ext_attrs = _extension_attrs(model, module, extensions)
-    _find_launches(model, module, consts, extensions, ext_attrs)
+    ext_attrs, ext_functions = _extension_attrs(model, module, extensions)
+    _find_launches(model, module, consts, extensions, ext_attrs, ext_functions)
     _find_kernel_claims(model, module, extensions)
 
 
@@ -193,11 +193,13 @@ def _is_extension_build(model, call: cst.Call) -> bool:
     return (model.call_name(call) or "") in ("torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load")
 
 
-def _extension_attrs(model, module, extensions) -> set[str]:
-    """``self.<attr>`` names bound to an extension (``self.ext = load_inline(...)`` or a module name)."""
+def _extension_attrs(model, module, extensions) -> tuple[set[str], dict[str, str]]:
+    """``self.<attr>`` names bound to an extension (``self.ext = load_inline(...)`` or a module
+    name), and those bound to one of its functions (``self.act = ext.act_cuda``: attr -> ext)."""
     out: set[str] = set()
+    functions: dict[str, str] = {}
     if not extensions:
-        return out
+        return out, functions
     for node in walk(module):
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
             target = node.targets[0].target
@@ -207,10 +209,14 @@ def _extension_attrs(model, module, extensions) -> set[str]:
                     isinstance(value, cst.Call) and _is_extension_build(model, value)
                 ):
                     out.add(target.attr.value)
-    return out
+                elif isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and (
+                    value.value.value in extensions and value.value.value not in model.imports
+                ):
+                    functions[target.attr.value] = value.value.value
+    return out, functions
 
 
-def _find_launches(model, module, consts, extensions, ext_attrs) -> None:
+def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=None) -> None:
     local_kernels = {fn.name.value: fn for fn in model.triton_kernels}
     side_cache: dict[int, bool] = {}
     lookups = _registry_names(model, _registries(model, module, local_kernels))
@@ -242,6 +248,10 @@ def _find_launches(model, module, consts, extensions, ext_attrs) -> None:
             model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
         elif parts[0] == "self" and len(parts) >= 3 and parts[1] in ext_attrs:
             source = next((s for s in extensions.values() if s), None) if len(extensions) == 1 else None
+            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
+        elif parts[0] == "self" and len(parts) == 2 and ext_functions and parts[1] in ext_functions:
+            # ``self.act = ext.act_cuda`` in __init__, ``self.act(x)`` in forward
+            source = extensions.get(ext_functions[parts[1]])
             model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
         elif (model.dotted(func) or "").split(".")[0] in model.imports and not name.startswith("torch.") and any(
             fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES

@@ -102,8 +102,9 @@ def gpu_work(model, call: cst.Call) -> bool:
 DEBUG_PATH = re.compile(r"(^|/)debug[^/]*(/|\.py$)", re.I)
 # Reference implementations: written to be right, not fast (reference.py, ref.py, *_reference.py).
 REFERENCE_PATH = re.compile(r"(^|/|_)(ref|reference)\.py$", re.I)
-# A debug switch: ``envs.SGLANG_TRACE_X.get()``, ``self.debug``, ``VERBOSE``, ``trace_e2e``.
-DEBUG_FLAG = re.compile(r"(^|_)envs?($|_)|debug|verbose|trace", re.I)
+# A debug switch: ``envs.SGLANG_TRACE_X.get()``, ``self.debug``, ``VERBOSE``, ``trace_e2e``,
+# ``self.enable_timing``, ``profile``.
+DEBUG_FLAG = re.compile(r"(^|_)envs?($|_)|debug|verbose|trace|timing|profil", re.I)
 
 
 def off_the_step(model, node: cst.CSTNode) -> bool:
@@ -112,16 +113,22 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
     under an ``if`` on a debug switch or one that fills the cache its test reads (once per key),
     or after an early ``if not <debug switch>: return`` in its function."""
     function = None
+    child = node
     for anc in model.ancestors(node):
         if isinstance(anc, cst.ExceptHandler) or _error_branch(model, anc):
             return True
-        if isinstance(anc, (cst.If, cst.IfExp)) and _names_flag(anc.test):
-            return True
+        if isinstance(anc, (cst.If, cst.IfExp)) and child is not anc.test and _names_flag(anc.test):
+            # the branch taken when the switch is on: the body of ``if debug:``, the else of
+            # ``if not self.enable_timing:`` (whose body is the normal path)
+            negated = isinstance(anc.test, cst.UnaryOperation) and isinstance(anc.test.operator, cst.Not)
+            if (child is anc.body) != negated:
+                return True
         if isinstance(anc, cst.If) and _fills_cache(model, anc):
             return True
         if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
             function = anc
             break
+        child = anc
     if isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock):
         for stmt in function.body.body:
             if any(n is stmt for n in model.ancestors(node)):
