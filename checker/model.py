@@ -417,32 +417,37 @@ def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
     parents = model.parents
     # (node, dotted scope, enclosing function)
     stack: list[tuple[cst.CSTNode, str, cst.FunctionDef | None]] = [(module, "", None)]
+    # ``type(node) is`` rather than ``isinstance``: libcst nodes are ABCs, whose isinstance is slow,
+    # and every class tested here is concrete (no subclasses)
+    Import, ImportFrom, ClassDef, FunctionDef, Call, With, Assign = (
+        cst.Import, cst.ImportFrom, cst.ClassDef, cst.FunctionDef, cst.Call, cst.With, cst.Assign)
     while stack:
         node, scope, function = stack.pop()
-        if isinstance(node, (cst.Import, cst.ImportFrom)):
+        kind = type(node)
+        if kind is Import or kind is ImportFrom:
             _record_import(model, node)
             continue
-        if isinstance(node, cst.ClassDef):
+        if kind is ClassDef:
             scope = f"{scope}.{node.name.value}" if scope else node.name.value
             model.classes[node.name.value] = node
             model.scope_names[id(node)] = scope
-        elif isinstance(node, cst.FunctionDef):
+        elif kind is FunctionDef:
             scope = f"{scope}.{node.name.value}" if scope else node.name.value
             model.scope_names[id(node)] = scope
             model.functions.setdefault(node.name.value, []).append(node)
             function = node
-        elif isinstance(node, cst.Call):
+        elif kind is Call:
             model.calls.append(node)
-        elif isinstance(node, cst.With):
+        elif kind is With:
             model.withs.append(node)
-        elif isinstance(node, cst.Assign) and function is not None and isinstance(node.value, cst.Call):
+        elif kind is Assign and function is not None and type(node.value) is Call:
             if model.is_cpu_factory(node.value):
                 names = model.cpu_names.setdefault(id(function), set())
                 names.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
         kids = children(node)
         for child in kids:
             parents[id(child)] = node
-        stack.extend((child, scope, function) for child in reversed(kids))
+        stack.extend([(child, scope, function) for child in reversed(kids)])
     _find_timed_regions(model, module)
     from kcheck.claims import find_claims
 
