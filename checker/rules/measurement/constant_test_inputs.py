@@ -181,17 +181,7 @@ def check_scale(n=128):
         """One side of the comparison is written out by hand (``torch.tensor([0., 1.])``,
         ``torch.zeros(1, 5)``): a behaviour test whose small constant inputs are chosen on purpose."""
         literal = LITERAL_TENSORS
-        values, passed = {}, set()  # constants by name; names handed to a call other than a comparison
-        for n in nodes_under(fn.body):
-            if (isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Tuple)
-                    and isinstance(n.value, cst.Call)):
-                for el in n.targets[0].target.elements:  # a, b = f(x): both come from f
-                    if isinstance(el.value, cst.Name):
-                        values[el.value.value] = n.value
-            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
-                values[n.targets[0].target.value] = n.value
-            elif isinstance(n, cst.Call) and not is_compare(self.model, n):
-                passed |= {x.value.value for x in n.args if isinstance(x.value, cst.Name)}
+        values, passed, _, _ = self._bindings(fn)
         for a in compare.args[:2]:
             value = a.value
             if isinstance(value, cst.Name) and value.value not in passed:
@@ -221,10 +211,10 @@ def check_scale(n=128):
                 return True  # inputs made by a helper this file cannot see into (another module's)
         return False
 
-    def _against_reference(self, compare: cst.Call, fn: cst.FunctionDef) -> bool:
-        """Neither side of the comparison is worked out by hand (a constant, a literal tensor, or
-        plain arithmetic of the inputs with a number: ``inp * world_size``, ``2.0 / FP8_MAX``): the
-        result is checked against a reference computation, which the same constants fool."""
+    def _bindings(self, fn: cst.FunctionDef) -> tuple[dict, set[str], set[str], set[str]]:
+        """What the function's names are bound to: values by name (``a, b = f(x)`` binds both to the
+        call), names handed to a call other than a comparison (in-place outputs), names bound to tensors
+        built here, and names bound otherwise (tuple unpacking, loops, ``with ... as``)."""
         model = self.model
         values: dict[str, cst.BaseExpression] = {}
         tensors: set[str] = set()  # names bound to tensors built in the function
@@ -247,6 +237,15 @@ def check_scale(n=128):
                         t, cst.For) else t.target) if isinstance(x, cst.Name))
             elif isinstance(n, cst.Call) and not is_compare(model, n):
                 passed |= {x.value.value for x in n.args if isinstance(x.value, cst.Name)}
+
+        return values, passed, tensors, unpacked
+
+    def _against_reference(self, compare: cst.Call, fn: cst.FunctionDef) -> bool:
+        """Neither side of the comparison is worked out by hand (a constant, a literal tensor, or
+        plain arithmetic of the inputs with a number: ``inp * world_size``, ``2.0 / FP8_MAX``): the
+        result is checked against a reference computation, which the same constants fool."""
+        model = self.model
+        values, passed, tensors, unpacked = self._bindings(fn)
 
         def scalar(e, depth=0) -> bool:
             if isinstance(e, (cst.Integer, cst.Float)):
