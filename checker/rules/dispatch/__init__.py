@@ -22,6 +22,11 @@ EXTERNAL_KERNELS = re.compile(r"^(flashinfer|flash_attn)(\.|$)")
 REFERENCE_FILE = re.compile(r"^(ref|reference)(_|$)|_(ref|reference)$", re.I)
 # A docstring that opens by calling the function a reference ("Reference kernel for AG-GEMM").
 REFERENCE_DOC = re.compile(r"^\W*(a |the )?(naive |pytorch |torch )?reference\b", re.I)
+# A leaderboard problem's shipped files (GPU MODE's ``problems/<set>/<name>/``): its sample
+# ``submission*.py`` / ``template*.py``, which the problem's task.yml replaces with the contestant's
+# file (often the reference itself), and the harness's own ``solutions/correct|wrong/`` cases.
+SHIPPED_EXAMPLE = re.compile(
+    r"(^|/)problems/([^/]+/)*(submission|template)\w*\.py$|(^|/)problems/([^/]+/)*solutions/(correct|wrong)/[^/]+\.py$")
 
 
 class ClaimRule(Rule):
@@ -57,6 +62,9 @@ def analyse(model) -> list[Analysis]:
     if REFERENCE_FILE.search(PurePosixPath(model.path).stem):
         model._dispatch_analysis = out
         return out  # ref.py, reference.py: the reference solution, not a claim
+    if SHIPPED_EXAMPLE.search(model.path):
+        model._dispatch_analysis = out
+        return out  # a leaderboard problem's sample submission or harness case, not a contestant's claim
     for claim in model.kernel_claims:
         if claim.kind == "custom-op-class":
             continue  # a CustomOp's forward_cuda is the CUDA slot of a layer, not a kernel submission

@@ -21,7 +21,11 @@ class LibraryDispatchAsKernel(ClaimRule):
     library op such as cuDNN's convolution is often the deliberate choice), a registered op whose
     library call goes to FlashInfer or flash-attn (it exposes a real kernel to `torch.compile`),
     and a reference solution by its file name (`ref.py`, `reference.py`, `*_ref.py`) or by its
-    docstring ("Reference kernel for ...", as in a leaderboard problem's sample submission).
+    docstring ("Reference kernel for ...", as in a leaderboard problem's sample submission), and a
+    leaderboard problem's shipped files by their place (`problems/.../submission*.py` and
+    `template*.py`, which the problem's task.yml replaces with the contestant's file, and the
+    harness cases under `problems/.../solutions/correct|wrong/`). A contestant's submission kept
+    at such a path in a fork of the problems repository is missed.
 
     ## Why is this bad?
     The "kernel" is the baseline. It passes every correctness check because it computes the same

@@ -68,6 +68,13 @@ def report_calls(rule, kinds: tuple[str, ...], classify: Callable, template: str
 
 
 GPU_WORK_NAMES = {"torch", "kernel", "fn", "func", "model", "op", "launch"}
+# torch calls that queue no kernel: device bookkeeping and memory statistics.
+NOT_A_LAUNCH = re.compile(
+    r"^torch\.(get_device_module(\(\))?(\.\w+)?|(cuda|xpu|accelerator)\.(reset_peak_memory_stats|max_memory_allocated|"
+    r"memory_allocated|memory_reserved|max_memory_reserved|memory_stats|empty_cache|set_device|current_device|"
+    r"device_count|get_device_name|is_available))$")
+# A torch factory that makes a host tensor unless it is given a device.
+FACTORIES = {"zeros", "ones", "empty", "full", "tensor", "arange"}
 GPU_METHODS = {"forward", "cuda"}  # x.forward(...), x.cuda(): GPU work whatever x is
 
 
@@ -82,6 +89,10 @@ def gpu_work(model, call: cst.Call) -> bool:
     if function is not None and function.asynchronous is not None:
         return False
     name = model.call_name(call) or ""
+    if NOT_A_LAUNCH.search(name):
+        return False  # device bookkeeping (memory statistics, the device module), no kernel
+    if name.startswith("torch.distributed.") and _cpu_collective(model, call):
+        return False  # a send/recv over a CPU (gloo) group or of a tensor built on the host
     if name.startswith("torch.") and not name.startswith(("torch.cuda.Event", "torch.cuda.synchronize")):
         # a tensor built as an argument (``wrapper.plan(torch.arange(n, device=d))``) is not the
         # timed work; the call it is handed to decides
@@ -96,6 +107,33 @@ def gpu_work(model, call: cst.Call) -> bool:
     return isinstance(func, cst.Attribute) and func.attr.value in GPU_METHODS or (
         isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in GPU_WORK_NAMES
     )
+
+
+def _cpu_collective(model, call: cst.Call) -> bool:
+    """``dist.send(msg, peer, group=world.cpu_group)``, or ``dist.recv(msg, ...)`` of ``msg =
+    torch.zeros(1, dtype=torch.int64)`` made in the same function or its class's ``__init__``
+    without a device: a CPU ping-pong, no GPU work."""
+    from kcheck.model import walk
+
+    function = model.enclosing_function(call)
+    scope = function if function is not None else None
+    assigned: dict[str, cst.CSTNode] = {}
+    if scope is not None:
+        for n in walk(scope):
+            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+                assigned[n.targets[0].target.value] = n.value
+    for arg in call.args:
+        value = arg.value
+        if isinstance(value, cst.Name) and value.value in assigned:
+            value = assigned[value.value]
+        text = model.dotted(value) or ""
+        if arg.keyword is not None and arg.keyword.value == "group" and re.search(r"cpu|gloo", text, re.I):
+            return True
+        if arg.keyword is None and isinstance(value, cst.Call) and (model.call_name(value) or "").split(".")[-1] in FACTORIES \
+                and (model.call_name(value) or "").startswith("torch.") \
+                and not any(a.keyword is not None and a.keyword.value == "device" for a in value.args):
+            return True
+    return False
 
 
 # Debugging tools: a dumper's step() prints by design.

@@ -6,8 +6,9 @@ import libcst as cst
 
 from kcheck.model import MEASUREMENT_PATH, walk
 from kcheck.rule import Rule
+from kcheck.rules.dispatch import SHIPPED_EXAMPLE
 from kcheck.rules.timed_path import (
-    DEBUG_PATH, REFERENCE_PATH, SYNC_NAMES, SYNC_TEXT, hot_gate, off_the_step, region_calls,
+    DEBUG_PATH, REFERENCE_PATH, SYNC_NAMES, SYNC_TEXT, hot_gate, off_the_step,
 )
 
 
@@ -22,8 +23,10 @@ class HostSyncInHotPath(Rule):
     call.
 
     Not reported:
-    - `.item()` on a tensor the function built on the CPU, or on a tensor named for the host
-      (`seq_lens_cpu.tolist()`);
+    - `.item()` on a tensor the function built on the CPU, or on a tensor or array named for the
+      host (`seq_lens_cpu.tolist()`, `host_positions.tolist()`, `starts_np.tolist()`), or on a
+      multimodal input the file declares host-resident (`image_grid_thw=MultiModalFieldConfig.
+      batched("image", keep_on_cpu=True)` makes `image_grid_thw` and `grid_thw` host tensors);
     - a sync the code declares deliberate (inside `with gpu_sync_allowed():` or a similar
       `allow_sync` block), or takes only for a caller that passed a tensor where a list or an int
       would do (`x if isinstance(x, list) else x.tolist()`, `if isinstance(n, torch.Tensor): n =
@@ -31,13 +34,21 @@ class HostSyncInHotPath(Rule):
     - a sync off the normal step: in an `except` handler, under a debug switch
       (`if envs.TRACE_X.get():`, `if self.debug:`, after `if not <switch>: return`), or in a
       branch that fills the cache its test reads (`if key not in cache: cache[key] = ...`);
-    - a sync under a test for another backend (`if is_npu(): cu_seqlens = cu_seqlens.to("cpu")`):
-      what that backend's op requires;
+    - a sync under a test for another backend (`if is_npu(): cu_seqlens = cu_seqlens.to("cpu")`,
+      `if not _is_cuda: return self._forward_impl(...)`, `if x.device.type == "mps":`): what that
+      backend's op requires, another backend's own sync (`torch.mps.synchronize()`), and the
+      hot paths that are another backend's slot (`forward_xpu`, `forward_npu`);
+    - in the step of a debugging tool's class (`*Dumper`, `*Debugger`, `*Profiler`);
+    - a wait on a CUDA event (`self.prepare_inputs_event.synchronize()`): it waits only for the
+      work recorded before the event, usually the previous step's, not for the whole queue;
     - in the `forward` of a pipeline stage (a class named `*Stage`), which runs once per request,
       a sync outside its loops (the denoising steps);
     - anything in test and benchmark files (by path), debugging tools (`debug*/`, `debug*.py`)
-      and reference implementations (`reference.py`, `ref.py`, `*_reference.py`), which are not
-      serving code.
+      and reference implementations (`reference.py`, `ref.py`, `*_reference.py`), or a
+      leaderboard problem's shipped sample submission (`problems/.../submission.py`), which are
+      not serving code;
+    - through a function's call of itself (`self.forward(...)` inside `forward`): its own syncs are
+      reported where they are written.
 
     ## Why is this bad?
     Every step pays a full GPU drain and a host round trip, the CPU can no longer run ahead to
@@ -113,19 +124,63 @@ def decode_step(model, tokens):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        if MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path) or REFERENCE_PATH.search(model.path):
-            return  # a test's "decode step", a debugging tool's step(), a reference: not serving steps
-        for region, call, via in region_calls(model, ("hot-path",)):
+        if MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path) or REFERENCE_PATH.search(model.path) \
+                or SHIPPED_EXAMPLE.search(model.path):
+            return  # a test's "decode step", a debugging tool's step(), a reference, a problem's sample submission
+        if "keep_on_cpu" in self.context.source:
+            model.__dict__["_kept_on_cpu"] = _kept_on_cpu(original_node)
+        for region, call, via in _hot_calls(model):
             where = via if via is not None else call
             if _allowed(model, call) or off_the_step(model, call) or _cpu_named(model, call) or (
                 via is not None and (_allowed(model, via) or off_the_step(model, via))
             ) or (_per_request(model, region) and not _in_loop(model, where, region.function)):
                 continue
             what = model.sync_kind(call, model.enclosing_function(call))
-            if not what:
-                continue
+            if not what or OTHER_BACKEND_CALL.match(model.call_name(call) or "") or _event_wait(model, call):
+                continue  # ``torch.mps.synchronize()``: another backend's own sync; an event fence
             helper = f" (inside {model.dotted(via.func)}())" if via is not None else ""
             self.report(where, what=what, helper=helper, region=region.label)
+
+
+def _off_cuda_slot(model, function) -> bool:
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    owner = model.context_of(function).split(".")
+    return bool(OFF_CUDA_SLOT.search(function.name.value)) or (len(owner) >= 2 and bool(TOOL_CLASS.search(owner[-2])))
+
+
+def _event_wait(model, call: cst.Call) -> bool:
+    """``self.prepare_inputs_event.synchronize()``: waits only for the work recorded before that
+    event (typically the previous step's), a deliberate fence rather than a drain of the queue."""
+    func = call.func
+    return isinstance(func, cst.Attribute) and func.attr.value == "synchronize" and bool(
+        re.search(r"event", model.dotted(func.value) or "", re.I))
+
+
+def _hot_calls(model):
+    """(region, call, via) for every call in a hot path, each call once; a call reached only
+    through the function calling itself is left out (it is reported where it is written)."""
+    seen: set[int] = set()
+    for region in model.timed_regions:
+        if region.kind != "hot-path" or _off_cuda_slot(model, region.function):
+            continue
+        roots = [n for n in region.nodes if id(n) not in region.exempt]
+        for call, via in model.calls_in(roots):
+            if id(call) in seen or (via is not None and _recursive(model, via, region.function)):
+                continue
+            seen.add(id(call))
+            yield region, call, via
+
+
+def _recursive(model, via: cst.Call, function) -> bool:
+    """``self.forward(...)`` inside ``forward`` (a chunked or retried call of itself): what it
+    reaches is this function's own code, or helpers whose arguments it cannot see."""
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    func = via.func
+    name = func.attr.value if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and \
+        func.value.value == "self" else func.value if isinstance(func, cst.Name) else None
+    return name == function.name.value
 
 
 def _per_request(model, region) -> bool:
@@ -172,26 +227,59 @@ def _allowed(model, node: cst.CSTNode) -> bool:
 def _other_backend(model, test: cst.CSTNode) -> bool:
     """A test that asks for a backend other than CUDA (``is_npu()``, ``current_platform.is_xpu()``,
     ``not current_platform.is_cuda_alike()``)."""
-    def last(call) -> str:
-        return (model.dotted(call.func) or "").split(".")[-1] if isinstance(call, cst.Call) else ""
+    def last(node) -> str:
+        # ``is_npu()``, ``current_platform.is_xpu()``, and the module flags ``_is_npu``, ``_is_cuda``
+        if isinstance(node, cst.Call):
+            node = node.func
+        return (model.dotted(node) or "").split(".")[-1] if isinstance(node, (cst.Name, cst.Attribute)) else ""
 
-    return any(isinstance(n, cst.Call) and OTHER_BACKEND.match(last(n)) or isinstance(n, cst.UnaryOperation)
-               and isinstance(n.operator, cst.Not) and re.match(r"^_?is_cuda", last(n.expression)) for n in walk(test))
+    def equals_other(node) -> bool:  # ``x.device.type == "mps"``
+        return isinstance(node, cst.Comparison) and any(
+            isinstance(c.operator, cst.Equal) and isinstance(c.comparator, cst.SimpleString)
+            and c.comparator.evaluated_value in OTHER_DEVICES for c in node.comparisons)
+
+    return any(isinstance(n, (cst.Call, cst.Name, cst.Attribute)) and OTHER_BACKEND.match(last(n))
+               or isinstance(n, cst.UnaryOperation) and isinstance(n.operator, cst.Not)
+               and re.match(r"^_?is_cuda", last(n.expression)) or equals_other(n) for n in walk(test))
 
 
 def _cpu_named(model, call: cst.Call) -> bool:
-    """A sync whose tensor is named for the host (``seq_lens_cpu.tolist()``,
-    ``(ids_cpu == tag).nonzero()``): by the serving engines' naming rule it already lives there."""
+    """A sync whose tensor is named for the host (``seq_lens_cpu.tolist()``, ``host_lens.tolist()``,
+    ``(ids_cpu == tag).nonzero()``, a NumPy ``starts_np``): by the serving engines' naming rule it
+    already lives there."""
     receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
     if receiver is None:
         return False
-    return any(isinstance(n, cst.Name) and CPU_NAME.search(n.value) or isinstance(n, cst.Attribute)
+    kept = model.__dict__.get("_kept_on_cpu", set())
+    return any(isinstance(n, cst.Name) and (CPU_NAME.search(n.value) or n.value in kept) or isinstance(n, cst.Attribute)
                and CPU_NAME.search(n.attr.value) for n in walk(receiver))
 
 
-CPU_NAME = re.compile(r"(^|_)cpu$|^cpu_|_np$")
+def _kept_on_cpu(module: cst.Module) -> set[str]:
+    """Multimodal inputs the file declares host-resident (vLLM's
+    ``image_grid_thw=MultiModalFieldConfig.batched("image", keep_on_cpu=True)``): their names,
+    also without the modality prefix (``grid_thw``)."""
+    kept: set[str] = set()
+    for node in walk(module):
+        if isinstance(node, cst.Arg) and node.keyword is not None and isinstance(node.value, cst.Call) and any(
+            a.keyword is not None and a.keyword.value == "keep_on_cpu" and isinstance(a.value, cst.Name)
+            and a.value.value == "True" for a in node.value.args
+        ):
+            name = node.keyword.value
+            kept.add(name)
+            kept.add(re.sub(r"^(image|video|audio|vision)_", "", name))
+    return kept
 
 
+CPU_NAME = re.compile(r"(^|_)cpu$|^cpu_|(^|_)np$|^np_|_numpy$|^host_|_host$")
+
+
+OTHER_DEVICES = {"npu", "xpu", "mps", "hpu", "mlu", "musa", "cpu", "tpu"}
+# A hot path that is another backend's slot (``forward_xpu``, ``forward_npu``) or a debugging
+# tool's (``DsparkInfoDumper.observe_decode_step``).
+OFF_CUDA_SLOT = re.compile(r"_(npu|xpu|hpu|mps|mlu|musa|cpu|tpu)$")
+TOOL_CLASS = re.compile(r"(Dumper|Debugger|Profiler)$")
+OTHER_BACKEND_CALL = re.compile(r"^torch\.(npu|xpu|mps|hpu|mlu|musa)\.")
 OTHER_BACKEND = re.compile(r"^_?is_(npu|xpu|cpu|hpu|mps|musa|mlu|tpu)$")
 
 

@@ -19,7 +19,10 @@ class HostSyncInTimedRegion(Rule):
     (`check_nan(out)` after `out = fn(x)`) or called beside the GPU work the region launches
     (`fn(x); check(x)`). A helper that is the region's only work (`attention(q, k, v)`,
     `tune(M, N, K)`, also with its own backward on its output) is the operation being measured,
-    or a job of measurements, and its syncs are its own cost.
+    or a job of measurements, and its syncs are its own cost. Nor is an experiment that times
+    itself for information: a `.item()` folded into a host statistic (`count += int(m.sum().item())`,
+    `lo = min(lo, q.min().item())`) in a host-timer window whose elapsed time is only printed or
+    logged computes the experiment's result, it is not a harness sync in a measurement.
 
     Event windows and host-timer windows count in measurement code only: files under
     `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
@@ -134,6 +137,8 @@ def bench(fn, x):
             what = model.sync_kind(call, model.enclosing_function(call))
             if not what or (via is not None and not _harness_helper(model, region, via)):
                 continue
+            if via is None and _gathers_statistic(model, call) and _informational(model, region):
+                continue  # an experiment's own statistics, timed only for a printed figure
             helper = f" (inside {model.dotted(via.func)}())" if via is not None else ""
             self.report(via if via is not None else call, what=what, helper=helper, region=region.label)
 
@@ -172,3 +177,31 @@ def _bound_from(model, call: cst.Call) -> set[str]:
 
 def _consumes(call: cst.Call, names: set[str]) -> bool:
     return bool(names) and any(isinstance(n, cst.Name) and n.value in names for a in call.args for n in walk(a.value))
+
+
+def _gathers_statistic(model, call: cst.Call) -> bool:
+    """A value sync whose result is folded into a host statistic (``count += int(m.sum().item())``,
+    ``lo = min(lo, float(q.min().item()))``): the value is what the code is computing."""
+    for anc in model.ancestors(call):
+        if isinstance(anc, cst.AugAssign):
+            return True
+        if isinstance(anc, cst.Assign):
+            names = {n.value for t in anc.targets for n in walk(t.target) if isinstance(n, cst.Name)}
+            return any(isinstance(n, cst.Name) and n.value in names for n in walk(anc.value))
+        if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return False
+    return False
+
+
+def _informational(model, region) -> bool:
+    """A host-timer window whose elapsed time (``elapsed = perf_counter() - t0``) is only printed or
+    logged: the code times itself for information, it is not a benchmark's measurement."""
+    stop = region.stop
+    if region.kind != "host-timer" or region.function is None or not isinstance(stop, cst.SimpleStatementLine):
+        return False
+    assign = stop.body[0] if len(stop.body) == 1 else None
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return False
+    name = assign.targets[0].target.value
+    uses = [n for n in walk(region.function) if isinstance(n, cst.Name) and n.value == name and n is not assign.targets[0].target]
+    return bool(uses) and all(any(isinstance(a, cst.Call) and model.log_kind(a) for a in model.ancestors(n)) for n in uses)

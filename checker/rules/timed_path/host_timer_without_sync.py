@@ -19,7 +19,11 @@ class HostTimerWithoutSync(Rule):
     `time.time()`, `time.monotonic()`, `timeit.default_timer()`) that launch GPU work (a `torch`
     call, a Triton launch `kernel[grid](...)`, or a call of a `fn`/`model`/`op` callable; an
     awaited call, or any call in an `async def`, is a coroutine, not a launch) with no synchronize between the last launch and
-    the stop timestamp.
+    the stop timestamp. Device bookkeeping (`torch.get_device_module().reset_peak_memory_stats()`,
+    `torch.cuda.memory_allocated()`) queues no kernel, and neither does a `torch.distributed`
+    send/recv over a CPU group (`group=world.cpu_group`) or of a tensor made without a device
+    (`torch.zeros(1, dtype=torch.int64)`): a clock ping-pong or an engine's end-to-end request
+    timing is not reported.
 
     Event windows and host-timer windows count in measurement code only: files under
     `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
