@@ -264,3 +264,27 @@ def int_value(fn: cst.CSTNode | None, node: cst.CSTNode | None) -> int | None:
             if p.name.value == node.value and isinstance(p.default, cst.Integer):
                 return int(p.default.evaluated_value)
     return None
+
+
+BENCH_FUNCTION = re.compile(r"^_?(bench|time|timeit|timing|measure|run_bench)", re.IGNORECASE)
+
+
+def benchmark_code(model, region) -> bool:
+    """Code that measures to report a number: a benchmark or timing file, or a function named
+    bench*/time*/measure*; not a ``test_*`` function timing for information, nor serving code
+    profiling itself (``_profile_prefill_latency``)."""
+    fn = region.function
+    names = [a.name.value for a in [fn, *model.ancestors(fn)] if isinstance(a, cst.FunctionDef)] if fn else []
+    if any(n.lower().startswith(("test", "_test")) for n in names[:1]):
+        return False
+    if MEASUREMENT_PATH.search(model.path):
+        return True
+    return any(BENCH_FUNCTION.match(n) for n in names)
+
+
+def reads_back(region) -> bool:
+    """The window accumulates values read back to the host on every step
+    (``count += int((q < t).sum().item())``): a host-side statistics loop, not a kernel timing."""
+    return any(isinstance(a, cst.AugAssign) and any(
+        isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "item"
+        for n in nodes_under(a.value)) for node in region.nodes for a in nodes_under(node))

@@ -17,7 +17,7 @@ VIEWS = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "un
          "detach", "expand", "expand_as", "view_as", "t", "narrow", "unflatten"}
 LOW_TEXT = re.compile(r"bfloat16|float16|\bhalf\b|bf16|fp16")
 # Integer tensors a reference reduces exactly: counts, masks, ids.
-COUNTS = re.compile(r"cnt|count|mask|^num_|_num$|idx|ids$|indices|hit|valid|flag", re.IGNORECASE)
+COUNTS = re.compile(r"cnt|count|mask|^num_|_num$|idx|ids$|indices|hit|valid|flag|lens$|lengths$", re.IGNORECASE)
 
 
 class LowPrecisionReference(Rule):
@@ -28,12 +28,16 @@ class LowPrecisionReference(Rule):
     `ref_*`, `*_ref`, `reference*`, `naive_*`, `torch_*`, `*_native`, `forward_native`, ...)
     that reduce (`sum`, `mean`, `var`, `softmax`, `logsumexp`, `cumsum`, `norm`) a value they
     computed themselves (an elementwise intermediate already rounded to 16 bits, such as
-    `x.pow(2)` or `logits / temperature`) without ever upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
+    `x.pow(2)` or `logits / temperature`) on inputs that are visibly 16-bit (the reference casts to
+    FP16/BF16 itself, or a call site in the module passes a tensor its caller created or cast with
+    `dtype=torch.bfloat16`, `dtype=dtype`, `.half()`, `.to(dtype)`, or under
+    `torch.set_default_dtype(dtype)`; a reference never called in
+    the module, or fed only helper-built or default-FP32 tensors, is not judged) without ever upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
     function (a parameter default such as `work_dtype=torch.float32` counts), and not every call
     site in the module passes upcast inputs (`x.float()`, or a name the caller derived from one).
     Fakes handed to `monkeypatch.setattr` or `patch` are stand-ins, not references, and are
-    left alone, as are Python's own `sum()` of a list and reductions of counts, masks and ids
-    (`cnts.sum(0)`, `expert_mask.sum()`): integer sums are exact.
+    left alone, as are Python's own `sum()` of a list and reductions of counts, masks, ids and lengths
+    (`cnts.sum(0)`, `expert_mask.sum()`, `torch.tensor(seq_lens).cumsum(0)`): integer sums are exact.
 
     PyTorch's own reductions accumulate in FP32 internally, so `torch.softmax(x)` of an input
     is left alone; the loss is in the rounded intermediates.
@@ -90,6 +94,7 @@ def rms_norm_ref(x, w, eps=1e-6):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 def test_rms():
     x = torch.randn(4, 64, dtype=torch.bfloat16)
+    ref = rms_norm_ref(x, x)
 """,
         """
 import torch
@@ -98,6 +103,8 @@ def torch_softmax(logits):
     e = (logits - m).exp()
     return e / e.sum(dim=-1, keepdim=True)
 DTYPES = [torch.float16, torch.bfloat16]
+def check(dtype):
+    ref = torch_softmax(torch.randn(8, 64).to(dtype))
 """,
     ]
     PREFILTER = (r"bfloat16|float16|\bhalf\b|bf16|fp16", r"sum|mean|var|std|softmax|logsumexp|norm|prod")
@@ -114,6 +121,8 @@ DTYPES = [torch.float16, torch.bfloat16]
                 continue
             if self._upcasts(fn.params) or self._stand_in(fn, original_node):
                 continue  # work_dtype=torch.float32 by default, or a fake patched in by a test
+            if not self._low_inputs(fn, original_node):
+                continue  # no call site visibly hands it 16-bit tensors: its precision is not shown
             computed = self._computed_names(fn)
             for node in nodes_under(fn.body):
                 if isinstance(node, cst.Call) and _op(node) in REDUCTIONS and not self._loss(node):
@@ -125,6 +134,55 @@ DTYPES = [torch.float16, torch.bfloat16]
                     if self._computed(_reduced(node), computed):
                         self.report(node, function=fn.name.value, op=_op(node))
                         break
+
+    def _low_inputs(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
+        """The reference visibly computes on 16-bit tensors: it casts to FP16/BF16 itself, or a call
+        site in the module passes an argument its caller created or cast as FP16/BF16
+        (``dtype=torch.bfloat16``, ``dtype=dtype``, ``.half()``, ``.to(dtype)``)."""
+        if self._low(fn.body):
+            return True
+        name = fn.name.value
+        for site in nodes_under(module, nested=True):
+            if not (isinstance(site, cst.Call) and last(self.model.dotted(site.func)) == name):
+                continue
+            caller = self.model.enclosing_function(site)
+            low: set[str] = set()
+            if caller is not None and any(
+                    isinstance(n, cst.Call) and last(self.model.dotted(n.func)) == "set_default_dtype"
+                    and self._low(cst.Call(func=cst.Attribute(cst.Name("t"), cst.Name("to")), args=n.args))
+                    for n in nodes_under(caller.body)):
+                return True  # torch.set_default_dtype(dtype): every tensor the caller creates is 16-bit
+            if caller is not None:
+                assigns = [n for n in nodes_under(caller.body) if isinstance(n, cst.Assign)]
+                for _ in range(3):
+                    for n in assigns:
+                        if self._upcasts(n.value):
+                            continue
+                        if self._low(n.value) or any(isinstance(x, cst.Name) and x.value in low
+                                                     for x in nodes_under(n.value)):
+                            low |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+            for a in site.args:
+                if self._upcasts(a.value):
+                    continue
+                if self._low(a.value) or (isinstance(a.value, cst.Name) and a.value.value in low):
+                    return True
+        return False
+
+    def _low(self, root: cst.CSTNode) -> bool:
+        """A 16-bit cast or creation: ``.half()``, ``.bfloat16()``, ``.to(torch.bfloat16)``,
+        ``dtype=torch.float16``, or ``dtype=dtype``/``.to(dtype)`` with a dtype variable."""
+        for n in nodes_under(root):
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("half", "bfloat16"):
+                return True
+            if isinstance(n, cst.Call):
+                for a in n.args:
+                    is_to = isinstance(n.func, cst.Attribute) and n.func.attr.value == "to" and a.keyword is None
+                    if not (is_to or (a.keyword is not None and a.keyword.value == "dtype")):
+                        continue
+                    text = self.model.dotted(a.value) or ""
+                    if LOW_TEXT.search(text) or (isinstance(a.value, cst.Name) and "dtype" in a.value.value.lower()):
+                        return True
+        return False
 
     def _stand_in(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
         """The function is handed to ``monkeypatch.setattr``/``patch``: a fake that replaces code
@@ -171,6 +229,9 @@ DTYPES = [torch.float16, torch.bfloat16]
         for n in nodes_under(root):
             if isinstance(n, cst.Attribute) and n.attr.value in ("float32", "float64", "double"):
                 return True
+            if isinstance(n, cst.Attribute) and n.attr.value == "float" and isinstance(n.value, cst.Name) \
+                    and n.value.value == "torch":
+                return True  # x.to(torch.float)
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("float", "double"):
                 return True
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "to" and any(

@@ -7,7 +7,7 @@ import libcst as cst
 from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    TIMER_NAMES, TIMER_TEXT, Scope, arg, code, device_timing, int_value, last, nodes_under, region_root, uses,
+    TIMER_NAMES, TIMER_TEXT, Scope, arg, code, device_timing, int_value, last, nodes_under, reads_back, region_root, uses,
     work_calls,
 )
 
@@ -26,9 +26,11 @@ class MissingWarmup(Rule):
     (`fn(*args)` in a timing helper), the helper's same-module callers must warm up the callable
     they pass instead; a timing function whose first call's result is thrown away is warmed by
     that call, and so is one nested in a benchmark that calls it (or an alias of it) for a
-    warm-up first, and a local closure (`runner()`) whose work was called before. Only code that
-    measures to report a number is judged: a benchmark or timing file, or a function named
-    `bench*`/`time*`/`measure*`; a `test_*` function printing how long its reference took, and
+    warm-up first, and a local closure (`runner()`) whose work was called before, or a local alias
+    (`runner = call_fn`) of a function called before. A window that accumulates values read back
+    to the host on every step (`count += x.sum().item()`) is a host-side statistics loop, not a
+    kernel timing. Only code that measures to report a number is judged: a benchmark or timing
+    file, or a function named `bench*`/`time*`/`measure*`; a `test_*` function printing how long its reference took, and
     serving code profiling itself (`_profile_*`), are left alone. Also finds `do_bench(..., warmup=0)`.
 
     ## Why is this bad?
@@ -149,6 +151,14 @@ def bench(x):
                 target = model.callee(c)
                 if target is not None:
                     names |= {code(x.func) for x in nodes_under(target.body) if isinstance(x, cst.Call)}
+            if reads_back(region):
+                continue  # reads a value back every step: a host-side statistics loop, not a kernel timing
+            fn_body = region.function.body if region.function is not None else root
+            for _ in range(2):  # runner = call_fn: the alias is warmed by a call of what it names
+                for n in nodes_under(fn_body):
+                    if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and any(
+                            isinstance(t.target, cst.Name) and t.target.value in names for t in n.targets):
+                        names.add(n.value.value)
             if self._warm(root, start, names):
                 continue
             if self._warmed_by_first_call(region.function, original_node) or self._warmed_by_parent(region.function):

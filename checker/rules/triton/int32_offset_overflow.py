@@ -12,6 +12,8 @@ from kcheck.rules.triton import META_PARAM, TRITON_TEXT, is_tl_attr, kernel_gate
 SMALL = re.compile(r"head|expert|topk|top_k|group|^[HE]$|^n_(blocks|tiles|chunks)$|^num_(tiles|chunks)$"
                    r"|rstd|mean|lse|cos|sin|freqs|indices"
                    r"|^(pid_|i_|idx_|cur_|off_)?(h|hq|hk|hv|kh|qh|kvh|qo_h)$", re.IGNORECASE)  # pid_h, i_hv: head ids
+# Buffers sized by blocks or programs, not by the data: split partial sums, scratch, locks.
+PARTIAL = re.compile(r"partial|scratch|workspace|lock|counter|semaphore", re.IGNORECASE)
 # Calls that keep an index an index; any other call (tl.load, tl.arange, math) makes data or a vector.
 INDEX_OPS = {"multiple_of", "max_contiguous", "minimum", "maximum"}
 
@@ -28,7 +30,10 @@ class Int32OffsetOverflow(Rule):
     `pid_kh`), or with the
     strides of per-row statistics (`rstd`, `mean`, `lse`), index tables (`stride_state_indices_batch`)
     and rotary tables (`cos`, `sin`) are
-    left alone: those stay small.
+    left alone: those stay small. So are offsets into block-sized buffers (a pointer parameter
+    named `*partial*`, `scratch`, `workspace`, `lock`) and batch strides of a tensor that has no
+    sequence stride (`stride_vb` beside only `stride_vh`, `stride_vv`: one token per batch entry,
+    a decode step).
 
     ## Why is this bad?
     Program ids and the integer arguments Triton receives are 32-bit, so `pid * stride` wraps
@@ -129,11 +134,36 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                     found = True
             return found and not wide(expr)
 
+        params = set(k.params)
+
+        def one_token_batch(stride: str) -> bool:
+            """``stride_vb`` of a tensor whose only other strides are heads and features (no
+            ``stride_vt``/``stride_vs``): one token per batch entry, as in a decode step."""
+            m = re.fullmatch(r"stride_([a-z0-9]+?)_?b", stride)
+            if not m:
+                return False
+            sibs = {p[len("stride_"):].lstrip("_")[len(m.group(1)):].lstrip("_") for p in params
+                    if p.startswith("stride_" + m.group(1)) or p.startswith("stride_" + m.group(1) + "_")}
+            return bool(sibs - {"b"}) and not any(s[:1] in ("t", "s", "n", "l", "m", "r") for s in sibs - {"b"})
+
+        def small_buffer(n) -> bool:
+            """The product offsets a partial-sum, scratch or lock buffer sized by blocks."""
+            for anc in model.ancestors(n):
+                if isinstance(anc, cst.BaseSmallStatement):
+                    return False
+                if isinstance(anc, cst.BinaryOperation) and isinstance(anc.operator, cst.Add):
+                    if any(PARTIAL.search(x) for x in names_in(anc) & params):
+                        return True
+            return False
+
         def check(root) -> None:
             for n in nodes_under(root):
                 if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply):
+                    if small_buffer(n):
+                        continue
                     for pid_side, other in ((n.left, n.right), (n.right, n.left)):
-                        big = {x for x in names_in(other) & runtime if not (SMALL.search(x) or META_PARAM.search(x))}
+                        big = {x for x in names_in(other) & runtime if not (SMALL.search(x) or META_PARAM.search(x)
+                                                                             or one_token_batch(x))}
                         small_index = any(SMALL.search(x) for x in names_in(pid_side))  # a head or expert id
                         if big and is_pid(pid_side) and not wide(other) and not small_index:
                             self.report(n, pid=_text(pid_side), other=_text(other))

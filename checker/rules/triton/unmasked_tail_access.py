@@ -24,7 +24,15 @@ class UnmaskedTailAccess(Rule):
     ## What it does
     Inside a `@triton.jit` function, finds `tl.load`/`tl.store` calls whose pointer is built from
     `tl.arange(0, BLOCK...)` offsets (directly or through assigned names) and that pass no `mask`
-    and no `boundary_check`. A bound whose name contains `BLOCK`, `TILE` or `CHUNK` marks a
+    and no `boundary_check`, where the file shows that the size along that block is not a whole
+    number of blocks: the same kernel compares offsets of that block with a runtime size
+    (`mask = offs < n` used on another access, `tl.where(cols < N, ...)`: the unmasked access is
+    inconsistent with it), or a launch in the module passes the block as
+    `triton.next_power_of_2(n)` or divides a runtime size by it in the grid (`triton.cdiv(n, BLOCK)`).
+    Inside a loop, the comparison must be in the same loop: a loop over full blocks whose
+    ragged tail is peeled off and masked outside it (`full_end = start + n // BLOCK * BLOCK`)
+    is whole. Without such evidence an unmasked access is taken to rely on a launcher guarantee (whole tiles
+    of a head dimension, loops over full blocks only, buffers sized in blocks) and is not reported. A bound whose name contains `BLOCK`, `TILE` or `CHUNK` marks a
     blocked dimension that can have a partial last block (names follow their latest
     assignment, and values read by `tl.load` are data, not offsets); one named for a model dimension taken
     whole (`BLOCK_DMODEL`, `BLOCK_HEADDIM`, `BLOCK_DPE`, `BLOCK_ROPE`, `BLOCK_D`) does not. Offsets that were wrapped (`offs % N`)
@@ -122,6 +130,7 @@ def k(x_ptr, y_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
     tl.store(y_ptr + row * n_cols + cols, x, mask=cols < n_cols)
 """,
         """
+import triton
 import triton.language as language
 from triton import jit
 @jit
@@ -129,6 +138,8 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
     offs = language.program_id(0) * BLOCK + language.arange(0, BLOCK)
     ptrs = out_ptr + offs
     language.store(ptrs, val)
+def fill(out, val, n):
+    k[(triton.cdiv(n, 256),)](out, val, n, BLOCK=256)
 """,
     ]
     PREFILTER = (TRITON_TEXT, r"arange")
@@ -147,7 +158,70 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
             doc = k.fn.get_docstring() or ""
             if not (DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name)):
                 self._exact = self._checked_bounds(k, original_node)
+                self._ragged = self._launched_ragged(k)
+                self._report = False
+                self._ragged_in: dict[str, set] = {}  # bound -> innermost loops holding a ragged comparison
+                self._check(k)  # first pass: which bounds the kernel itself treats as ragged
+                self._report = True
                 self._check(k)
+
+    def _launched_ragged(self, k) -> set[str]:
+        """Block parameters that a launch in the module rounds up from a size: passed as
+        ``triton.next_power_of_2(n)``, or divided into a runtime size by a ``cdiv`` in the grid."""
+        ragged: set[str] = set()
+        for site in self.model.launch_sites.values():
+            func = site.call.func
+            if not (isinstance(func, cst.Subscript) and self.model.dotted(func.value) == k.name):
+                continue
+            grid = cst.Module([]).code_for_node(func.slice[0].slice) if func.slice else ""
+            for a in site.call.args:
+                if a.keyword is None:
+                    continue
+                kw = a.keyword.value
+                value = cst.Module([]).code_for_node(a.value)
+                if isinstance(a.value, cst.Call) and (self.model.dotted(a.value.func) or "").endswith("next_power_of_2") \
+                        and not all(isinstance(x.value, cst.Integer) for x in a.value.args):
+                    ragged.add(kw)
+                for m in re.finditer(r"cdiv\(([^,()]+(?:\([^()]*\))?[^,()]*),\s*([^()]+?)\s*\)", grid):
+                    if m.group(2) == value or re.fullmatch(r"\w+\[['\"]%s['\"]\]" % re.escape(kw), m.group(2)):
+                        if not m.group(1).strip().isdigit():
+                            ragged.add(kw)
+        return ragged
+
+    def _note_ragged(self, node: cst.CSTNode, k, tainted: dict[str, str]) -> None:
+        """``offs < n`` with offs carrying a BLOCK bound and n a runtime value: the kernel itself
+        says the dimension is not a whole number of blocks."""
+        for cmp in nodes_under(node):
+            if not (isinstance(cmp, cst.Comparison) and len(cmp.comparisons) == 1):
+                continue
+            right = cmp.comparisons[0].comparator
+            if not isinstance(cmp.comparisons[0].operator, (cst.LessThan, cst.LessThanEqual, cst.GreaterThan,
+                                                             cst.GreaterThanEqual)):
+                continue
+            for a, b in ((cmp.left, right), (right, cmp.left)):
+                bounds = self._bounds(a, tainted)
+                if bounds and self._runtime(b, k):
+                    loop = self._loop(cmp, k)
+                    for bound in bounds:
+                        self._ragged_in.setdefault(bound, set()).add(loop)
+
+    def _loop(self, node: cst.CSTNode, k):
+        """The innermost ``for``/``while`` loop of the kernel around ``node`` (None outside loops)."""
+        for anc in self.model.ancestors(node):
+            if anc is k.fn:
+                return None
+            if isinstance(anc, (cst.For, cst.While)):
+                return anc
+        return None
+
+    def _runtime(self, expr: cst.CSTNode, k) -> bool:
+        """A value known only at run time: a non-constexpr parameter, a local, a load or a call."""
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return False
+        names = names_in(expr) - k.constexprs
+        if any(isinstance(n, cst.Call) for n in nodes_under(expr)):
+            return True
+        return any(n in k.params or not n.isupper() for n in names)
 
     def _checked_bounds(self, k, module: cst.Module) -> set[str]:
         """The kernel's block parameters that every launch in the module passes a value whose
@@ -183,6 +257,28 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
                     return False
         return True
 
+    def _bounds(self, expr: cst.CSTNode, tainted: dict[str, str]) -> set[str]:
+        """Every BLOCK bound whose tl.arange offsets ``expr`` carries unwrapped (see ``_bound``)."""
+        found: set[str] = set()
+        stack = [expr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+                continue
+            if isinstance(node, cst.Call):
+                op = tl_op(self.model, node)
+                if op in STOPS:
+                    continue
+                if op == "arange":
+                    bound = arg(node, 1, "end")
+                    if isinstance(bound, cst.Name) and BLOCKED_BOUND.search(bound.value) \
+                            and not EXACT_BOUND.search(bound.value):
+                        found.add(bound.value)
+            if isinstance(node, cst.Name) and node.value in tainted:
+                found.add(tainted[node.value])
+            stack.extend(node.children)
+        return found
+
     def _bound(self, expr: cst.CSTNode, tainted: dict[str, str]) -> str | None:
         """The BLOCK bound whose tl.arange offsets ``expr`` carries unwrapped, or None.
 
@@ -213,8 +309,10 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
         for node in nodes_under(k.fn.body):
             if not isinstance(node, cst.SimpleStatementLine):
                 continue
+            if not self._report:
+                self._note_ragged(node, k, tainted)
             for sub in nodes_under(node):
-                if isinstance(sub, cst.Call) and tl_op(self.model, sub) in ("load", "store"):
+                if self._report and isinstance(sub, cst.Call) and tl_op(self.model, sub) in ("load", "store"):
                     self._access(sub, k, tainted)
             for stmt in node.body:
                 targets = []
@@ -247,13 +345,25 @@ def k(out_ptr, val, N, BLOCK: language.constexpr):
                 and bound in {getattr(n.left, "value", None), getattr(n.right, "value", None)}
                 for n in nodes_under(pointer)):
             return  # row * BLOCK + tl.arange(0, BLOCK) on a one-program-per-row grid
+        if bound is not None:
+            # only where the kernel or its launch shows the size is not a whole number of blocks
+            loop = self._loop(call, k)
+            bound = next((b for b in sorted(self._bounds(pointer, tainted))
+                          if b in self._ragged or (loop is None and b in self._ragged_in)
+                          or loop in self._ragged_in.get(b, ())), None)
         if bound is not None and not self._guarded(call, k):
             self.report(call, op=op, bound=bound, what="reads" if op == "load" else "writes")
 
     def _scratch(self, pointer: cst.CSTNode, k) -> bool:
         """A scratch buffer the launcher allocates in whole blocks (``ts_partial_ptr``, ``Mp``,
         ``workspace``): split-K and split-KV partials are sized by the block, never by the data."""
-        return any(SCRATCH.search(n) for n in names_in(pointer) & set(k.params))
+        names = names_in(pointer)
+        for _ in range(2):  # through the kernel's own assignments (mp_ptrs = Mp + pid * BLOCK_M + ...)
+            for n in nodes_under(k.fn.body):
+                if isinstance(n, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value in names
+                                                     for t in n.targets):
+                    names |= names_in(n.value)
+        return any(SCRATCH.search(n) for n in names & set(k.params))
 
     def _static_tiles(self, call: cst.Call, pointer: cst.CSTNode, bound: str, k) -> bool:
         """``for t in tl.static_range(NUM_TILES): ptr + t * TILE + tl.arange(0, TILE)`` with both
