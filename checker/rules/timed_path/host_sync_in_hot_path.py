@@ -26,7 +26,8 @@ class HostSyncInHotPath(Rule):
     - `.item()` on a tensor the function built on the CPU, or on a tensor or array named for the
       host (`seq_lens_cpu.tolist()`, `host_positions.tolist()`, `starts_np.tolist()`), or on a
       multimodal input the file declares host-resident (`image_grid_thw=MultiModalFieldConfig.
-      batched("image", keep_on_cpu=True)` makes `image_grid_thw` and `grid_thw` host tensors);
+      batched("image", keep_on_cpu=True)` makes `image_grid_thw` and `grid_thw` host tensors;
+      `grid_thw` itself is host-resident by the convention of vLLM and SGLang);
     - a sync the code declares deliberate (inside `with gpu_sync_allowed():` or a similar
       `allow_sync` block), or takes only for a caller that passed a tensor where a list or an int
       would do (`x if isinstance(x, list) else x.tolist()`, `if isinstance(n, torch.Tensor): n =
@@ -271,7 +272,9 @@ def _kept_on_cpu(module: cst.Module) -> set[str]:
     return kept
 
 
-CPU_NAME = re.compile(r"(^|_)cpu$|^cpu_|(^|_)np$|^np_|_numpy$|^host_|_host$")
+# ``grid_thw``: vLLM declares the multimodal grid sizes keep_on_cpu and SGLang keeps them on the
+# host too, so a vision tower's ``grid_thw[i].tolist()`` reads a CPU tensor.
+CPU_NAME = re.compile(r"(^|_)cpu$|^cpu_|(^|_)np$|^np_|_numpy$|^host_|_host$|(^|_)grid_thws?$")
 
 
 OTHER_DEVICES = {"npu", "xpu", "mps", "hpu", "mlu", "musa", "cpu", "tpu"}
