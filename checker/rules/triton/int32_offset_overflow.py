@@ -13,7 +13,8 @@ SMALL = re.compile(r"head|expert|topk|top_k|group|^[HE]$|^n_(blocks|tiles|chunks
                    r"|rstd|mean|lse|cos|sin|freqs|indices"
                    r"|^(pid_|i_|idx_|cur_|off_)?(h|hq|hk|hv|kh|qh|kvh|qo_h)$", re.IGNORECASE)  # pid_h, i_hv: head ids
 # Buffers sized by blocks or programs, not by the data: split partial sums, scratch, locks.
-PARTIAL = re.compile(r"partial|scratch|workspace|lock|counter|semaphore", re.IGNORECASE)
+PARTIAL = re.compile(r"partial|scratch|workspace|lock|counter|semaphore"
+                     r"|topk|_ids?(_|$)|idx|indices|table|_bt(_|$)|parent|slot|mapping", re.IGNORECASE)
 # Calls that keep an index an index; any other call (tl.load, tl.arange, math) makes data or a vector.
 INDEX_OPS = {"multiple_of", "max_contiguous", "minimum", "maximum"}
 
@@ -31,7 +32,8 @@ class Int32OffsetOverflow(Rule):
     strides of per-row statistics (`rstd`, `mean`, `lse`), index tables (`stride_state_indices_batch`)
     and rotary tables (`cos`, `sin`) are
     left alone: those stay small. So are offsets into block-sized buffers (a pointer parameter
-    named `*partial*`, `scratch`, `workspace`, `lock`) and batch strides of a tensor that has no
+    named `*partial*`, `scratch`, `workspace`, `lock`), into index tables (`topk_ids`, block
+    tables `*table*`/`*_bt`, `slot_mapping`, parent-token tables: a few ints per token) and batch strides of a tensor that has no
     sequence stride (`stride_vb` beside only `stride_vh`, `stride_vv`: one token per batch entry,
     a decode step).
 
