@@ -257,30 +257,8 @@ def fill(out, val, n):
                     return False
         return True
 
-    def _bounds(self, expr: cst.CSTNode, tainted: dict[str, str]) -> set[str]:
-        """Every BLOCK bound whose tl.arange offsets ``expr`` carries unwrapped (see ``_bound``)."""
-        found: set[str] = set()
-        stack = [expr]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
-                continue
-            if isinstance(node, cst.Call):
-                op = tl_op(self.model, node)
-                if op in STOPS:
-                    continue
-                if op == "arange":
-                    bound = arg(node, 1, "end")
-                    if isinstance(bound, cst.Name) and BLOCKED_BOUND.search(bound.value) \
-                            and not EXACT_BOUND.search(bound.value):
-                        found.add(bound.value)
-            if isinstance(node, cst.Name) and node.value in tainted:
-                found.add(tainted[node.value])
-            stack.extend(node.children)
-        return found
-
-    def _bound(self, expr: cst.CSTNode, tainted: dict[str, str]) -> str | None:
-        """The BLOCK bound whose tl.arange offsets ``expr`` carries unwrapped, or None.
+    def _bounds_in(self, expr: cst.CSTNode, tainted: dict[str, str]):
+        """Each BLOCK bound whose tl.arange offsets ``expr`` carries unwrapped, in the order found.
 
         Wrapping (``%``), clamping (``tl.minimum``, ``tl.where``) and loading (a loaded value is
         data, bounded by that load's own mask) stop the offsets."""
@@ -297,11 +275,16 @@ def fill(out, val, n):
                     bound = arg(node, 1, "end")
                     if isinstance(bound, cst.Name) and BLOCKED_BOUND.search(bound.value) \
                             and not EXACT_BOUND.search(bound.value):
-                        return bound.value
+                        yield bound.value
             if isinstance(node, cst.Name) and node.value in tainted:
-                return tainted[node.value]
+                yield tainted[node.value]
             stack.extend(node.children)
-        return None
+
+    def _bounds(self, expr: cst.CSTNode, tainted: dict[str, str]) -> set[str]:
+        return set(self._bounds_in(expr, tainted))
+
+    def _bound(self, expr: cst.CSTNode, tainted: dict[str, str]) -> str | None:
+        return next(self._bounds_in(expr, tainted), None)
 
     def _check(self, k) -> None:
         """One pass in source order: the offsets a name carries are those of its latest assignment."""
