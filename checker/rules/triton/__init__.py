@@ -43,6 +43,21 @@ def nodes_under(root: cst.CSTNode, nested: bool = False) -> Iterator[cst.CSTNode
         stack.extend(reversed(children(node)))
 
 
+def assignments(line: cst.SimpleStatementLine) -> Iterator[tuple[str, cst.BaseSmallStatement]]:
+    """``(name, statement)`` for each plain name the line's statements assign (``=``, annotated
+    with a value, or augmented), in source order."""
+    for stmt in line.body:
+        if isinstance(stmt, cst.Assign):
+            targets = [t.target for t in stmt.targets]
+        elif isinstance(stmt, (cst.AnnAssign, cst.AugAssign)) and stmt.value is not None:
+            targets = [stmt.target]
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, cst.Name):
+                yield target.value, stmt
+
+
 def tl_op(model, call: cst.CSTNode) -> str | None:
     """``load`` for ``tl.load(...)`` (``triton.language`` under any alias), else None."""
     if not isinstance(call, cst.Call):

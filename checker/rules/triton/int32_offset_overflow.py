@@ -5,7 +5,9 @@ import re
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.triton import META_PARAM, TRITON_TEXT, is_tl_attr, kernel_gate, kernels, names_in, nodes_under, tl_op
+from kcheck.rules.triton import (
+    META_PARAM, TRITON_TEXT, assignments, is_tl_attr, kernel_gate, kernels, names_in, nodes_under, tl_op,
+)
 
 # Sizes that stay small in serving: head, expert, top-k, group and tile counts, and the strides of
 # per-row statistics (rstd, mean, lse) and rotary tables (cos, sin, freqs).
@@ -174,19 +176,11 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         for node in nodes_under(k.fn.body):
             if isinstance(node, cst.SimpleStatementLine):
                 check(node)
-                for stmt in node.body:
-                    targets = []
-                    if isinstance(stmt, cst.Assign):
-                        targets = [t.target for t in stmt.targets]
-                    elif isinstance(stmt, (cst.AnnAssign, cst.AugAssign)) and stmt.value is not None:
-                        targets = [stmt.target]
-                    for t in targets:
-                        if isinstance(t, cst.Name):
-                            carried = is_pid(stmt.value) or (isinstance(stmt, cst.AugAssign) and t.value in pids)
-                            if carried:
-                                pids.add(t.value)
-                            else:
-                                pids.discard(t.value)
+                for name, stmt in assignments(node):
+                    if is_pid(stmt.value) or (isinstance(stmt, cst.AugAssign) and name in pids):
+                        pids.add(name)
+                    else:
+                        pids.discard(name)
             elif isinstance(node, (cst.If, cst.While)):
                 check(node.test)
             elif isinstance(node, cst.For):

@@ -8,7 +8,8 @@ from kcheck.model import children
 
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, is_none, kernel_gate, kernels, names_in, nodes_under, tl_op,
+    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, is_none, kernel_gate, kernels, names_in, nodes_under,
+    tl_op,
 )
 
 STOPS = {"minimum", "where", "load"}
@@ -297,20 +298,12 @@ def fill(out, val, n):
             for sub in nodes_under(node):
                 if self._report and isinstance(sub, cst.Call) and tl_op(self.model, sub) in ("load", "store"):
                     self._access(sub, k, tainted)
-            for stmt in node.body:
-                targets = []
-                if isinstance(stmt, cst.Assign):
-                    targets = [t.target for t in stmt.targets]
-                elif isinstance(stmt, (cst.AnnAssign, cst.AugAssign)) and stmt.value is not None:
-                    targets = [stmt.target]
-                for t in targets:
-                    if not isinstance(t, cst.Name):
-                        continue
-                    bound = self._bound(stmt.value, tainted)
-                    if bound is not None:
-                        tainted[t.value] = bound
-                    elif not isinstance(stmt, cst.AugAssign):
-                        tainted.pop(t.value, None)
+            for name, stmt in assignments(node):
+                bound = self._bound(stmt.value, tainted)
+                if bound is not None:
+                    tainted[name] = bound
+                elif not isinstance(stmt, cst.AugAssign):
+                    tainted.pop(name, None)
 
     def _access(self, call: cst.Call, k, tainted: dict[str, str]) -> None:
         op = tl_op(self.model, call)
