@@ -2,6 +2,7 @@
 # Fetch the real trees kcheck is measured on, into DEST (default: a folder outside the repository).
 #
 #   bash benchmarks/fetch_corpus.sh DEST
+#   MIRROR=DIR bash benchmarks/fetch_corpus.sh DEST   # git trees from local bare mirrors
 #
 # Versions scanned for benchmarks/results/ (commit or release, and where it came from):
 #   vllm-0.33.0            PyPI sdist vllm-0.33.0.tar.gz   sha256 f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112
@@ -24,9 +25,8 @@ DEST=${1:?usage: fetch_corpus.sh DEST}
 mkdir -p "$DEST/dl"
 cd "$DEST"
 
-sdist_url() {  # the sdist's URL for a release, from PyPI's JSON API
-  curl -sSf "https://pypi.org/pypi/$1/$2/json" |
-    python3 -c "import json,sys; print(next(u['url'] for u in json.load(sys.stdin)['urls'] if u['packagetype']=='sdist'))"
+sdist_url() {  # the sdist's URL for a release, from PyPI's simple index (the JSON API is not always reachable)
+  curl -sSf "https://pypi.org/simple/$1/" | grep -o "href=\"[^\"]*/$1-$2\.tar\.gz" | head -1 | cut -d'"' -f2
 }
 
 [ -f dl/vllm-0.33.0.tar.gz ] || curl -sSfL -o dl/vllm-0.33.0.tar.gz "$(sdist_url vllm 0.33.0)"
@@ -38,8 +38,14 @@ pip download --no-deps --only-binary :all: --python-version 3.11 --platform many
 mkdir -p sglang && (cd sglang && unzip -qo ../dl/sglang-0.5.23-*.whl 'sglang/*')
 
 clone_at() {  # repo commit folder [pathspec...]: one commit's files, without history
+  # With MIRROR set, the commit is read from a local bare mirror MIRROR/<owner>+<name>/repo instead
+  # of github.com (for machines that cannot reach it).
   local repo=$1 commit=$2 folder=$3; shift 3
   mkdir -p "$folder"
+  if [ -n "${MIRROR:-}" ]; then
+    git -C "$MIRROR/${repo/\//+}/repo" archive "$commit" -- "$@" | tar -x -C "$folder"
+    return
+  fi
   git -C "$folder" init -q
   git -C "$folder" fetch -q --depth 1 "https://github.com/$repo" "$commit"
   git -C "$folder" archive FETCH_HEAD -- "$@" | tar -x -C "$folder"
