@@ -31,6 +31,10 @@ class Summary:
     base_names: set[str]  # last component of each base class
     imports: set[str]  # imported modules and names, dotted
     path: str = ""  # the file, relative to the project root
+    tree: ast.Module | None = None  # the ast itself, for gates that look closer than names
+    # every call, with the innermost function around it (None at module or class level)
+    calls: list[tuple[ast.Call, FunctionSummary | None]] = field(default_factory=list)
+    memo: dict = field(default_factory=dict)  # what a rule family derives once per file and shares
 
     def scopes(self) -> list[FunctionSummary]:
         """The functions plus the module's top level, as a pseudo-function ``<module>``."""
@@ -103,16 +107,19 @@ def summarize(tree: ast.Module) -> Summary:
     imports: set[str] = set()
     module_names: set[str] = set()
     class_level: set[str] = set()  # names in class bodies outside methods
-    stack: list[tuple[ast.AST, tuple[set[str], ...]]] = [
-        (stmt, () if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else (module_names,))
+    calls: list[tuple[ast.Call, FunctionSummary | None]] = []
+    stack: list[tuple[ast.AST, tuple[set[str], ...], FunctionSummary | None]] = [
+        (stmt, () if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else (module_names,), None)
         for stmt in reversed(tree.body)
     ]
     fields_of = _CHILD_FIELDS
     while stack:
-        node, sinks = stack.pop()
+        node, sinks, function = stack.pop()
         kind = type(node)
         name = None
-        if kind is ast.Name:
+        if kind is ast.Call:
+            calls.append((node, function))
+        elif kind is ast.Name:
             name = node.id
         elif kind is ast.Attribute:
             name = node.attr
@@ -123,10 +130,12 @@ def summarize(tree: ast.Module) -> Summary:
             f = FunctionSummary(node.name, set(), {_last(d) for d in node.decorator_list})
             functions.append(f)
             sinks = (*sinks, f.names)
+            function = f
         elif kind is ast.ClassDef:
             classes.add(node.name)
             bases.update(_last(b) for b in node.bases)
             sinks = sinks or (class_level,)
+            function = None
         elif kind is ast.Import:
             imports.update(a.name for a in node.names)
         elif kind is ast.ImportFrom:
@@ -145,10 +154,10 @@ def summarize(tree: ast.Module) -> Summary:
         for field_name in fields:
             value = getattr(node, field_name, None)
             if type(value) is list:
-                stack.extend([(v, sinks) for v in reversed(value) if isinstance(v, ast.AST)])
+                stack.extend([(v, sinks, function) for v in reversed(value) if isinstance(v, ast.AST)])
             elif isinstance(value, ast.AST):
-                stack.append((value, sinks))
+                stack.append((value, sinks, function))
     all_names = module_names | class_level
     for f in functions:
         all_names |= f.names
-    return Summary(functions, module_names, all_names, classes, bases, imports)
+    return Summary(functions, module_names, all_names, classes, bases, imports, tree=tree, calls=calls)
