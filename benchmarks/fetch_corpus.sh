@@ -14,8 +14,13 @@
 #   reference-kernels      github.com/gpu-mode/reference-kernels       f83cb92a534cc67fa98d7e9813e7f8238abdb4e0
 #   kernelbench-solutions  github.com/anneouyang/KernelBenchLeaderboard 170ca7965f53bba599d1078b6fcaa5dd2658ec50
 #                          (LLM-generated KernelBench solutions, docs/assets/solutions/*.py)
-# Not scanned: TensorRT-LLM (the repository snapshot is about 2.5 GB; PyPI's tensorrt-llm
-# sdist is a 10 kB stub and the wheels are GPU builds of several GB).
+#   tensorrt-llm           github.com/NVIDIA/TensorRT-LLM             1730a587d806be2397ee75722ea2b35dd8631c70 (*.py)
+#                          (main, "Update TensorRT-LLM (#2363)", 22 Oct 2024, version 0.15.0.dev2024102200;
+#                          565 .py files, tree da3bbb4f82420be72dd071217bec5b91dc0bbc7c). An older tree than the
+#                          others, without the PyTorch backend (tensorrt_llm/_torch): the whole repository is
+#                          about 2.5 GB, PyPI's tensorrt-llm sdists are stubs (10-210 kB) and its wheels are not on
+#                          PyPI. The bare mirror read with MIRROR= is the fork AlessioNetti/TensorRT-LLM, whose main
+#                          is this upstream commit plus two fork commits; the newest small-enough one found.
 #
 # vLLM's sdist cannot be fetched with `pip download` alone: pip builds its metadata, which needs
 # setuptools-rust, setuptools-scm and torch, and with VLLM_TARGET_DEVICE=empty reports the version
@@ -56,7 +61,15 @@ clone_at linkedin/Liger-Kernel ead96b618e5c67bddc6a6e9bcb99bfe6b5ab661c Liger-Ke
 clone_at ScalingIntelligence/KernelBench 423217d9fda91e0c2d67e4a43bf62f96f6d104f1 KernelBench .
 clone_at gpu-mode/reference-kernels f83cb92a534cc67fa98d7e9813e7f8238abdb4e0 reference-kernels .
 clone_at anneouyang/KernelBenchLeaderboard 170ca7965f53bba599d1078b6fcaa5dd2658ec50 kernelbench-solutions '*.py'
+if [ -n "${MIRROR:-}" ]; then  # no mirror of NVIDIA/TensorRT-LLM itself: a fork holding the same commit
+  mkdir -p tensorrt-llm
+  git -C "$MIRROR/AlessioNetti+TensorRT-LLM/repo" archive 1730a587d806be2397ee75722ea2b35dd8631c70 -- '*.py' \
+    | tar -x -C tensorrt-llm
+else
+  clone_at NVIDIA/TensorRT-LLM 1730a587d806be2397ee75722ea2b35dd8631c70 tensorrt-llm '*.py'
+fi
 
-for d in vllm-0.33.0 sglang flashinfer Liger-Kernel KernelBench reference-kernels kernelbench-solutions; do
+for d in vllm-0.33.0 sglang flashinfer Liger-Kernel KernelBench reference-kernels kernelbench-solutions \
+    tensorrt-llm; do
   printf '%-24s %6d files\n' "$d" "$(find "$d" -name '*.py' | wc -l)"
 done
