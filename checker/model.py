@@ -219,7 +219,8 @@ class ModuleModel:
                 for call in _calls_under(root):
                     yield call, via
                     target = self.callee(call)
-                    if target is not None and level < depth and id(target) not in seen and not _memoized(target):
+                    if (target is not None and level < depth and id(target) not in seen and not _memoized(target)
+                            and not _generator(target)):
                         seen.add(id(target))
                         yield from walk([target.body], via or call, level + 1)
 
@@ -375,14 +376,24 @@ def walk(root: cst.CSTNode, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
 MEMOIZERS = {"lru_cache", "cache", "cached"}
 
 
-def _memoized(fn: cst.FunctionDef) -> bool:
-    """``@functools.lru_cache``/``@cache``: the body runs once per argument set, not on every call."""
+def _decorator_names(fn: cst.FunctionDef) -> Iterator[str]:
+    """The last component of each decorator's name (``functools.lru_cache(...)`` -> ``lru_cache``)."""
     for dec in fn.decorators:
         target = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
-        last = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", "")
-        if last in MEMOIZERS:
-            return True
-    return False
+        yield target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", "")
+
+
+def _memoized(fn: cst.FunctionDef) -> bool:
+    """``@functools.lru_cache``/``@cache``: the body runs once per argument set, not on every call."""
+    return any(name in MEMOIZERS for name in _decorator_names(fn))
+
+
+def _generator(fn: cst.FunctionDef) -> bool:
+    """A generator function: calling it only creates the generator, and its body runs later, where
+    the generator is iterated (a ``@contextmanager`` function's body does run at ``with``)."""
+    if any("contextmanager" in name for name in _decorator_names(fn)):
+        return False
+    return fn.asynchronous is None and any(isinstance(n, cst.Yield) for n in walk(fn.body, into_scopes=False))
 
 
 def _calls_under(root: cst.CSTNode) -> Iterator[cst.Call]:
