@@ -33,38 +33,50 @@ from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
 
 @triton.jit
-def _pairs(x_ptr, stride_h, H, i, HALF: tl.constexpr, BLOCK_H: tl.constexpr, IS_NEOX: tl.constexpr):
-    """Offsets of the two halves of each rotation pair in [H, D] heads, and their mask."""
-    h = tl.arange(0, BLOCK_H)[:, None]
+def _rotate_heads(x_ptr, o_ptr, stride_h, stride_oh, h0, H, pos_ptr, cache_ptr, stride_cache,
+                  HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, HEADS: tl.constexpr, IS_NEOX: tl.constexpr):
+    """Rotate heads h0 .. h0 + HEADS - 1 (those below H) of one token: x_ptr and o_ptr point at its row,
+    pos_ptr at its position."""
+    h = h0 + tl.arange(0, HEADS)[:, None]
+    i = tl.arange(0, BLOCK_HALF)[None, :]
+    mask = (h < H) & (i < HALF)
     # NeoX pairs element i with i + D/2; GPT-J pairs 2i with 2i + 1.
     first = h * stride_h + (i if IS_NEOX else i * 2)
     second = first + (HALF if IS_NEOX else 1)
-    return first, second, (h < H) & (i < HALF)
-
-
-@triton.jit
-def _rotate(a, b, o_ptr, first, second, mask, cos, sin):
-    """Store the rotated pairs (a, b) at o_ptr, in o_ptr's dtype."""
+    # The q/k loads go out before the cache loads, whose address waits on the position. With the
+    # cache loads first, 16 heads at 4 warps took 92.4 us at T=16384 on an H200 (the one-token
+    # kernel 86.9 in that run); in this order 84.6 (one-token kernel 87.0), in another run 87.7.
+    a = tl.load(x_ptr + first, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(x_ptr + second, mask=mask, other=0.0).to(tl.float32)
+    pos = tl.load(pos_ptr).to(tl.int64)
+    cos = tl.load(cache_ptr + pos * stride_cache + i, mask=i < HALF, other=0.0).to(tl.float32)
+    sin = tl.load(cache_ptr + pos * stride_cache + HALF + i, mask=i < HALF, other=0.0).to(tl.float32)
+    ofirst = h * stride_oh + (i if IS_NEOX else i * 2)
+    osecond = ofirst + (HALF if IS_NEOX else 1)
     ty = o_ptr.dtype.element_ty
-    tl.store(o_ptr + first, (a * cos - b * sin).to(ty), mask=mask)
-    tl.store(o_ptr + second, (b * cos + a * sin).to(ty), mask=mask)
+    tl.store(o_ptr + ofirst, (a * cos - b * sin).to(ty), mask=mask)
+    tl.store(o_ptr + osecond, (b * cos + a * sin).to(ty), mask=mask)
 
 
 def _prune(configs, named_args, **_):
-    """Up to 1024 tokens, 4 warps: a sweep on an H200 found them best or tied at T = 1, 32 and 256,
-    and the autotuner cannot tell candidates a few hundredths of a microsecond apart."""
+    """Up to 1024 tokens, the first candidate alone: the autotuner cannot tell candidates a few
+    hundredths of a microsecond apart, and a bucket is tuned on whichever call reaches it first."""
     if named_args.get("token_bucket", 65536) > 1024:
         return configs
-    return [c for c in configs if c.num_warps == 4] or configs
+    return configs[:1]
 
 
 @triton.autotune(
     configs=configs(
-        # 1 and 2 warps were never best in a sweep over T = 1 to 16384 on an H200, and the
-        # autotuner once picked 1 warp for the 64-token bucket (7.3 us at T=32 against 5.5).
-        # Two or four tokens per program were never faster either (sweep of 2026-12-02).
-        triton.Config({}, num_warps=4),
-        triton.Config({}, num_warps=8),
+        # Heads per program and warps. Swept on an H200 at T=16384 (2026-12-02, median of 3 rounds):
+        # 32 heads at 4 warps 85.7 us, 16 at 4 warps 87.7, 16 at 2 warps 92.1, 8 at 1 warp 92.3;
+        # one program per token (32 + 8 heads at 4 warps, 56 registers a thread) ran 86.9 to 87.0
+        # in other runs. For the 8 key heads of Qwen3-8B, 32 heads a program leaves 24 masked.
+        # Up to 1024 tokens the first alone: 4.61, 4.86 and 5.76 us at T=1, 32 and 256 (32 heads:
+        # 4.67, 4.90 and 5.70).
+        triton.Config({"HEADS": 16}, num_warps=4),
+        triton.Config({"HEADS": 32}, num_warps=4),
+        triton.Config({"HEADS": 16}, num_warps=2),
     ),
     key=["HQ", "HK", "HALF", "token_bucket"],
     prune_configs_by={"early_config_prune": _prune},
@@ -84,32 +96,27 @@ def _rotary_embedding_kernel(
     stride_qot, stride_qoh,
     stride_kot, stride_koh,
     stride_cache,  # elements between cache rows
-    HQ,  # query heads
-    HK,  # key heads
     token_bucket,  # autotune key only: the token-count regime
+    HQ: tl.constexpr,  # query heads (constants: the group count below divides by a constant)
+    HK: tl.constexpr,  # key heads
     HALF: tl.constexpr,  # D / 2
     BLOCK_HALF: tl.constexpr,  # next power of two >= D / 2
-    BLOCK_HQ: tl.constexpr,  # next power of two >= HQ
-    BLOCK_HK: tl.constexpr,  # next power of two >= HK
     IS_NEOX: tl.constexpr,  # pair layout
+    HEADS: tl.constexpr,  # heads per program
 ):
-    t = tl.program_id(0).to(tl.int64)  # int64: t * stride exceeds 2^31 for long prefills of wide QKV
-    pos = tl.load(pos_ptr + t).to(tl.int64)
-    i = tl.arange(0, BLOCK_HALF)[None, :]
-    # Issue the q and k loads before the cache loads, whose address waits on the position.
-    qf, qs, qm = _pairs(q_ptr, stride_qh, HQ, i, HALF, BLOCK_HQ, IS_NEOX)
-    kf, ks, km = _pairs(k_ptr, stride_kh, HK, i, HALF, BLOCK_HK, IS_NEOX)
-    q_row, k_row = q_ptr + t * stride_qt, k_ptr + t * stride_kt
-    qa = tl.load(q_row + qf, mask=qm, other=0.0).to(tl.float32)
-    qb = tl.load(q_row + qs, mask=qm, other=0.0).to(tl.float32)
-    ka = tl.load(k_row + kf, mask=km, other=0.0).to(tl.float32)
-    kb = tl.load(k_row + ks, mask=km, other=0.0).to(tl.float32)
-    cos = tl.load(cache_ptr + pos * stride_cache + i, mask=i < HALF, other=0.0).to(tl.float32)
-    sin = tl.load(cache_ptr + pos * stride_cache + HALF + i, mask=i < HALF, other=0.0).to(tl.float32)
-    qof, qos, _ = _pairs(qo_ptr, stride_qoh, HQ, i, HALF, BLOCK_HQ, IS_NEOX)
-    kof, kos, _ = _pairs(ko_ptr, stride_koh, HK, i, HALF, BLOCK_HK, IS_NEOX)
-    _rotate(qa, qb, qo_ptr + t * stride_qot, qof, qos, qm, cos, sin)
-    _rotate(ka, kb, ko_ptr + t * stride_kot, kof, kos, km, cos, sin)
+    # A 1-D grid of T x (query groups + key groups), the groups of one token next to each other;
+    # the token count is not limited to a grid dimension's 65535.
+    QG: tl.constexpr = (HQ + HEADS - 1) // HEADS
+    KG: tl.constexpr = (HK + HEADS - 1) // HEADS
+    pid = tl.program_id(0)
+    t = (pid // (QG + KG)).to(tl.int64)  # int64: t * stride exceeds 2^31 for long prefills of wide QKV
+    g = pid % (QG + KG)
+    if g < QG:
+        _rotate_heads(q_ptr + t * stride_qt, qo_ptr + t * stride_qot, stride_qh, stride_qoh, g * HEADS, HQ, pos_ptr + t,
+                      cache_ptr, stride_cache, HALF, BLOCK_HALF, HEADS, IS_NEOX)
+    else:
+        _rotate_heads(k_ptr + t * stride_kt, ko_ptr + t * stride_kot, stride_kh, stride_koh, (g - QG) * HEADS, HK, pos_ptr + t,
+                      cache_ptr, stride_cache, HALF, BLOCK_HALF, HEADS, IS_NEOX)
 
 
 def _rotate_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> torch.Tensor:
@@ -169,13 +176,13 @@ def rotary_embedding(
         return query_out.copy_(rq), key_out.copy_(rk)
     if T == 0:
         return query_out, key_out
-    _rotary_embedding_kernel[(T,)](
+    groups = lambda meta: triton.cdiv(HQ, meta["HEADS"]) + triton.cdiv(HK, meta["HEADS"])  # noqa: E731
+    _rotary_embedding_kernel[lambda meta: (T * groups(meta),)](
         positions, query, key, query_out, key_out, cos_sin_cache,
         query.stride(0), query.stride(1), key.stride(0), key.stride(1),
         query_out.stride(0), query_out.stride(1), key_out.stride(0), key_out.stride(1),
-        cos_sin_cache.stride(0), HQ, HK, token_bucket(T),
-        HALF=D // 2, BLOCK_HALF=triton.next_power_of_2(D // 2),
-        BLOCK_HQ=triton.next_power_of_2(HQ), BLOCK_HK=triton.next_power_of_2(HK), IS_NEOX=is_neox,
+        cos_sin_cache.stride(0), token_bucket(T),
+        HQ=HQ, HK=HK, HALF=D // 2, BLOCK_HALF=triton.next_power_of_2(D // 2), IS_NEOX=is_neox,
     )
     return query_out, key_out
 

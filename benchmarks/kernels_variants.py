@@ -1,0 +1,779 @@
+"""Candidate designs of the reference kernels, timed against the current kernels and their peers.
+
+    python benchmarks/kernels_variants.py [--round 1|2|3] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
+
+Round 1: persistent grids with the next row prefetched, register caps, streaming stores, RoPE
+head groups, FP8 division variants. Round 2: TMA descriptors and cache hints for the norms, RoPE
+group sizes, FP8 with the reciprocal and fma correction. Round 3: FP8 and RoPE follow-ups.
+
+Each variant is checked against the op's torch reference (normwise error; for FP8 the number of
+e4m3 values that differ from torch's) and timed with the harness's :class:`Timer` (median of
+device events, L2 flushed by a read before each call); with ``--rounds N`` every variant is timed
+N times, interleaved, and the median of the medians is kept. Under ``TRITON_INTERPRET=1`` on the
+CPU it checks the variants on small shapes and times nothing.
+
+The designs (issue 6): a persistent grid of ``k`` programs per multiprocessor that walks rows
+(or column blocks) and issues the next row's loads before the current row's arithmetic; register
+caps (``maxnreg``) for occupancy; a streaming store (``.cs``); for RoPE, one program per group of
+heads instead of per token; for FP8, the division by the scale as a reciprocal plus one fma
+correction instead of a correctly rounded division per element.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+import triton
+import triton.language as tl
+
+from kcheck.kernels import specs
+from kcheck.kernels._launch import INTERPRET
+from kcheck.kernels.harness import Timer, peers
+
+# --------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _rms_persist(x_ptr, w_ptr, out_ptr, sx, so, M, N, eps, BLOCK_N: tl.constexpr, STORE_CS: tl.constexpr):
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    cm = cols < N
+    w = tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + pid.to(tl.int64) * sx + cols, mask=cm & (cols * 0 + pid < M), other=0.0)
+    for row in range(pid, M, G):
+        nxt = row + G
+        xn = tl.load(x_ptr + nxt.to(tl.int64) * sx + cols, mask=cm & (cols * 0 + nxt < M), other=0.0)
+        xf = x.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / N + eps)
+        y = (xf * rstd * w).to(out_ptr.dtype.element_ty)
+        if STORE_CS:
+            tl.store(out_ptr + tl.cast(row, tl.int64) * so + cols, y, mask=cm, cache_modifier=".cs")
+        else:
+            tl.store(out_ptr + tl.cast(row, tl.int64) * so + cols, y, mask=cm)
+        x = xn
+
+
+@triton.jit
+def _fused_persist(x_ptr, r_ptr, w_ptr, out_ptr, rout_ptr, sx, sr, so, sro, M, N, eps, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    cm = cols < N
+    w = tl.load(w_ptr + cols, mask=cm, other=0.0).to(tl.float32)
+    p64 = pid.to(tl.int64)
+    x = tl.load(x_ptr + p64 * sx + cols, mask=cm & (cols * 0 + pid < M), other=0.0)
+    r = tl.load(r_ptr + p64 * sr + cols, mask=cm & (cols * 0 + pid < M), other=0.0)
+    for row in range(pid, M, G):
+        nxt = row + G
+        n64 = nxt.to(tl.int64)
+        xn = tl.load(x_ptr + n64 * sx + cols, mask=cm & (cols * 0 + nxt < M), other=0.0)
+        rn = tl.load(r_ptr + n64 * sr + cols, mask=cm & (cols * 0 + nxt < M), other=0.0)
+        r64 = tl.cast(row, tl.int64)
+        s = (x.to(tl.float32) + r.to(tl.float32)).to(rout_ptr.dtype.element_ty)
+        tl.store(rout_ptr + r64 * sro + cols, s, mask=cm)
+        sf = s.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(sf * sf, axis=0) / N + eps)
+        tl.store(out_ptr + r64 * so + cols, (sf * rstd * w).to(out_ptr.dtype.element_ty), mask=cm)
+        x = xn
+        r = rn
+
+
+@triton.jit
+def _silu_persist(x_ptr, out_ptr, sx, so, M, I: tl.constexpr, BLOCK_I: tl.constexpr):
+    BLOCKS: tl.constexpr = I // BLOCK_I  # the variant requires I % BLOCK_I == 0
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    total = M * BLOCKS
+    offs = tl.arange(0, BLOCK_I)
+    row = (pid // BLOCKS).to(tl.int64)
+    cols = (pid % BLOCKS) * BLOCK_I + offs
+    ok = offs * 0 + pid < total
+    g = tl.load(x_ptr + row * sx + cols, mask=ok, other=0.0)
+    u = tl.load(x_ptr + row * sx + I + cols, mask=ok, other=0.0)
+    for b in range(pid, total, G):
+        nb = b + G
+        nrow = (nb // BLOCKS).to(tl.int64)
+        ncols = (nb % BLOCKS) * BLOCK_I + offs
+        nok = offs * 0 + nb < total
+        gn = tl.load(x_ptr + nrow * sx + ncols, mask=nok, other=0.0)
+        un = tl.load(x_ptr + nrow * sx + I + ncols, mask=nok, other=0.0)
+        gf = g.to(tl.float32)
+        y = (gf * tl.sigmoid(gf) * u.to(tl.float32)).to(out_ptr.dtype.element_ty)
+        tl.store(out_ptr + tl.cast(b // BLOCKS, tl.int64) * so + (b % BLOCKS) * BLOCK_I + offs, y)
+        g = gn
+        u = un
+
+
+@triton.jit
+def _silu_cs(x_ptr, out_ptr, sx, so, I: tl.constexpr, BLOCK_I: tl.constexpr):
+    BLOCKS: tl.constexpr = I // BLOCK_I
+    pid = tl.program_id(0)
+    row = (pid // BLOCKS).to(tl.int64)
+    cols = (pid % BLOCKS) * BLOCK_I + tl.arange(0, BLOCK_I)
+    g = tl.load(x_ptr + row * sx + cols).to(tl.float32)
+    u = tl.load(x_ptr + row * sx + I + cols).to(tl.float32)
+    y = (g * tl.sigmoid(g) * u).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + row * so + cols, y, cache_modifier=".cs")
+
+
+@triton.jit
+def _rope_heads(pos_ptr, q_ptr, k_ptr, cache_ptr, sqt, sqh, skt, skh, sc, HQ, HK, QG,
+                HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, HG: tl.constexpr, IS_NEOX: tl.constexpr):
+    """Grid (head groups, tokens): program (g, t) rotates HG heads of q (g < QG) or of k."""
+    g = tl.program_id(0)
+    t = tl.program_id(1).to(tl.int64)
+    if g < QG:
+        base = q_ptr + t * sqt
+        sh = sqh
+        h0 = g * HG
+        H = HQ
+    else:
+        base = k_ptr + t * skt
+        sh = skh
+        h0 = (g - QG) * HG
+        H = HK
+    heads = h0 + tl.arange(0, HG)[:, None]
+    i = tl.arange(0, BLOCK_HALF)[None, :]
+    m = (heads < H) & (i < HALF)
+    if IS_NEOX:
+        first = heads * sh + i
+        second = first + HALF
+    else:
+        first = heads * sh + 2 * i
+        second = first + 1
+    a = tl.load(base + first, mask=m, other=0.0).to(tl.float32)
+    b = tl.load(base + second, mask=m, other=0.0).to(tl.float32)
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    cos = tl.load(cache_ptr + pos * sc + i, mask=i < HALF, other=0.0).to(tl.float32)
+    sin = tl.load(cache_ptr + pos * sc + HALF + i, mask=i < HALF, other=0.0).to(tl.float32)
+    ty = q_ptr.dtype.element_ty
+    tl.store(base + first, (a * cos - b * sin).to(ty), mask=m)
+    tl.store(base + second, (b * cos + a * sin).to(ty), mask=m)
+
+
+@triton.jit
+def _rope_tokens(pos_ptr, q_ptr, k_ptr, cache_ptr, sqt, sqh, skt, skh, sc, T, HQ, HK,
+                 HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr):
+    """Persistent over tokens (NeoX only): the next token's q and k loads go out before this token's math."""
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    i = tl.arange(0, BLOCK_HALF)[None, :]
+    hq = tl.arange(0, BLOCK_HQ)[:, None]
+    hk = tl.arange(0, BLOCK_HK)[:, None]
+    qf = hq * sqh + i
+    kf = hk * skh + i
+    qm = (hq < HQ) & (i < HALF)
+    km = (hk < HK) & (i < HALF)
+    p64 = pid.to(tl.int64)
+    ok = i * 0 + pid < T
+    qa = tl.load(q_ptr + p64 * sqt + qf, mask=qm & ok, other=0.0)
+    qb = tl.load(q_ptr + p64 * sqt + qf + HALF, mask=qm & ok, other=0.0)
+    ka = tl.load(k_ptr + p64 * skt + kf, mask=km & ok, other=0.0)
+    kb = tl.load(k_ptr + p64 * skt + kf + HALF, mask=km & ok, other=0.0)
+    for t in range(pid, T, G):
+        t64 = tl.cast(t, tl.int64)
+        pos = tl.load(pos_ptr + t64).to(tl.int64)
+        cos = tl.load(cache_ptr + pos * sc + i, mask=i < HALF, other=0.0)
+        sin = tl.load(cache_ptr + pos * sc + HALF + i, mask=i < HALF, other=0.0)
+        n64 = (t + G).to(tl.int64)
+        nok = i * 0 + t + G < T
+        qa_n = tl.load(q_ptr + n64 * sqt + qf, mask=qm & nok, other=0.0)
+        qb_n = tl.load(q_ptr + n64 * sqt + qf + HALF, mask=qm & nok, other=0.0)
+        ka_n = tl.load(k_ptr + n64 * skt + kf, mask=km & nok, other=0.0)
+        kb_n = tl.load(k_ptr + n64 * skt + kf + HALF, mask=km & nok, other=0.0)
+        ty = q_ptr.dtype.element_ty
+        a, b = qa.to(tl.float32), qb.to(tl.float32)
+        tl.store(q_ptr + t64 * sqt + qf, (a * cos - b * sin).to(ty), mask=qm)
+        tl.store(q_ptr + t64 * sqt + qf + HALF, (b * cos + a * sin).to(ty), mask=qm)
+        a, b = ka.to(tl.float32), kb.to(tl.float32)
+        tl.store(k_ptr + t64 * skt + kf, (a * cos - b * sin).to(ty), mask=km)
+        tl.store(k_ptr + t64 * skt + kf + HALF, (b * cos + a * sin).to(ty), mask=km)
+        qa, qb, ka, kb = qa_n, qb_n, ka_n, kb_n
+
+
+@triton.jit
+def _fp8_persist(x_ptr, q_ptr, s_ptr, sx, sq, M, N, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+                 BLOCK_N: tl.constexpr, DIV: tl.constexpr):
+    """DIV 0: div_rn per element; 1: reciprocal (div_rn, once per row) + one fma correction per
+    element (Markstein: correctly rounded given a correctly rounded reciprocal); 2: x · (1/s), timing only."""
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    cm = cols < N
+    x = tl.load(x_ptr + pid.to(tl.int64) * sx + cols, mask=cm & (cols * 0 + pid < M), other=0.0)
+    for row in range(pid, M, G):
+        nxt = row + G
+        xn = tl.load(x_ptr + nxt.to(tl.int64) * sx + cols, mask=cm & (cols * 0 + nxt < M), other=0.0)
+        xf = x.to(tl.float32)
+        scale = tl.maximum(tl.max(tl.abs(xf), axis=0) / FP8_MAX, MIN_SCALE)
+        if DIV == 0:
+            v = tl.math.div_rn(xf, scale)
+        else:
+            rcp = tl.math.div_rn(1.0, scale)
+            v = xf * rcp
+            if DIV == 1:
+                v = tl.fma(tl.fma(-v, scale, xf), rcp, v)
+        v = tl.clamp(v, -FP8_MAX, FP8_MAX)
+        r64 = tl.cast(row, tl.int64)
+        tl.store(q_ptr + r64 * sq + cols, v.to(q_ptr.dtype.element_ty), mask=cm)
+        tl.store(s_ptr + r64, scale)
+        x = xn
+
+
+# --------------------------------------------------------------------------- variants
+
+NSM = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 4
+
+
+def _fn(kernel):
+    return kernel.fn  # the @triton.jit function under the autotuner: one fixed config, no tuning
+
+
+def rms_variants(inp):
+    from kcheck.kernels import rms_norm as m
+    x, w, out, eps = inp["x"], inp["weight"], inp["out"], inp["eps"]
+    M, N = x.shape
+    BN = triton.next_power_of_2(N)
+    v = {}
+    for rows, nw, nreg in ((1, 8, None), (1, 16, None), (1, 8, 32), (1, 16, 32), (2, 8, None), (1, 4, None)):
+        def f(rows=rows, nw=nw, nreg=nreg):
+            _fn(m._rms_norm_kernel)[(triton.cdiv(M, rows),)](
+                x, w, out, x.stride(0), out.stride(0), M, N, eps, 0, BLOCK_N=BN, ROWS=rows, num_warps=nw, maxnreg=nreg)
+            return out
+        v[f"rows{rows}-w{nw}" + (f"-reg{nreg}" if nreg else "")] = f
+    for k, nw, cs in ((2, 8, 0), (4, 8, 0), (6, 8, 0), (8, 4, 0), (12, 4, 0), (2, 16, 0), (3, 16, 0), (4, 8, 1), (8, 4, 1)):
+        def f(k=k, nw=nw, cs=cs):
+            _rms_persist[(min(M, k * NSM),)](x, w, out, x.stride(0), out.stride(0), M, N, eps, BLOCK_N=BN, STORE_CS=cs, num_warps=nw)
+            return out
+        v[f"persist{k}-w{nw}" + ("-cs" if cs else "")] = f
+    return v
+
+
+def fused_variants(inp):
+    from kcheck.kernels import fused_add_rms_norm as m
+    x, r, w, eps = inp["x"], inp["residual"], inp["weight"], inp["eps"]
+    out, rout = inp["out"], inp["residual_out"]
+    M, N = x.shape
+    BN = triton.next_power_of_2(N)
+    v = {}
+    for rows, nw, nreg in ((1, 16, None), (1, 8, None), (2, 8, None), (1, 16, 40), (1, 16, 32)):
+        def f(rows=rows, nw=nw, nreg=nreg):
+            _fn(m._fused_add_rms_norm_kernel)[(triton.cdiv(M, rows),)](
+                x, r, w, out, rout, x.stride(0), r.stride(0), out.stride(0), rout.stride(0), M, N, eps, 0,
+                BLOCK_N=BN, ROWS=rows, num_warps=nw, maxnreg=nreg)
+            return out, rout
+        v[f"rows{rows}-w{nw}" + (f"-reg{nreg}" if nreg else "")] = f
+    for k, nw in ((2, 8), (3, 8), (4, 8), (2, 16), (3, 16), (6, 4), (8, 4)):
+        def f(k=k, nw=nw):
+            _fused_persist[(min(M, k * NSM),)](x, r, w, out, rout, x.stride(0), r.stride(0), out.stride(0), rout.stride(0),
+                                               M, N, eps, BLOCK_N=BN, num_warps=nw)
+            return out, rout
+        v[f"persist{k}-w{nw}"] = f
+    return v
+
+
+def silu_variants(inp):
+    from kcheck.kernels import silu_and_mul as m
+    x, out = inp["x"], inp["out"]
+    M, I = x.shape[0], x.shape[1] // 2
+    v = {}
+    for bi, nw in ((1024, 4), (512, 2), (2048, 4), (2048, 8), (4096, 8), (1024, 2), (512, 4)):
+        if I % bi:
+            continue
+        def f(bi=bi, nw=nw):
+            _fn(m._silu_and_mul_kernel)[(M * triton.cdiv(I, bi),)](x, out, x.stride(0), out.stride(0), 0, I=I, BLOCK_I=bi, num_warps=nw)
+            return out
+        v[f"block{bi}-w{nw}"] = f
+    for bi, nw in ((1024, 4), (2048, 4), (512, 2)):
+        if I % bi:
+            continue
+        def f(bi=bi, nw=nw):
+            _silu_cs[(M * (I // bi),)](x, out, x.stride(0), out.stride(0), I=I, BLOCK_I=bi, num_warps=nw)
+            return out
+        v[f"block{bi}-w{nw}-cs"] = f
+    for bi, nw, k in ((1024, 4, 8), (1024, 4, 16), (2048, 8, 4), (2048, 4, 8), (512, 2, 16), (4096, 8, 4)):
+        if I % bi:
+            continue
+        def f(bi=bi, nw=nw, k=k):
+            _silu_persist[(min(M * (I // bi), k * NSM),)](x, out, x.stride(0), out.stride(0), M, I=I, BLOCK_I=bi, num_warps=nw)
+            return out
+        v[f"persist{k}-block{bi}-w{nw}"] = f
+    return v
+
+
+def rope_variants(inp):
+    from kcheck.kernels import rotary_embedding as m
+    pos, q, k, cache = inp["positions"], inp["query"], inp["key"], inp["cos_sin_cache"]
+    T, HQ, D = q.shape
+    HK = k.shape[1]
+    HALF = D // 2
+    BH = triton.next_power_of_2(HALF)
+    v = {}
+    for nw, nreg in ((4, None), (8, None), (4, 40), (4, 32), (8, 32)):
+        def f(nw=nw, nreg=nreg):
+            _fn(m._rotary_embedding_kernel)[(T,)](
+                pos, q, k, q, k, cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), q.stride(0), q.stride(1),
+                k.stride(0), k.stride(1), cache.stride(0), HQ, HK, 0, HALF=HALF, BLOCK_HALF=BH,
+                BLOCK_HQ=triton.next_power_of_2(HQ), BLOCK_HK=triton.next_power_of_2(HK), IS_NEOX=inp["is_neox"],
+                num_warps=nw, maxnreg=nreg)
+            return q, k
+        v[f"token-w{nw}" + (f"-reg{nreg}" if nreg else "")] = f
+    for hg, nw in ((8, 4), (8, 2), (4, 2), (4, 1), (16, 4), (8, 8)):
+        qg, kg = triton.cdiv(HQ, hg), triton.cdiv(HK, hg)
+        def f(hg=hg, nw=nw, qg=qg, kg=kg):
+            _rope_heads[(qg + kg, T)](pos, q, k, cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cache.stride(0),
+                                      HQ, HK, qg, HALF=HALF, BLOCK_HALF=BH, HG=hg, IS_NEOX=inp["is_neox"], num_warps=nw)
+            return q, k
+        v[f"heads{hg}-w{nw}"] = f
+    if inp["is_neox"]:
+        for kk, nw in ((2, 8), (4, 4), (3, 8), (6, 4)):
+            def f(kk=kk, nw=nw):
+                _rope_tokens[(min(T, kk * NSM),)](pos, q, k, cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                                                  cache.stride(0), T, HQ, HK, HALF=HALF, BLOCK_HALF=BH,
+                                                  BLOCK_HQ=triton.next_power_of_2(HQ), BLOCK_HK=triton.next_power_of_2(HK),
+                                                  num_warps=nw)
+                return q, k
+            v[f"persist{kk}-w{nw}"] = f
+    return v
+
+
+def fp8_variants(inp):
+    from kcheck.kernels import per_token_fp8_quant as m
+    x, q, s = inp["x"], inp["out"], inp["scale"]
+    M, N = x.shape
+    BN = triton.next_power_of_2(N)
+    v = {}
+    for rows, nw, nreg in ((1, 4, None), (1, 8, None), (1, 8, 32), (2, 8, None)):
+        def f(rows=rows, nw=nw, nreg=nreg):
+            _fn(m._per_token_fp8_quant_kernel)[(triton.cdiv(M, rows),)](
+                x, q, s, x.stride(0), q.stride(0), M, N, 0, FP8_MAX=m.FP8_MAX, MIN_SCALE=m.MIN_SCALE,
+                ROUND_IN_FP32=INTERPRET, BLOCK_N=BN, ROWS=rows, num_warps=nw, maxnreg=nreg)
+            return q, s
+        v[f"rows{rows}-w{nw}" + (f"-reg{nreg}" if nreg else "")] = f
+    if INTERPRET:
+        return v  # the variants below skip the interpreter's e4m3 rounding; check them on a GPU
+    for k, nw, div in ((0, 4, 0), (0, 4, 1), (0, 8, 1), (0, 4, 2), (4, 4, 0), (4, 4, 1), (8, 4, 1), (6, 4, 1),
+                       (3, 8, 1), (4, 8, 1), (2, 16, 1)):
+        def f(k=k, nw=nw, div=div):
+            grid = M if k == 0 else min(M, k * NSM)
+            _fp8_persist[(grid,)](x, q, s, x.stride(0), q.stride(0), M, N, FP8_MAX=m.FP8_MAX, MIN_SCALE=m.MIN_SCALE,
+                                  BLOCK_N=BN, DIV=div, num_warps=nw)
+            return q, s
+        v[(f"persist{k}" if k else "row") + f"-w{nw}-div{div}"] = f
+    return v
+
+
+VARIANTS = {
+    "rms_norm": (rms_variants, ("kcheck", "liger", "torch.compile")),
+    "fused_add_rms_norm": (fused_variants, ("kcheck", "liger")),
+    "silu_and_mul": (silu_variants, ("kcheck", "torch.compile", "liger")),
+    "rotary_embedding": (rope_variants, ("kcheck", "liger")),
+    "per_token_fp8_quant": (fp8_variants, ("kcheck", "torch.compile")),
+}
+
+
+# --------------------------------------------------------------------------- round 2 kernels
+
+
+@triton.jit
+def _rms_tma(x_desc, w_ptr, o_desc, N, eps, R: tl.constexpr, C: tl.constexpr):
+    """One row viewed as an [R, C] tile of a [M·R, C] view, loaded and stored through TMA descriptors."""
+    row = tl.program_id(0)
+    x = x_desc.load([row * R, 0]).to(tl.float32)
+    w = tl.load(w_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(tl.sum(x * x, axis=1), axis=0) / N + eps)
+    o_desc.store([row * R, 0], (x * rstd * w).to(o_desc.dtype))
+
+
+@triton.jit
+def _fused_tma(x_desc, r_desc, w_ptr, o_desc, ro_desc, N, eps, R: tl.constexpr, C: tl.constexpr):
+    row = tl.program_id(0)
+    x = x_desc.load([row * R, 0]).to(tl.float32)
+    r = r_desc.load([row * R, 0]).to(tl.float32)
+    w = tl.load(w_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]).to(tl.float32)
+    s = (x + r).to(ro_desc.dtype)
+    ro_desc.store([row * R, 0], s)
+    sf = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(tl.sum(sf * sf, axis=1), axis=0) / N + eps)
+    o_desc.store([row * R, 0], (sf * rstd * w).to(o_desc.dtype))
+
+
+@triton.jit
+def _rms_hint(x_ptr, w_ptr, out_ptr, sx, so, M, N, eps, BLOCK_N: tl.constexpr, MODE: tl.constexpr):
+    """MODE 1: .cg loads; 2: evict_first stores; 3: evict_last weight; 4: .cg loads and evict_first stores."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    m = cols < N
+    if MODE == 1 or MODE == 4:
+        x = tl.load(x_ptr + row * sx + cols, mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
+    else:
+        x = tl.load(x_ptr + row * sx + cols, mask=m, other=0.0).to(tl.float32)
+    if MODE == 3:
+        w = tl.load(w_ptr + cols, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    else:
+        w = tl.load(w_ptr + cols, mask=m, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+    y = (x * rstd * w).to(out_ptr.dtype.element_ty)
+    if MODE == 2 or MODE == 4:
+        tl.store(out_ptr + row * so + cols, y, mask=m, eviction_policy="evict_first")
+    else:
+        tl.store(out_ptr + row * so + cols, y, mask=m)
+
+
+@triton.jit
+def _rope_group(base, sh, h0, H, cos, sin, i, HALF: tl.constexpr, HG: tl.constexpr, IS_NEOX: tl.constexpr):
+    heads = h0 + tl.arange(0, HG)[:, None]
+    m = (heads < H) & (i < HALF)
+    if IS_NEOX:
+        first = heads * sh + i
+        second = first + HALF
+    else:
+        first = heads * sh + 2 * i
+        second = first + 1
+    a = tl.load(base + first, mask=m, other=0.0).to(tl.float32)
+    b = tl.load(base + second, mask=m, other=0.0).to(tl.float32)
+    ty = base.dtype.element_ty
+    tl.store(base + first, (a * cos - b * sin).to(ty), mask=m)
+    tl.store(base + second, (b * cos + a * sin).to(ty), mask=m)
+
+
+@triton.jit
+def _rope_groups(pos_ptr, q_ptr, k_ptr, cache_ptr, sqt, sqh, skt, skh, sc, HQ, HK, QG,
+                 HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, QHG: tl.constexpr, KHG: tl.constexpr,
+                 IS_NEOX: tl.constexpr):
+    """Grid (QG + KG, T): program g < QG rotates QHG query heads, the others KHG key heads."""
+    g = tl.program_id(0)
+    t = tl.program_id(1).to(tl.int64)
+    i = tl.arange(0, BLOCK_HALF)[None, :]
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    cos = tl.load(cache_ptr + pos * sc + i, mask=i < HALF, other=0.0).to(tl.float32)
+    sin = tl.load(cache_ptr + pos * sc + HALF + i, mask=i < HALF, other=0.0).to(tl.float32)
+    if g < QG:
+        _rope_group(q_ptr + t * sqt, sqh, g * QHG, HQ, cos, sin, i, HALF, QHG, IS_NEOX)
+    else:
+        _rope_group(k_ptr + t * skt, skh, (g - QG) * KHG, HK, cos, sin, i, HALF, KHG, IS_NEOX)
+
+
+@triton.jit
+def _fp8_persist2(x_ptr, q_ptr, s_ptr, sx, sq, M, N, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BF16MAX: tl.constexpr):
+    """_fp8_persist with DIV 1; BF16MAX takes max |x| in the input dtype (exact) before any upcast."""
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    cm = cols < N
+    x = tl.load(x_ptr + pid.to(tl.int64) * sx + cols, mask=cm & (cols * 0 + pid < M), other=0.0)
+    for row in range(pid, M, G):
+        nxt = row + G
+        xn = tl.load(x_ptr + nxt.to(tl.int64) * sx + cols, mask=cm & (cols * 0 + nxt < M), other=0.0)
+        if BF16MAX:
+            amax = tl.max(tl.abs(x), axis=0).to(tl.float32)
+        else:
+            amax = tl.max(tl.abs(x.to(tl.float32)), axis=0)
+        scale = tl.maximum(amax / FP8_MAX, MIN_SCALE)
+        xf = x.to(tl.float32)
+        rcp = tl.math.div_rn(1.0, scale)
+        v = xf * rcp
+        v = tl.fma(tl.fma(-v, scale, xf), rcp, v)
+        v = tl.clamp(v, -FP8_MAX, FP8_MAX)
+        r64 = tl.cast(row, tl.int64)
+        tl.store(q_ptr + r64 * sq + cols, v.to(q_ptr.dtype.element_ty), mask=cm)
+        tl.store(s_ptr + r64, scale)
+        x = xn
+
+
+@triton.jit
+def _fp8_rows(x_ptr, q_ptr, s_ptr, sx, sq, M, N, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+              BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """One program per ROWS rows (no loop), the division as reciprocal + fma correction."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    mask = (rows < M) & (cols < N)
+    xf = tl.load(x_ptr + rows * sx + cols, mask=mask, other=0.0).to(tl.float32)
+    scale = tl.maximum(tl.max(tl.abs(xf), axis=1) / FP8_MAX, MIN_SCALE)[:, None]
+    rcp = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+    v = xf * rcp
+    v = tl.clamp(tl.fma(tl.fma(-v, scale, xf), rcp, v), -FP8_MAX, FP8_MAX)
+    tl.store(q_ptr + rows * sq + cols, v.to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(s_ptr + rows, scale, mask=rows < M)
+
+
+# --------------------------------------------------------------------------- round 2 variants
+
+
+def _desc(t, R, C):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    return TensorDescriptor.from_tensor(t.view(-1, C), [R, C])
+
+
+def rms_variants2(inp):
+    from kcheck.kernels import rms_norm as m
+    x, w, out, eps = inp["x"], inp["weight"], inp["out"], inp["eps"]
+    M, N = x.shape
+    BN = triton.next_power_of_2(N)
+    v = {}
+    def base():
+        _fn(m._rms_norm_kernel)[(M,)](x, w, out, x.stride(0), out.stride(0), M, N, eps, 0, BLOCK_N=BN, ROWS=1, num_warps=8)
+        return out
+    v["rows1-w8"] = base
+    for mode in (1, 2, 3, 4):
+        def f(mode=mode):
+            _rms_hint[(M,)](x, w, out, x.stride(0), out.stride(0), M, N, eps, BLOCK_N=BN, MODE=mode, num_warps=8)
+            return out
+        v[f"hint{mode}-w8"] = f
+    for C, nw in ((64, 8), (64, 4), (128, 8), (256, 8), (64, 16)):
+        R = N // C
+        def f(C=C, R=R, nw=nw):
+            _rms_tma[(M,)](_desc(x, R, C), w, _desc(out, R, C), N, eps, R=R, C=C, num_warps=nw)
+            return out
+        v[f"tma{R}x{C}-w{nw}"] = f
+    return v
+
+
+def fused_variants2(inp):
+    from kcheck.kernels import fused_add_rms_norm as m
+    x, r, w, eps = inp["x"], inp["residual"], inp["weight"], inp["eps"]
+    out, rout = inp["out"], inp["residual_out"]
+    M, N = x.shape
+    BN = triton.next_power_of_2(N)
+    v = {}
+    def base():
+        _fn(m._fused_add_rms_norm_kernel)[(M,)](x, r, w, out, rout, x.stride(0), r.stride(0), out.stride(0), rout.stride(0),
+                                                M, N, eps, 0, BLOCK_N=BN, ROWS=1, num_warps=16)
+        return out, rout
+    v["rows1-w16"] = base
+    for C, nw in ((64, 8), (64, 16), (128, 8), (64, 4)):
+        R = N // C
+        def f(C=C, R=R, nw=nw):
+            _fused_tma[(M,)](_desc(x, R, C), _desc(r, R, C), w, _desc(out, R, C), _desc(rout, R, C), N, eps, R=R, C=C, num_warps=nw)
+            return out, rout
+        v[f"tma{R}x{C}-w{nw}"] = f
+    return v
+
+
+def rope_variants2(inp):
+    from kcheck.kernels import rotary_embedding as m
+    pos, q, k, cache = inp["positions"], inp["query"], inp["key"], inp["cos_sin_cache"]
+    T, HQ, D = q.shape
+    HK = k.shape[1]
+    HALF = D // 2
+    BH = triton.next_power_of_2(HALF)
+    v = {}
+    def base():
+        _fn(m._rotary_embedding_kernel)[(T,)](
+            pos, q, k, q, k, cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), q.stride(0), q.stride(1),
+            k.stride(0), k.stride(1), cache.stride(0), HQ, HK, 0, HALF=HALF, BLOCK_HALF=BH,
+            BLOCK_HQ=triton.next_power_of_2(HQ), BLOCK_HK=triton.next_power_of_2(HK), IS_NEOX=inp["is_neox"], num_warps=4)
+        return q, k
+    v["token-w4"] = base
+    for qhg, khg, nw in ((16, 16, 4), (16, 8, 4), (16, 8, 2), (32, 8, 4), (32, 8, 8), (16, 16, 2), (16, 16, 8), (8, 8, 1),
+                         (32, 16, 4)):
+        qg, kg = triton.cdiv(HQ, qhg), triton.cdiv(HK, khg)
+        def f(qhg=qhg, khg=khg, nw=nw, qg=qg, kg=kg):
+            _rope_groups[(qg + kg, T)](pos, q, k, cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cache.stride(0),
+                                       HQ, HK, qg, HALF=HALF, BLOCK_HALF=BH, QHG=qhg, KHG=khg, IS_NEOX=inp["is_neox"],
+                                       num_warps=nw)
+            return q, k
+        v[f"groups{qhg}-{khg}-w{nw}"] = f
+    return v
+
+
+def fp8_variants2(inp):
+    from kcheck.kernels import per_token_fp8_quant as m
+    x, q, s = inp["x"], inp["out"], inp["scale"]
+    M, N = x.shape
+    BN = triton.next_power_of_2(N)
+    v = {}
+    def base():
+        _fn(m._per_token_fp8_quant_kernel)[(M,)](
+            x, q, s, x.stride(0), q.stride(0), M, N, 0, FP8_MAX=m.FP8_MAX, MIN_SCALE=m.MIN_SCALE,
+            ROUND_IN_FP32=INTERPRET, BLOCK_N=BN, ROWS=1, num_warps=4)
+        return q, s
+    v["rows1-w4"] = base
+    for k, nw, bm in ((6, 4, 0), (5, 4, 0), (7, 4, 0), (9, 4, 0), (12, 4, 0), (6, 4, 1), (8, 4, 1), (4, 8, 1), (5, 8, 0),
+                      (3, 8, 0)):
+        def f(k=k, nw=nw, bm=bm):
+            _fp8_persist2[(min(M, k * NSM),)](x, q, s, x.stride(0), q.stride(0), M, N, FP8_MAX=m.FP8_MAX,
+                                              MIN_SCALE=m.MIN_SCALE, BLOCK_N=BN, BF16MAX=bm, num_warps=nw)
+            return q, s
+        v[f"persist{k}-w{nw}" + ("-bf16max" if bm else "")] = f
+    for rows, nw in ((1, 4), (1, 2), (2, 4), (1, 8)):
+        def f(rows=rows, nw=nw):
+            _fp8_rows[(triton.cdiv(M, rows),)](x, q, s, x.stride(0), q.stride(0), M, N, FP8_MAX=m.FP8_MAX,
+                                               MIN_SCALE=m.MIN_SCALE, BLOCK_N=BN, ROWS=rows, num_warps=nw)
+            return q, s
+        v[f"rows{rows}-w{nw}-rcp"] = f
+    return v
+
+
+VARIANTS2 = {
+    "rms_norm": (rms_variants2, ("kcheck", "liger")),
+    "fused_add_rms_norm": (fused_variants2, ("kcheck", "liger")),
+    "rotary_embedding": (rope_variants2, ("kcheck", "liger")),
+    "per_token_fp8_quant": (fp8_variants2, ("kcheck", "torch.compile")),
+}
+
+
+# --------------------------------------------------------------------------- round 3
+
+
+@triton.jit
+def _fp8_rows3(x_ptr, q_ptr, s_ptr, sx, sq, M, N, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+               BLOCK_N: tl.constexpr, MODE: tl.constexpr):
+    """_fp8_rows with ROWS=1; MODE 1: max |x| in the input dtype; 2: .cg load; 3: evict_first load."""
+    rows = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)[:, None]
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    mask = (rows < M) & (cols < N)
+    if MODE == 2:
+        xr = tl.load(x_ptr + rows * sx + cols, mask=mask, other=0.0, cache_modifier=".cg")
+    elif MODE == 3:
+        xr = tl.load(x_ptr + rows * sx + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+    else:
+        xr = tl.load(x_ptr + rows * sx + cols, mask=mask, other=0.0)
+    if MODE == 1:
+        amax = tl.max(tl.abs(xr), axis=1).to(tl.float32)
+    else:
+        amax = tl.max(tl.abs(xr.to(tl.float32)), axis=1)
+    xf = xr.to(tl.float32)
+    scale = tl.maximum(amax / FP8_MAX, MIN_SCALE)[:, None]
+    rcp = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+    v = xf * rcp
+    v = tl.clamp(tl.fma(tl.fma(-v, scale, xf), rcp, v), -FP8_MAX, FP8_MAX)
+    tl.store(q_ptr + rows * sq + cols, v.to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(s_ptr + rows, scale, mask=rows < M)
+
+
+def fp8_variants3(inp):
+    from kcheck.kernels import per_token_fp8_quant as m
+    x, q, s = inp["x"], inp["out"], inp["scale"]
+    M, N = x.shape
+    BN = triton.next_power_of_2(N)
+    v = {}
+    for nw, nreg in ((4, None), (8, None), (4, 40), (4, 32)):
+        def f(nw=nw, nreg=nreg):
+            _fn(m._per_token_fp8_quant_kernel)[(M,)](
+                x, q, s, x.stride(0), q.stride(0), M, N, 0, FP8_MAX=m.FP8_MAX, MIN_SCALE=m.MIN_SCALE,
+                ROUND_IN_FP32=INTERPRET, BLOCK_N=BN, ROWS=1, num_warps=nw, maxnreg=nreg)
+            return q, s
+        v[f"kernel-w{nw}" + (f"-reg{nreg}" if nreg else "")] = f
+    for mode, nw in ((1, 4), (1, 8), (2, 4), (3, 4)):
+        def f(mode=mode, nw=nw):
+            _fp8_rows3[(M,)](x, q, s, x.stride(0), q.stride(0), M, N, FP8_MAX=m.FP8_MAX, MIN_SCALE=m.MIN_SCALE,
+                             BLOCK_N=BN, MODE=mode, num_warps=nw)
+            return q, s
+        v[f"mode{mode}-w{nw}"] = f
+    return v
+
+
+def rope_variants3(inp):
+    from kcheck.kernels import rotary_embedding as m
+    pos, q, k, cache = inp["positions"], inp["query"], inp["key"], inp["cos_sin_cache"]
+    T, HQ, D = q.shape
+    HK = k.shape[1]
+    HALF = D // 2
+    BH = triton.next_power_of_2(HALF)
+    v = {}
+    for heads, nw in ((16, 4), (32, 4), (32, 8), (16, 8)):
+        g = triton.cdiv(HQ, heads) + triton.cdiv(HK, heads)
+        def f(heads=heads, nw=nw, g=g):
+            _fn(m._rotary_embedding_kernel)[(T * g,)](
+                pos, q, k, q, k, cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), q.stride(0), q.stride(1),
+                k.stride(0), k.stride(1), cache.stride(0), 0, HQ=HQ, HK=HK, HALF=HALF, BLOCK_HALF=BH,
+                IS_NEOX=inp["is_neox"], HEADS=heads, num_warps=nw)
+            return q, k
+        v[f"kernel-heads{heads}-w{nw}"] = f
+    return v
+
+
+VARIANTS3 = {
+    "rotary_embedding": (rope_variants3, ("kcheck", "liger")),
+    "per_token_fp8_quant": (fp8_variants3, ("kcheck", "torch.compile")),
+}
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _err(spec, outs, ref):
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    if spec.name == "per_token_fp8_quant":
+        (q, s), (rq, rs) = outs, ref
+        return f"fp8 diff {int((q.float() != rq.float()).sum())} scale diff {int((s != rs).sum())}"
+    worst = 0.0
+    for o, r in zip(outs, ref):
+        d = (o.float() - r.float()).norm() / r.float().norm().clamp_min(1e-30)
+        worst = max(worst, float(d))
+    return f"rel {worst:.1e}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--op", action="append", choices=("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding", "per_token_fp8_quant"))
+    parser.add_argument("--tokens", default="16384,4096")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=100)
+    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3))
+    args = parser.parse_args()
+    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3}[args.round]
+    device = torch.device("cpu" if INTERPRET else "cuda")
+    tokens = [int(t) for t in args.tokens.split(",")]
+    timer = None if INTERPRET else Timer(device, reps=args.reps)
+    table = []
+    for spec in specs(args.op or tuple(variants)):
+        make_variants, peer_names = variants[spec.name]
+        for t in tokens:
+            shape = dict(spec.bench_shapes[-1], tokens=t)
+            gen = torch.Generator(device=device)
+            gen.manual_seed(t)
+            base = spec.make_inputs(shape, torch.bfloat16, device, gen)
+            if spec.name == "fused_add_rms_norm":  # separate outputs, so the check sees one application
+                base["out"], base["residual_out"] = torch.empty_like(base["x"]), torch.empty_like(base["x"])
+            ref = spec.reference(**{k: (v.clone() if torch.is_tensor(v) else v) for k, v in base.items()})
+            ref = ref if isinstance(ref, tuple) or spec.name != "per_token_fp8_quant" else ref
+            nbytes = spec.bytes(shape, torch.bfloat16)
+            fns = {}
+            for name, fn in make_variants(dict(base)).items():
+                fns[name] = fn
+            if timer is not None:
+                for p, factory in peers(spec, peer_names).items():
+                    fn = factory(dict(base))
+                    if fn is not None:
+                        fns["=" + p] = fn
+            # correctness first, each on fresh copies of the inputs
+            errs = {}
+            for name, fn in fns.items():
+                if name.startswith("="):
+                    continue
+                snapshot = {k: v.clone() for k, v in base.items() if torch.is_tensor(v)}
+                try:
+                    errs[name] = _err(spec, fn(), ref)
+                except Exception as e:  # noqa: BLE001 -- report the failing variant and go on
+                    errs[name] = f"FAILED {type(e).__name__}: {str(e)[:160]}"
+                for k, v in snapshot.items():
+                    base[k].copy_(v)
+            if timer is None:
+                for name, e in errs.items():
+                    print(f"check {spec.name:20} T={t:6} {name:28} {e}")
+                continue
+            times = {n: [] for n in fns if not errs.get(n, "").startswith("FAILED")}
+            for _ in range(args.rounds):
+                for name in times:
+                    times[name].append(timer.median_us(fns[name]))
+            for name in times:
+                us = statistics.median(times[name])
+                line = (f"{spec.name:20} T={t:6} {name:28} {us:9.2f} us {nbytes / us / 1e3:6.0f} GB/s "
+                        f"{nbytes / us / 1e3 / 4800:6.1%}  spread {max(times[name]) - min(times[name]):5.2f}  {errs.get(name, '')}")
+                print(line, flush=True)
+                table.append(line)
+            for name, e in errs.items():
+                if e.startswith("FAILED"):
+                    print(f"{spec.name:20} T={t:6} {name:28} {e}", flush=True)
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()
