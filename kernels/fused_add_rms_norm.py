@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
+from kcheck.kernels._launch import BENCH, device_reason, fallback, prune_fused_small_batches, row_configs, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
@@ -34,7 +34,7 @@ from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKE
 @triton.autotune(
     configs=row_configs(),
     key=["N", "token_bucket"],
-    prune_configs_by={"early_config_prune": prune_for_small_batches},
+    prune_configs_by={"early_config_prune": prune_fused_small_batches},
     **BENCH,
     restore_value=["x_ptr", "r_ptr"],  # tuning runs must not accumulate into in-place inputs
 )
