@@ -19,6 +19,7 @@ The per-dtype tolerance limits (:data:`TOLERANCE_LIMITS`) are data, kept here in
 
 from __future__ import annotations
 
+import ast
 import builtins
 import re
 
@@ -155,6 +156,194 @@ def scope_gate(summary, wanted: set[str]) -> bool:
     if MEASUREMENT_PATH.search(summary.path) or summary.all_names & SCOPE_CALLS:
         return True
     return any(MEASUREMENT_FUNCTION.match(f.name) and summary.reaches(f, wanted) for f in summary.functions)
+
+
+# -- gates: what the KC4xx rules' gates derive from the ast summary, once per file -------------------
+
+
+class GateFacts:
+    """The ast counterparts of what :class:`Scope` and the model tell the rules, for the gates.
+
+    Built once per file (``gate_facts(summary)``, kept in ``summary.memo["measurement"]``) by one walk
+    over the statements only (imports, function definitions, assignments): expressions are already
+    in ``summary.calls``. Names resolve through the import table as ``ModuleModel.qualname`` does;
+    where a local name is imported twice, every reading is kept, so that a gate asking "could this
+    be X" stays a necessary condition.
+    """
+
+    def __init__(self, summary) -> None:
+        self.summary = summary
+        self.aliases: dict[str, set[str]] = {}  # local name -> the dotted names it was imported as
+        self.constants: dict[str, list[float]] = {}  # module-level NAME = number
+        defs: list[ast.AST] = []  # every def, in the order of ``summary.functions``
+        parents: list[int] = []  # index of the enclosing def in ``defs``, or -1
+        self.assigns: dict[int, list[ast.Assign]] = {}  # def index (-1: top level) -> its own Assign statements
+        self._walk(summary.tree.body if summary.tree is not None else [], defs, parents, -1, -1)
+        functions = summary.functions
+        self.aligned = len(defs) == len(functions) and all(d.name == f.name for d, f in zip(defs, functions))
+        index = {id(f): i for i, f in enumerate(functions)} if self.aligned else {}
+        self._index = index
+        self.defs = defs
+        self.parents = parents
+        self.alias_last = {k: {v.split(".")[-1] for v in vs} for k, vs in self.aliases.items()}
+        # functions in measurement code by name: their own or an enclosing function's
+        measured: list[bool] = []
+        for i, d in enumerate(defs):
+            measured.append(bool(MEASUREMENT_FUNCTION.match(d.name)) or (parents[i] >= 0 and measured[parents[i]]))
+        self.measured = measured
+        self.whole_file = bool(MEASUREMENT_PATH.search(summary.path)) or any(
+            self.called(c, SCOPE_CALLS) for c, _ in summary.calls)
+
+    def _walk(self, body, defs, parents, parent: int, owner: int | None) -> None:
+        """``parent``: the innermost enclosing def (-1: none); ``owner``: whose own statements
+        these are (the def's index, -1 for the module, None in a class body)."""
+        for stmt in body:
+            kind = type(stmt)
+            if kind is ast.Import:
+                for a in stmt.names:
+                    local, full = (a.asname, a.name) if a.asname else ((head := a.name.split(".")[0]), head)
+                    self.aliases.setdefault(local, set()).add(full)
+            elif kind is ast.ImportFrom:
+                module = "." * stmt.level + (stmt.module or "")
+                for a in stmt.names:
+                    if a.name != "*":
+                        full = f"{module}.{a.name}" if module and not module.endswith(".") else f"{module}{a.name}"
+                        self.aliases.setdefault(a.asname or a.name, set()).add(full)
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                defs.append(stmt)
+                parents.append(parent)
+                self._walk(stmt.body, defs, parents, len(defs) - 1, len(defs) - 1)
+                continue
+            elif kind is ast.ClassDef:
+                self._walk(stmt.body, defs, parents, parent, None)
+                continue
+            elif kind is ast.Assign:
+                if owner is not None:
+                    self.assigns.setdefault(owner, []).append(stmt)
+                if owner == -1 and len(stmt.targets) == 1 and type(stmt.targets[0]) is ast.Name:
+                    value = _number(stmt.value)
+                    if value is not None:
+                        self.constants.setdefault(stmt.targets[0].id, []).append(value)
+                continue
+            for name in stmt._fields:  # compound statements: their bodies, handlers and cases, in order
+                value = getattr(stmt, name, None)
+                if type(value) is list and value and isinstance(value[0], (ast.stmt, ast.excepthandler, ast.match_case)):
+                    for item in value:
+                        if isinstance(item, ast.stmt):
+                            self._walk([item], defs, parents, parent, owner)
+                        else:
+                            self._walk(item.body, defs, parents, parent, owner)
+
+    # -- names --------------------------------------------------------------------------------------
+
+    def called(self, call: ast.Call, wanted) -> bool:
+        """Whether the call's name could end in one of ``wanted`` (``last(model.call_name(call))``)."""
+        func = call.func
+        if type(func) is ast.Attribute:
+            return func.attr in wanted
+        if type(func) is ast.Name:
+            lasts = self.alias_last.get(func.id)
+            return func.id in wanted if lasts is None else not lasts.isdisjoint(wanted)
+        return False
+
+    def lasts(self, call: ast.Call) -> set[str]:
+        """Every reading of ``last(model.call_name(call))`` ("" where the name is not dotted)."""
+        func = call.func
+        if type(func) is ast.Name:
+            return self.alias_last.get(func.id) or {func.id}
+        if type(func) is ast.Attribute and _dotted(func) is not None:
+            return {func.attr}
+        return {""}
+
+    def qualnames(self, node: ast.AST) -> set[str]:
+        """Every reading of ``model.qualname(node)`` (empty where it is None)."""
+        name = _dotted(node)
+        if name is None:
+            return set()
+        head, dot, rest = name.partition(".")
+        bare = head[:-2] if head.endswith("()") else head
+        if bare not in self.aliases:
+            return {name}
+        suffix = "()" if head.endswith("()") else ""
+        return {f"{full}{suffix}{dot}{rest}" for full in self.aliases[bare]}
+
+    # -- functions ----------------------------------------------------------------------------------
+
+    def node(self, f) -> ast.AST | None:
+        """The ast ``def`` of a ``FunctionSummary`` (None if the walk and the summary disagree)."""
+        i = self._index.get(id(f))
+        return None if i is None else self.defs[i]
+
+    def in_scope(self, f) -> bool:
+        """Whether code whose innermost function is ``f`` (None: the module) is measurement code,
+        as ``Scope.covers`` decides it. Without the ast ``def`` at hand, yes."""
+        if self.whole_file:
+            return True
+        if f is None:
+            return False
+        i = self._index.get(id(f))
+        return True if i is None else self.measured[i]
+
+    def within(self, f) -> set[int]:
+        """ids of the summaries of ``f`` and every def nested in it (at any depth)."""
+        i = self._index.get(id(f))
+        if i is None:
+            return set()
+        inside = {i}
+        for j in range(i + 1, len(self.defs)):  # nested defs follow their parent in pre-order
+            if self.parents[j] in inside:
+                inside.add(j)
+            else:
+                break
+        functions = self.summary.functions
+        return {id(functions[j]) for j in inside}
+
+    def own_assigns(self, f) -> list[ast.Assign]:
+        """The ``=`` statements in ``f``'s body, outside nested defs and classes."""
+        i = self._index.get(id(f))
+        return [] if i is None else self.assigns.get(i, [])
+
+
+def gate_facts(summary) -> GateFacts:
+    got = summary.memo.get("measurement")
+    if got is None:
+        got = summary.memo["measurement"] = GateFacts(summary)
+    return got
+
+
+def _number(node: ast.AST) -> float | None:
+    """A numeric literal (not a bool), as :func:`number` reads it."""
+    if type(node) is ast.Constant and type(node.value) in (int, float):
+        return float(node.value)
+    return None
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """``ModuleModel.dotted`` on the ast: ``a.b.c``, with calls in the chain as ``f()``."""
+    parts: list[str] = []
+    while type(node) is not ast.Name:
+        if type(node) is ast.Attribute:
+            parts.append("." + node.attr)
+            node = node.value
+        elif type(node) is ast.Call:
+            parts.append("()")
+            node = node.func
+        else:
+            return None
+    parts.append(node.id)
+    return "".join(reversed(parts))
+
+
+def own_nodes(roots: list[ast.AST]):
+    """Every node under ``roots`` outside nested defs, classes and lambdas: ``nodes_under`` on the
+    ast (``own_nodes(fn.body)`` for a def's body)."""
+    stack = list(reversed(roots))
+    while stack:
+        node = stack.pop()
+        yield node
+        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
 def calls(model, root: cst.CSTNode, depth: int = 3):

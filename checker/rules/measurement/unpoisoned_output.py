@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    COMPARES, EMPTY_FACTORIES, Scope, calls, is_compare, last, mocked, nodes_under, scope_gate, uses,
+    COMPARES, EMPTY_FACTORIES, Scope, calls, gate_facts, is_compare, last, mocked, nodes_under, uses,
 )
 
 FILLS = {"fill_", "copy_", "normal_", "uniform_", "random_", "fill_diagonal_"}
@@ -95,7 +96,45 @@ def test_quant(x):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return scope_gate(summary, {"empty", "empty_like", "empty_strided", "new_empty"}) and uses(summary, COMPARES)
+        """A function in measurement code that assigns ``b = torch.empty*(...)`` (or ``.new_empty``)
+        in its own body and, in calls written in it, hands ``b`` to a comparison and to a call
+        outside ``torch.`` that is no method of such a buffer: what a report needs."""
+        if not uses(summary, EMPTY_LAST):
+            return False
+        facts = gate_facts(summary)
+        if not facts.aligned:
+            return True
+        own_calls: dict[int, list[ast.Call]] = {}
+        for call, f in summary.calls:
+            if f is not None:
+                own_calls.setdefault(id(f), []).append(call)
+        for f in summary.functions:
+            if id(f) not in own_calls or not facts.in_scope(f):
+                continue
+            buffers = {a.targets[0].id for a in facts.own_assigns(f)
+                       if len(a.targets) == 1 and type(a.targets[0]) is ast.Name and _empty_call(facts, a.value)}
+            candidates = {b for b in buffers if not REFERENCE_BUFFER.search(b)}
+            if not candidates:
+                continue
+            compared: set[str] = set()
+            written: set[str] = set()
+            for call in own_calls[id(f)]:
+                func = call.func
+                if type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id in buffers:
+                    continue  # out.fill_(...), out.copy_(...)
+                passed = {v.id for v in _arg_values(call) if type(v) is ast.Name} & candidates
+                if not passed:
+                    continue
+                lasts = facts.lasts(call)
+                if lasts & COMPARES:
+                    compared |= passed
+                names = facts.qualnames(func)
+                if lasts - COMPARES and (not names or any(
+                        not n.startswith("torch.") or n.startswith("torch.ops.") for n in names)):
+                    written |= passed
+                if compared & written:
+                    return True
+        return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for fn in Scope(self).functions():
@@ -159,3 +198,20 @@ def test_quant(x):
 def _zero_fill(call: cst.Call) -> bool:
     return bool(call.args) and isinstance(call.args[0].value, (cst.Integer, cst.Float)) and float(
         call.args[0].value.evaluated_value) == 0.0
+
+
+EMPTY_LAST = {name.split(".")[-1] for name in EMPTY_FACTORIES} | {"new_empty"}
+
+
+def _empty_call(facts, value: ast.AST) -> bool:
+    """``torch.empty*(...)`` or ``x.new_empty(...)``: what ``UnpoisonedOutput._empty`` accepts."""
+    if type(value) is not ast.Call:
+        return False
+    if type(value.func) is ast.Attribute and value.func.attr == "new_empty":
+        return True
+    return not facts.qualnames(value.func).isdisjoint(EMPTY_FACTORIES)
+
+
+def _arg_values(call: ast.Call) -> list[ast.AST]:
+    """Every argument's value, positional (``*x`` as ``x``) and keyword (``**x`` as ``x``)."""
+    return [a.value if type(a) is ast.Starred else a for a in call.args] + [k.value for k in call.keywords]
