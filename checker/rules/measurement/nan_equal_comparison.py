@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    EMPTY_FACTORIES, TOLERANCE_COMPARES, Scope, arg, is_compare, nodes_under, scope_gate,
+    EMPTY_FACTORIES, TOLERANCE_COMPARES, Scope, arg, gate_facts, is_compare, nodes_under,
 )
 
 
@@ -90,7 +92,23 @@ def check_topk(scores, k):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return scope_gate(summary, TOLERANCE_COMPARES)
+        """A comparison with ``equal_nan=True`` written in a function in measurement code, whose two
+        compared values are plain names (``out``, ``out[:n]``, ``out.float()``), in a file that
+        allocates or fills a buffer (``empty*``, ``new_empty``, ``fill_``, ``full*``): what a report needs."""
+        facts = gate_facts(summary)
+        if not any(facts.lasts(c) & UNSET_LAST for c, _ in summary.calls):
+            return False
+        for call, f in summary.calls:
+            if f is None or not any(k.arg == "equal_nan" and type(k.value) is ast.Constant and k.value.value is True
+                                    for k in call.keywords):
+                continue
+            # the positional arguments as libcst lists them: ``*x`` and ``**x`` are ``x``
+            sides = ([a.value if type(a) is ast.Starred else a for a in call.args]
+                     + [k.value for k in call.keywords if k.arg is None])[:2]
+            if (facts.lasts(call) & TOLERANCE_COMPARES and facts.in_scope(f) and len(sides) == 2
+                    and all(_ast_base(s) is not None for s in sides)):
+                return True
+        return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
         scope = Scope(self)
@@ -159,3 +177,19 @@ def _unset_value(model, value: cst.CSTNode) -> bool:
     if isinstance(value.func, cst.Attribute) and value.func.attr.value == "fill_":
         return "nan" in text.lower()
     return name.split(".")[-1] in ("full", "full_like") and "nan" in text.lower()
+
+
+# The calls ``_unset_value`` accepts, by the last component of their name.
+UNSET_LAST = {name.split(".")[-1] for name in EMPTY_FACTORIES} | {"new_empty", "empty_like", "fill_", "full", "full_like"}
+
+
+def _ast_base(expr: ast.AST) -> str | None:
+    """``_base`` on the ast."""
+    while True:
+        if type(expr) is ast.Subscript:
+            expr = expr.value
+        elif type(expr) is ast.Call and type(expr.func) is ast.Attribute and not expr.args and not expr.keywords:
+            expr = expr.func.value
+        else:
+            break
+    return expr.id if type(expr) is ast.Name else None
