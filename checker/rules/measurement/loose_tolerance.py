@@ -1,13 +1,14 @@
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    QUANTIZED, TOLERANCE_COMPARES, TOLERANCE_LIMITS, Scope, arg, calls, dtypes_in, is_compare, kernel_call,
-    module_statements, nodes_under, number, scope_gate,
+    DTYPE_NAMES, QUANTIZED, TOLERANCE_COMPARES, TOLERANCE_LIMITS, Scope, arg, calls, dtypes_in, gate_facts, is_compare,
+    kernel_call, module_statements, nodes_under, number, uses,
 )
 
 
@@ -105,7 +106,30 @@ def test_softmax():
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return scope_gate(summary, TOLERANCE_COMPARES)
+        """A comparison in measurement code, not in a function named for quantisation, with an
+        ``rtol``/``atol`` (by keyword, or third or fourth positional argument) that is a number, or
+        a module-level constant holding one, above the smallest limit of the dtypes the file names
+        (BF16's when it names none): the dtypes a report judges by all come from the file."""
+        if not uses(summary, TOLERANCE_COMPARES):
+            return False
+        facts = gate_facts(summary)
+        floor = min(min(TOLERANCE_LIMITS[DTYPE_NAMES[n]]) for n in (summary.all_names & DTYPE_NAMES.keys()) | {"bf16"})
+
+        def loose(value: ast.AST) -> bool:
+            if type(value) is ast.Name:
+                return any(v > floor for v in facts.constants.get(value.id, ()))
+            return type(value) is ast.Constant and type(value.value) in (int, float) and value.value > floor
+
+        for call, f in summary.calls:
+            if not facts.lasts(call) & TOLERANCE_COMPARES or not facts.in_scope(f):
+                continue
+            if f is not None and (QUANTIZED.search(f.name) or QUICK_REDUCE.search(f.name)):
+                continue
+            positional = [a for a in call.args if type(a) is not ast.Starred][2:4]
+            if any(loose(v) for v in positional) or any(
+                    k.arg in ("rtol", "atol") and loose(k.value) for k in call.keywords):
+                return True
+        return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
