@@ -149,15 +149,6 @@ def uses(summary, wanted: set[str]) -> bool:
     return bool(summary.all_names & wanted) or any(i.split(".")[-1] in wanted for i in summary.imports)
 
 
-def scope_gate(summary, wanted: set[str]) -> bool:
-    """Cheap: test or benchmark code (as :class:`Scope` decides it) that uses one of ``wanted``."""
-    if not uses(summary, wanted):
-        return False
-    if MEASUREMENT_PATH.search(summary.path) or summary.all_names & SCOPE_CALLS:
-        return True
-    return any(MEASUREMENT_FUNCTION.match(f.name) and summary.reaches(f, wanted) for f in summary.functions)
-
-
 # -- gates: what the KC4xx rules' gates derive from the ast summary, once per file -------------------
 
 

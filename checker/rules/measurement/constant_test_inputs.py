@@ -1,13 +1,14 @@
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    COMPARES, CONSTANT_FACTORIES, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, arg, calls, is_compare,
-    kernel_call, last, mocked, nodes_under, scope_gate, uses,
+    COMPARES, CONSTANT_FACTORIES, MOCKS, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, _dotted, arg, calls,
+    gate_facts, is_compare, kernel_call, last, mocked, nodes_under, uses,
 )
 
 
@@ -120,8 +121,44 @@ def check_scale(n=128):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return scope_gate(summary, {"zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "eye"}) and uses(
-            summary, COMPARES)
+        """A function in measurement code with a ``torch.zeros``/``ones``/``full``/``eye`` call written
+        in it that no per-call exemption covers (an integer, FP8, empty or tiny tensor) and a
+        comparison written in it or in a def nested in it, which neither draws anything random nor
+        builds a ``torch.full`` of a chosen value (in its body, nested defs or decorators) nor uses
+        stand-ins (``monkeypatch``, ``Mock``, ...): what a report needs."""
+        if not (uses(summary, CONSTANT_LAST) and uses(summary, COMPARES)):
+            return False
+        facts = gate_facts(summary)
+        if not facts.aligned:
+            return True
+        own_calls: dict[int, list[ast.Call]] = {}
+        compares: set[int] = set()  # the functions with a comparison written in them
+        for call, f in summary.calls:
+            if f is not None:
+                own_calls.setdefault(id(f), []).append(call)
+                if facts.lasts(call) & COMPARES:
+                    compares.add(id(f))
+        for f in summary.functions:
+            own = own_calls.get(id(f))
+            if not own or not facts.in_scope(f) or not any(_constant_input(facts, c) for c in own):
+                continue
+            inside = facts.within(f)
+            if not inside & compares:
+                continue
+            node = facts.node(f)
+            outside = {id(n) for root in [node.args, node.returns] if root is not None for n in ast.walk(root)}
+            lexical = [c for c, g in summary.calls if g is not None and id(g) in inside and id(c) not in outside]
+            if any(_draws(facts, c) for c in lexical):
+                continue  # _draws_random: something random is drawn in the test or its decorators
+            decorators = {id(n) for d in node.decorator_list for n in ast.walk(d)}
+            if any(id(c) not in decorators and _chosen(facts, c) for c in lexical):
+                continue  # a torch.full of a value chosen on purpose: an edge-case test
+            if any(a.arg in MOCKS for a in node.args.args) or any(
+                    (type(n) is ast.Name and n.id in MOCKS) or (type(n) is ast.Attribute and n.attr in MOCKS)
+                    for n in ast.walk(node)):
+                continue  # mocked()
+            return True
+        return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -441,3 +478,70 @@ def _written(fn: cst.FunctionDef) -> set[str]:
                     and not func.attr.value.startswith("_")):
                 out.add(func.value.value)
     return out
+
+
+# -- the gate's ast counterparts of the helpers above ---------------------------------------------
+
+CONSTANT_LAST = {name.split(".")[-1] for name in CONSTANT_FACTORIES}
+
+
+def _sizes(call: ast.Call) -> list[ast.AST]:
+    """The sizes as ``_single``/``_empty`` read them: every positional argument (``*x`` and ``**x``
+    as ``x``), or the elements of a lone tuple or list."""
+    sizes = [a.value if type(a) is ast.Starred else a for a in call.args] + [
+        k.value for k in call.keywords if k.arg is None]
+    if len(sizes) == 1 and type(sizes[0]) in (ast.Tuple, ast.List):
+        sizes = sizes[0].elts
+    return sizes
+
+
+def _int(node: ast.AST | None) -> bool:
+    return type(node) is ast.Constant and type(node.value) is int
+
+
+def _fill(call: ast.Call) -> ast.AST | None:
+    """``arg(call, 1, "fill_value")``."""
+    for k in call.keywords:
+        if k.arg == "fill_value":
+            return k.value
+    positional = [a for a in call.args if type(a) is not ast.Starred]
+    return positional[1] if len(positional) > 1 else None
+
+
+def _constant_input(facts, call: ast.Call) -> bool:
+    """A ``torch.zeros``/``ones``/``full``/``eye`` call that ``leave_Module`` may report: none of
+    ``_integer``, ``_empty``, ``_single`` or ``_quantized`` certainly holds for it."""
+    if facts.qualnames(call.func).isdisjoint(CONSTANT_FACTORIES):
+        return False
+    dtype = next((k.value for k in call.keywords if k.arg == "dtype"), None)
+    if dtype is None and facts.lasts(call) <= {"full", "full_like"}:
+        fill = _fill(call)
+        if _int(fill.operand if type(fill) is ast.UnaryOp else fill):
+            return False  # _integer: torch.full((n,), 3) is int64
+    dtype_name = (_dotted(dtype) or "") if dtype is not None else ""
+    if dtype_name.split(".")[-1] in INTEGER_DTYPES or QUANTIZED.search(dtype_name):
+        return False  # _integer, _quantized
+    sizes = _sizes(call)
+    if any(_int(v) and v.value == 0 for v in sizes):
+        return False  # _empty
+    if sizes and all(_int(v) for v in sizes):
+        count = 1
+        for v in sizes:
+            count *= v.value
+        if count <= 8:
+            return False  # _single
+    return True
+
+
+def _draws(facts, call: ast.Call) -> bool:
+    """Whether ``_draws_random`` counts the call as drawing, whatever the import table says."""
+    names = facts.qualnames(call.func)
+    return bool(names) and all(last(n) in RANDOM_CALLS or "random" in n or "seed" in last(n).lower() for n in names)
+
+
+def _chosen(facts, call: ast.Call) -> bool:
+    """Whether ``_chosen_value`` holds for the call, whatever the import table says."""
+    if not facts.lasts(call) <= {"full", "full_like"}:
+        return False
+    fill = _fill(call)
+    return not (type(fill) is ast.Constant and type(fill.value) in (int, float) and fill.value in (0, 1))
