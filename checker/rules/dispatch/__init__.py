@@ -6,11 +6,15 @@ answered here from the module model's kernel claims (:mod:`kcheck.claims`).
 
 from __future__ import annotations
 
+import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from kcheck.claims import Claim, Use, compute_uses, families
+from kcheck.claims import (
+    HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, Claim, Use, compute_uses, families,
+    is_reference_name, library_family,
+)
 from kcheck.rule import Rule
 
 CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "register_kernel", "impl",
@@ -40,9 +44,129 @@ class ClaimRule(Rule):
         return bool(config is not None and config.kernel_paths) or super().prefilter(text, config, seen)
 
 
-def claim_gate(summary, config) -> bool:
-    """A file that can hold a kernel claim (any file when kernel-paths are configured)."""
-    return bool(config.kernel_paths) or bool((summary.all_names | summary.class_names | summary.function_names()) & CLAIM_NAMES)
+# -- the gates' ast view of claims and launches ------------------------------------------------------
+#
+# What :mod:`kcheck.claims` finds with libcst, approximated from above over the ``ast`` tree so the
+# KC1xx and KC3xx gates can turn away files that hold no claim or no launch. Every test here is
+# looser than the one in ``claims.py`` it stands for (functions are matched by name, so every
+# definition of a name counts), never stricter.
+
+
+@dataclass
+class AstFacts:
+    """One walk's worth of what the claim and fallback gates ask (see :func:`ast_facts`)."""
+
+    aliases: dict[str, str]  # local name -> qualified name, from every import in the file (as the model's table)
+    defs: dict[str, list[ast.AST]] = field(default_factory=dict)  # every function definition, by name
+    classes: list[ast.ClassDef] = field(default_factory=list)  # every class, nested ones included
+    tries: list[tuple[ast.Try, str]] = field(default_factory=list)  # try statements, with the innermost function's name
+    matmul: set[str] = field(default_factory=set)  # functions holding a ``@`` anywhere ("<module>": outside any)
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """``ModuleModel.qualname`` over ``ast``: the dotted name, its head resolved through the imports."""
+        name = dotted(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        bare = head[:-2] if head.endswith("()") else head
+        if bare in self.aliases:
+            resolved = self.aliases[bare] + ("()" if head.endswith("()") else "")
+            return f"{resolved}.{rest}" if rest else resolved
+        return name
+
+
+def dotted(node: ast.AST) -> str | None:
+    """``ModuleModel.dotted`` over ``ast``: ``a.b.c`` for a Name/Attribute chain, calls printed as ``f()``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    if isinstance(node, ast.Call):
+        base = dotted(node.func)
+        return f"{base}()" if base else None
+    return None
+
+
+_FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def ast_facts(summary) -> AstFacts:
+    """The imports, definitions, classes, try statements and ``@`` uses of the file, from one walk
+    of its ``ast`` (cached in ``summary.memo["dispatch"]``; shared by the KC1xx and KC3xx gates)."""
+    facts = summary.memo.get("dispatch")
+    if facts is not None:
+        return facts
+    facts = AstFacts({})
+    aliases, defs, classes, tries, matmul = facts.aliases, facts.defs, facts.classes, facts.tries, facts.matmul
+    stack: list[tuple[ast.AST, tuple[str, ...]]] = [(summary.tree, ())] if summary.tree is not None else []
+    while stack:
+        node, enclosing = stack.pop()
+        kind = type(node)
+        if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            defs.setdefault(node.name, []).append(node)
+            enclosing = (*enclosing, node.name)
+        elif kind is ast.ClassDef:
+            classes.append(node)
+        elif kind is ast.Try:
+            if enclosing:
+                tries.append((node, enclosing[-1]))
+        elif kind is ast.BinOp:
+            if type(node.op) is ast.MatMult:
+                matmul.update(enclosing or ("<module>",))
+        elif kind is ast.Import:
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    aliases[head] = head
+            continue
+        elif kind is ast.ImportFrom:
+            module = "." * node.level + (node.module or "")
+            for alias in node.names:
+                if alias.name == "*":
+                    continue
+                local = alias.asname or alias.name
+                dot = "." if module and not module.endswith(".") else ""
+                aliases[local] = f"{module}{dot}{alias.name}"
+            continue
+        elif kind is ast.Name or kind is ast.Constant or kind is ast.Load or kind is ast.Store:
+            continue
+        # children pushed in reverse: a pre-order walk in source order, so that a name imported twice
+        # resolves to its last import, as in the model's table
+        stack.extend([(child, enclosing) for child in ast.iter_child_nodes(node)][::-1])
+    summary.memo["dispatch"] = facts
+    return facts
+
+
+def by_name(summary) -> dict[str, list]:
+    """Every ``FunctionSummary`` of the file, by function name (all definitions of a name)."""
+    out = summary.memo.get("dispatch_by_name")
+    if out is None:
+        out = summary.memo["dispatch_by_name"] = {}
+        for f in summary.functions:
+            out.setdefault(f.name, []).append(f)
+    return out
+
+
+def reachable(summary, start: set[str], depth: int = 3, skip=None) -> set[str]:
+    """Names of the functions named in ``start`` and of every same-module function they name, to
+    ``depth`` calls: a superset of what ``ModuleModel.callee`` follows (which resolves one definition
+    of a name; here every definition counts). ``skip(name)`` stops the walk at a name."""
+    functions = by_name(summary)
+    seen = {n for n in start if n in functions}
+    frontier = list(seen)
+    for _ in range(depth):
+        nxt = []
+        for name in frontier:
+            for f in functions[name]:
+                for callee in f.names & functions.keys():
+                    if callee not in seen and not (skip and skip(callee)):
+                        seen.add(callee)
+                        nxt.append(callee)
+        frontier = nxt
+    return seen
 
 
 @dataclass
@@ -82,3 +206,155 @@ def analyse(model) -> list[Analysis]:
                             [u for u in uses if u.kind == "unknown"]))
     model._dispatch_analysis = out
     return out
+
+
+# -- the KC1xx gates ----------------------------------------------------------------------------------
+
+# Last components of the library ops (``torch.nn.functional.linear`` -> ``linear``), the tensor
+# methods that are the same ops, and the pattern prefixes (``torch.nn.Conv*``), by whether the family
+# is heavy (what KC102 needs) or not.
+_LIBRARY_LAST = {k.rsplit(".", 1)[-1]: f for k, f in LIBRARY_OPS.items() if "*" not in k} | LIBRARY_METHODS
+LIBRARY_LAST = frozenset(_LIBRARY_LAST)
+HEAVY_LAST = frozenset(n for n, f in _LIBRARY_LAST.items() if f in HEAVY_FAMILIES)
+LIBRARY_PREFIXES = ("conv", "Conv")  # torch.conv*, torch.nn.functional.conv*, torch.nn.Conv*, ConvTranspose*
+TRITON_LAST = {"jit", "autotune", "heuristics"}
+REGISTERING = {"custom_op", "register_kernel", "impl"}  # last components of registering decorators
+EXTENSION_BUILDERS = {"load_inline", "load"}
+
+
+def _library_aliases(facts: AstFacts, heavy: bool) -> set[str]:
+    """Imported names that are a library op or a module all of whose functions are (``flash_attn``,
+    ``torch.ops.aten``): ``from torch import matmul as mm``, ``from flash_attn import flash_attn_func``."""
+    out = set()
+    for local, qualified in facts.aliases.items():
+        family = library_family(qualified) or library_family(qualified + ".x")
+        if family and (not heavy or family in HEAVY_FAMILIES):
+            out.add(local)
+    return out
+
+
+def _names_library_op(names: set[str], aliases: set[str], heavy: bool) -> bool:
+    last = HEAVY_LAST if heavy else LIBRARY_LAST
+    return bool(names & last or names & aliases or (not heavy and "aten" in names)
+                or any(n.startswith(LIBRARY_PREFIXES) for n in names))
+
+
+def _decorator_names(facts: AstFacts, fn: ast.AST) -> list[str]:
+    """Each decorator's qualified name and its last component (both, to stay loose)."""
+    out = []
+    for dec in fn.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        name = facts.qualname(target) or ""
+        out += [name, name.split(".")[-1], (dotted(target) or "").split(".")[-1]]
+    return out
+
+
+def _claims(summary, config) -> tuple[set[str], bool] | None:
+    """The functions that can be KC1xx kernel claims, by name, and whether a ``ModelNew`` is one of
+    them; None when every function may be one (a configured kernel path). Mirrors
+    :func:`kcheck.claims._find_kernel_claims` minus the ``forward_cuda`` of a ``CustomOp``, which
+    :func:`analyse` skips: a ``ModelNew`` with a ``forward``, a function registered by a decorator
+    (``custom_op``, ``register_kernel``, ``impl(...)``) or by a call (``lib.impl("op", fn)``,
+    ``direct_register_custom_op(op_func=fn)``), a ``custom_kernel``."""
+    cached = summary.memo.get("dispatch_claims")
+    if cached is not None:
+        return cached[0]
+    if config.kernel_paths and config.is_kernel_path(summary.path):
+        summary.memo["dispatch_claims"] = (None,)
+        return None
+    names: set[str] = set()
+    model_new = False
+    if "ModelNew" in summary.class_names:
+        for cls in ast_facts(summary).classes:
+            if cls.name == "ModelNew" and any(isinstance(s, _FUNCTION_DEFS) and s.name == "forward" for s in cls.body):
+                model_new = True
+                names.add("forward")
+    # a registering decorator, written as such or imported under another name (``custom_op as co``)
+    if any(f.decorators & REGISTERING for f in summary.functions) or any(
+        i.rsplit(".", 1)[-1] in REGISTERING for i in summary.imports
+    ):
+        facts = ast_facts(summary)
+        for name, fns in facts.defs.items():
+            if any(REGISTERING & set(_decorator_names(facts, fn)) for fn in fns):
+                names.add(name)
+    if "custom_kernel" in summary.function_names():
+        names.add("custom_kernel")
+    local = summary.function_names()
+    for call, _ in summary.calls:  # lib.impl("op", fn, "CUDA"), direct_register_custom_op("op", fn) or op_func=fn
+        last = _last_name(call.func)
+        if last == "impl" or last.endswith("register_custom_op"):
+            for arg in [*call.args[1:], *(k.value for k in call.keywords)]:
+                if isinstance(arg, ast.Name) and arg.id in local:
+                    names.add(arg.id)
+    result = ({n for n in names if not is_reference_name(n)}, model_new)
+    summary.memo["dispatch_claims"] = (result,)
+    return result
+
+
+def _builds_extension(facts: AstFacts, call: ast.Call) -> bool:
+    """A call that may be ``torch.utils.cpp_extension.load_inline``/``load`` (under any import name)."""
+    return _last_name(call.func) in EXTENSION_BUILDERS or (
+        (facts.qualname(call.func) or "").split(".")[-1] in EXTENSION_BUILDERS)
+
+
+def _last_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+def _skip(name: str) -> bool:
+    return is_reference_name(name) or name == "forward_native"
+
+
+def library_gate(summary, config, heavy: bool = False) -> bool:
+    """Whether a file holds a kernel claim whose compute path (the claim and the same-module
+    functions it names, three calls deep) can reach a library op: a name of one (``matmul``,
+    ``linear``, ``conv2d``, ``aten``, an import of ``flash_attn``), a ``@``, or, for a ``ModelNew``,
+    an ``nn.Linear``-style attribute anywhere in the file or the baseline ``Model()``. ``heavy``: only
+    the ops KC102 counts as the main op (GEMM, attention, convolution). Reference files and a
+    leaderboard problem's shipped files hold no claim :func:`analyse` looks at."""
+    if REFERENCE_FILE.search(PurePosixPath(summary.path).stem) or SHIPPED_EXAMPLE.search(summary.path):
+        return False
+    claims = _claims(summary, config)
+    if claims is None:
+        return True
+    names, model_new = claims
+    if not names:
+        return False
+    if config.library_ops:
+        return True  # configured library ops may have any name
+    facts = ast_facts(summary)
+    aliases = _library_aliases(facts, heavy)
+    if model_new and (_names_library_op(summary.all_names, aliases, heavy) or facts.matmul or any(
+        isinstance(c.func, ast.Name) and c.func.id == "Model" for c, _ in summary.calls
+    )):
+        return True  # attributes bound in __init__ (self.fc = nn.Linear(...)) count for forward
+    path = reachable(summary, names, 3, _skip)
+    if path & facts.matmul:
+        return True
+    functions = by_name(summary)
+    return any(_names_library_op(f.names, aliases, heavy) for n in path for f in functions[n])
+
+
+def side_job_launch_gate(summary, config) -> bool:
+    """Whether a claim can launch a kernel of its own that KC102 may call a side job: a Triton
+    launch ``kernel[grid](...)`` of a ``@triton.jit`` function of this file, in a function the claim
+    reaches, or an extension built at module level with ``load_inline``/``load`` (only these carry
+    the ``side_job`` mark; :func:`kcheck.claims._find_launches`)."""
+    claims = _claims(summary, config)
+    if claims is None:
+        return True
+    facts = ast_facts(summary)
+    for stmt in summary.tree.body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and _builds_extension(facts, stmt.value):
+            return True
+    kernels = {name for name, fns in facts.defs.items()
+               if any(TRITON_LAST & set(_decorator_names(facts, fn)) for fn in fns)}
+    if not kernels:
+        return False
+    path = reachable(summary, claims[0], 3, _skip)
+    return any(isinstance(c.func, ast.Subscript) and isinstance(c.func.value, ast.Name) and c.func.value.id in kernels
+               and f is not None and f.name in path for c, f in summary.calls)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.claims import HEAVY_FAMILIES
-from kcheck.rules.dispatch import ClaimRule, analyse, claim_gate
+from kcheck.rules.dispatch import ClaimRule, analyse, library_gate, side_job_launch_gate
 
 
 class DecorativeKernel(ClaimRule):
@@ -100,7 +100,9 @@ class ModelNew(torch.nn.Module):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return claim_gate(summary, config)
+        """A kernel claim that can reach a heavy library op and launch a kernel that may be a side
+        job (:func:`library_gate`, :func:`side_job_launch_gate`)."""
+        return library_gate(summary, config, heavy=True) and side_job_launch_gate(summary, config)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for found in analyse(self.model):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kcheck.rules.dispatch import ClaimRule, analyse, claim_gate
+from kcheck.rules.dispatch import ClaimRule, analyse, library_gate
 
 
 class LibraryDispatchAsKernel(ClaimRule):
@@ -123,7 +123,8 @@ def custom_kernel(data):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return claim_gate(summary, config)
+        """A kernel claim whose compute path can reach a library op (:func:`library_gate`)."""
+        return library_gate(summary, config)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for found in analyse(self.model):
