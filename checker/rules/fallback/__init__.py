@@ -8,6 +8,7 @@ device, shape, head size, layout), and whether a branch announces itself.
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import re
 from dataclasses import dataclass
@@ -15,7 +16,10 @@ from typing import Iterator
 
 import libcst as cst
 
-from kcheck.claims import _walk, is_reference_name
+from kcheck.claims import BUILTINS, KERNEL_MODULES, _walk, is_reference_name
+from kcheck.rules.dispatch import (
+    _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, by_name, dotted, reachable,
+)
 
 # Text every file with a launch or dispatch site contains (a Triton launch ends in ``](``).
 DISPATCH_TEXT = r"\]\s*\(|torch\.ops\.|_custom_ops|sgl_kernel|cpp_extension|\b_C\b"
@@ -39,28 +43,171 @@ KIND_TEXT = {"dtype": "the dtype", "device": "the device", "shape": "a shape", "
              "layout": "the memory layout", "rank": "the rank"}
 
 
-def dispatch_gate(summary, needs: set[str] | None = None) -> bool:
-    """A file that can hold a launch site: a Triton kernel, a name with 'kernel' in it, torch.ops,
-    an inline extension or an import of a kernel module (mirrors :func:`kcheck.claims._find_launches`).
+# -- the gates: dispatching functions over the ``ast`` ---------------------------------------------------
 
-    With ``needs`` (names or the gate's statement markers such as ``<assert>``), some function that
-    uses one of them must also reach a dispatch name within two calls, as :func:`dispatchers` does."""
-    jit = {f.name for f in summary.functions if f.decorators & {"jit", "autotune", "heuristics"}}
-    kernelish = {n for n in summary.all_names if "kernel" in n.lower()}
-    extension = any("cpp_extension" in i or "_custom_ops" in i or "sgl_kernel" in i or "_C" in i.split(".")
-                    for i in summary.imports)
-    if not (jit or kernelish or "ops" in summary.all_names or extension):
-        return False
-    if needs is None or extension:
+
+@dataclass
+class GateDispatch:
+    """What the KC3xx gates know of a file's dispatches (see :func:`gate_dispatch`)."""
+
+    dispatchers: set[str]  # names of functions that may dispatch, directly or through helpers two calls deep
+    sites: set[int]  # ids of the ast calls that may be a dispatch site: a launch, or a call of such a function
+
+
+def _launch_like(facts, call: ast.Call, function, kernels: set[str], extensions: set[str],
+                 registries: set[str]) -> bool:
+    """Whether :func:`kcheck.claims._find_launches` may record ``call`` as a launch site (a superset:
+    Triton kernels are known by the last component of their decorator)."""
+    func = call.func
+    if isinstance(func, ast.Subscript):
+        base = dotted(func.value) or ""
+        return base in kernels or "kernel" in base.split(".")[-1].lower()
+    if registries and isinstance(func, ast.Name) and function is not None and function.names & registries:
+        return True  # kernel = _KERNELS[key]; kernel(...)
+    name = facts.qualname(func) or ""
+    parts = name.split(".")
+    if name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims"):
         return True
-    targets = jit | kernelish | {"ops", "_C"}
-    return any(f.names & needs and summary.reaches(f, targets, depth=2) for f in summary.functions)
+    if extensions and (parts[0] in extensions and len(parts) >= 2 and parts[0] not in facts.aliases
+                       or parts[0] == "self" and len(parts) >= 2):
+        return True  # ext.fn(...), self.ext.fn(...), self.fn(...) bound to an inline extension
+    return (dotted(func) or "").split(".")[0] in facts.aliases and not name.startswith("torch.") and any(
+        fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES)
 
 
-def claim_gate(summary, config) -> bool:
-    """A file that can hold a claim of :data:`FALLBACK_CLAIMS`: a ``forward_cuda`` method, or any
-    file when kernel paths are configured."""
-    return bool(config.kernel_paths) or "forward_cuda" in summary.function_names()
+def _may_launch(summary) -> bool:
+    """A cheap necessary condition of any launch site: a ``x[...](...)`` call, an ``ops``, ``_C``,
+    ``*_custom_ops``, ``sgl_kernel`` or ``cpp_extension`` name or import, a Triton kernel."""
+    names = summary.all_names
+    if names & {"ops", "_C", "sgl_kernel", "cpp_extension"} or any(n.endswith("_custom_ops") for n in names):
+        return True
+    if any(f.decorators & TRITON_LAST for f in summary.functions) or any(
+        isinstance(c.func, ast.Subscript) for c, _ in summary.calls
+    ):
+        return True
+    return any(any(w in i for w in ("torch.ops", "_custom_ops", "sgl_kernel", "cpp_extension", "_C"))
+               or i.rsplit(".", 1)[-1] in TRITON_LAST for i in summary.imports)
+
+
+def gate_dispatch(summary) -> GateDispatch:
+    """The functions that may dispatch to a kernel, by name, as :func:`_all_dispatchers` finds them
+    with libcst: those holding a launch site, and their callers two calls up (every function of a
+    name counts; reference functions and ``forward_native`` left out). Cached in ``summary.memo``."""
+    found = summary.memo.get("fallback")
+    if found is not None:
+        return found
+    if not _may_launch(summary):
+        found = summary.memo["fallback"] = GateDispatch(set(), set())
+        return found
+    facts = ast_facts(summary)
+    kernels = {name for name, fns in facts.defs.items()
+               if any(TRITON_LAST & set(_decorator_names(facts, fn)) for fn in fns)}
+    extensions, registries = set(), set()
+    for stmt in summary.tree.body:  # module-level bindings, as _module_bindings and _registries read them
+        value = getattr(stmt, "value", None)
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else (
+            [stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if isinstance(value, ast.Call) and isinstance(stmt, ast.Assign) and _builds_extension(facts, value):
+            extensions |= names
+        elif isinstance(value, ast.Dict) and value.values and all(
+            isinstance(v, (ast.Name, ast.Attribute)) for v in value.values
+        ):
+            registries |= names
+    local = summary.function_names()
+    sites: set[int] = set()
+    calls: list[tuple[ast.Call, str, str]] = []  # (call, caller, callee) for same-module calls
+    direct: set[str] = set()
+    for call, function in summary.calls:
+        if _launch_like(facts, call, function, kernels, extensions, registries):
+            sites.add(id(call))
+            if function is not None:
+                direct.add(function.name)
+            continue
+        func = call.func
+        callee = func.id if isinstance(func, ast.Name) and func.id not in facts.aliases else (
+            func.attr if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+            and func.value.id in ("self", "cls") else None)
+        if callee in local and function is not None:
+            calls.append((call, function.name, callee))
+    dispatching = set(direct)
+    for _ in range(2):  # callers of dispatching helpers, two levels up
+        dispatching |= {caller for _, caller, callee in calls if callee in dispatching}
+    sites |= {id(call) for call, _, callee in calls if callee in dispatching}
+    found = summary.memo["fallback"] = GateDispatch({n for n in dispatching if not _skip(n)}, sites)
+    return found
+
+
+def claimed_dispatchers(summary, config) -> set[str] | None:
+    """The dispatching functions on the compute path of a claim of :data:`FALLBACK_CLAIMS` (the
+    ``forward_cuda`` of a class based on ``CustomOp`` or beside a ``forward_native``, and the
+    functions it names three calls deep, as :func:`claim_path`), by name; None on a configured
+    kernel path, where every function is a claim."""
+    if config.kernel_paths and config.is_kernel_path(summary.path):
+        return None
+    if "forward_cuda" not in summary.function_names():
+        return set()
+    dispatching = gate_dispatch(summary).dispatchers
+    if not dispatching:
+        return set()
+    claimed = any(
+        any(isinstance(s, _FUNCTION_DEFS) and s.name == "forward_cuda" for s in cls.body) and (
+            "CustomOp" in {(dotted(b) or "").split(".")[-1] for b in cls.bases}
+            or any(isinstance(s, _FUNCTION_DEFS) and s.name == "forward_native" for s in cls.body))
+        for cls in ast_facts(summary).classes)
+    return dispatching & reachable(summary, {"forward_cuda"}, 3, _skip) if claimed else set()
+
+
+def claimed_dispatch_gate(summary, config, *needs: set[str]) -> bool:
+    """Whether a dispatching function on a claim's compute path (:func:`claimed_dispatchers`) uses
+    a name of each of ``needs`` (names, or the gate's statement markers such as ``<assert>``)."""
+    names = claimed_dispatchers(summary, config)
+    if names is None:
+        return True
+    functions = by_name(summary)
+    return any(all(f.names & n for n in needs) for name in names for f in functions[name])
+
+
+def device_names(summary) -> set[str]:
+    """The names a device check reads (:func:`prop_kind`): ``x.is_cuda``, ``x.device``,
+    ``torch.cuda.is_available`` (under any name it is imported as)."""
+    return DEVICE_ATTRS | {"is_available"} | {
+        local for local, name in ast_facts(summary).aliases.items() if name == "torch.cuda.is_available"}
+
+
+def broad_except_gate(summary) -> bool:
+    """Whether a dispatching function holds a ``try`` whose body calls a dispatch site and one of
+    whose handlers catches everything (bare, ``Exception``, ``BaseException``), raises nothing
+    outside a nested definition and calls something other than a builtin: what KC303 reports."""
+    if not any("<except>" in f.names for f in summary.functions):
+        return False
+    found = gate_dispatch(summary)
+    if not found.dispatchers:
+        return False
+    for node, function in ast_facts(summary).tries:
+        if function in found.dispatchers and any(_broad_handler(h) for h in node.handlers) and any(
+            type(n) is ast.Call and id(n) in found.sites for stmt in node.body for n in ast.walk(stmt)
+        ):
+            return True
+    return False
+
+
+def _broad_handler(handler: ast.ExceptHandler) -> bool:
+    if handler.type is not None:
+        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        if not any((dotted(t) or "").split(".")[-1] in BROAD_EXCEPTIONS for t in types):
+            return False
+    calls = False
+    stack = [(stmt, False) for stmt in handler.body]
+    while stack:  # a raise the rule surely sees (outside nested definitions), a non-builtin call anywhere
+        node, nested = stack.pop()
+        if isinstance(node, ast.Raise) and not nested:
+            return False
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in BUILTINS):
+            calls = True
+        nested = nested or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+        stack.extend((child, nested) for child in ast.iter_child_nodes(node))
+    return calls
 
 
 # -- where the dispatches are ----------------------------------------------------------------------

@@ -5,7 +5,7 @@ import libcst as cst
 from kcheck.claims import _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, KIND_TEXT, claim_gate, dispatch_gate, dispatchers, statements, support_checks,
+    DISPATCH_TEXT, KIND_TEXT, claimed_dispatch_gate, dispatchers, statements, support_checks,
 )
 
 
@@ -135,7 +135,8 @@ class PagedAttention:
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return claim_gate(summary, config) and dispatch_gate(summary, {"<assert>", "<raise>"})
+        """A dispatching function on a claim's compute path that asserts or raises."""
+        return claimed_dispatch_gate(summary, config, {"<assert>", "<raise>"})
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -5,7 +5,7 @@ import libcst as cst
 from kcheck.claims import BUILTINS, _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, DISPATCH_TEXT, dispatch_gate, dispatchers, is_announcer, statements,
+    BROAD_EXCEPTIONS, DISPATCH_TEXT, broad_except_gate, dispatchers, is_announcer, statements,
 )
 
 
@@ -107,7 +107,8 @@ def moe(x, w):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return dispatch_gate(summary, {"<except>"})
+        """A broad handler around a dispatch site in a dispatching function (:func:`broad_except_gate`)."""
+        return broad_except_gate(summary)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

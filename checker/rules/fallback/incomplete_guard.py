@@ -5,8 +5,8 @@ import libcst as cst
 from kcheck.claims import _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, claim_gate, computes, device_only, dispatch_gate, dispatchers, mentioned_props, sibling_statements,
-    statements,
+    DISPATCH_TEXT, claimed_dispatch_gate, computes, device_names, device_only, dispatchers, mentioned_props,
+    sibling_statements, statements,
 )
 
 
@@ -108,7 +108,9 @@ class RMSNorm(CustomOp):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return claim_gate(summary, config) and dispatch_gate(summary, {"is_cuda", "device", "type"})
+        """A dispatching function on a claim's compute path that reads a device property (the only
+        tests :func:`device_only` accepts)."""
+        return claimed_dispatch_gate(summary, config, {"<if>"}, device_names(summary))
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, announces, claim_gate, computes, dispatch_gate, dispatchers, fallback_branches,
+    DISPATCH_TEXT, announces, claimed_dispatch_gate, computes, dispatchers, fallback_branches,
 )
 
 
@@ -132,7 +132,8 @@ class Rotary(CustomOp):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return claim_gate(summary, config) and dispatch_gate(summary, {"<if>", "<except>"})
+        """A dispatching function on a claim's compute path with an ``if``."""
+        return claimed_dispatch_gate(summary, config, {"<if>"})
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
