@@ -11,6 +11,11 @@ from kcheck.rules.measurement import (
 )
 
 FLUSH_WORDS = ("flush", "l2", "clear_cache", "cache_clear")
+# L2 of an H100 or H200 (catalog: hardware/h200-sxm and hardware/h100-sxm, fact l2-size: 50 MB).
+L2_BYTES = 50 * 1000 * 1000
+ALLOCATORS = {"randn", "rand", "empty", "zeros", "ones", "full", "normal", "randn_like"}
+DTYPE_BYTES = {"float64": 8, "double": 8, "int64": 8, "long": 8, "float32": 4, "float": 4, "int32": 4, "int": 4,
+               "float16": 2, "half": 2, "bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 
 
 class TimedWithoutL2Flush(Rule):
@@ -32,8 +37,16 @@ class TimedWithoutL2Flush(Rule):
     `logits` in a file about a vocabulary or cross-entropy), in the timed call or in the callers
     of a timing helper that times a parameter, are not reported either: flushing changes
     nothing for them.
+    Nor is a file that allocates a tensor larger than L2 (50 MB on H100 and H200) at the
+    shapes it spells out: literal dimensions, or names whose value the file gives (an argparse
+    `default=`, a parameter default, a constant), as in `torch.randn(args.num_rows,
+    args.num_cols, dtype=torch.float32)` with defaults 1024 and 131072 (512 MB), or expert
+    weights of `local_experts x 2 * intermediate x hidden`. An unknown dimension counts as 1 and
+    a name given several values as its smallest, so the estimate is a lower bound.
     `triton.testing.do_bench` flushes L2 itself and is not reported. This rule is a preview:
-    it cannot see how large the inputs are, so it reports at `info` level.
+    it sees sizes only where the file spells them out (not a kernel whose inputs are small but
+    whose output is hundreds of MB, nor shapes built from a table of cases), so it reports at
+    `info` level.
 
     ## Why is this bad?
     An H100 has 50 MB of L2 and an H200 the same. Inputs of a few megabytes (a decode batch's
@@ -66,7 +79,7 @@ class TimedWithoutL2Flush(Rule):
     MESSAGE = ("{call}() runs {times} on the same inputs with L2 never flushed: small inputs stay in L2 and the "
                "number is optimistic (flush L2 or rotate inputs)")
     SEVERITY = "info"
-    KNOWLEDGE = ("measuring/l2-flushing", "hardware/h100-sxm")
+    KNOWLEDGE = ("measuring/l2-flushing", "hardware/h100-sxm", "hardware/h200-sxm")
     VALID = [
         """
 import torch
@@ -124,6 +137,8 @@ def bench(fn, x, iters=100):
         if not scope.gpu:
             return
         reported: set[int] = set()
+        if self._static_bytes() > L2_BYTES:
+            return  # the file allocates a tensor larger than L2 at its default shapes: flushing changes little
         for region in model.timed_regions:
             if not device_timing(region) or not scope.covers(region.nodes[0]):
                 continue
@@ -169,6 +184,38 @@ def bench(fn, x, iters=100):
         vocab = bool(VOCAB.search(self.context.source))  # logits over a vocabulary, not a router's
         return any(LARGE.search(t) or (vocab and "logits" in t.lower()) for t in texts)
 
+    def _static_bytes(self) -> int:
+        """The largest tensor the file allocates (``torch.randn``/``empty``/``zeros``/``full``...)
+        whose shape it spells out: literal dimensions, or names and ``args.x`` attributes whose
+        value the file gives (an argparse ``default=``, a parameter default, a constant). An
+        unknown dimension counts as 1 and a name with several values as its smallest, so this is
+        a lower bound; the dtype is read from ``dtype=`` (default float32)."""
+        values = _int_values(self.model, self.context.module)
+        best = 0
+        for call in self.model.calls:
+            name = self.model.dotted(call.func) or ""
+            if not name.startswith("torch.") or name.rsplit(".", 1)[-1] not in ALLOCATORS:
+                continue
+            dims = [a.value for a in call.args if a.keyword is None and not a.star]
+            if name.endswith(("full", "normal")) or (dims and isinstance(dims[0], (cst.Tuple, cst.List))):
+                dims = [e.value for e in dims[0].elements] if dims and isinstance(dims[0], (cst.Tuple, cst.List)) \
+                    else []
+            size = 1
+            known = 0
+            for d in dims:
+                v = _int_of(d, values)
+                if v is not None and v > 0:
+                    size *= v
+                    known += 1
+            if known < 2:
+                continue  # one known dimension says nothing about the tensor
+            width = 4
+            for a in call.args:
+                if a.keyword is not None and a.keyword.value == "dtype":
+                    width = DTYPE_BYTES.get((self.model.dotted(a.value) or "").rsplit(".", 1)[-1], 1)
+            best = max(best, size * width)
+        return best
+
     def _flushes(self, root: cst.CSTNode) -> bool:
         roots = [root] + [c for c, _ in self.model.calls_in([root])]
         for r in roots:
@@ -181,6 +228,58 @@ def bench(fn, x, iters=100):
                         and "cache" in (self.model.dotted(n.func.value) or "").lower():
                     return True
         return False
+
+
+def _int_values(model, module: cst.Module) -> dict[str, int]:
+    """Name -> the smallest integer the file gives it: ``add_argument("--num-cols", default=131072)``
+    (as ``num_cols``), ``def f(n=1024)``, ``HIDDEN = 7168``."""
+    found: dict[str, set[int]] = {}
+    for node in nodes_under(module, nested=True):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
+            flag = next((a.value.evaluated_value for a in node.args if a.keyword is None
+                         and isinstance(a.value, cst.SimpleString) and a.value.evaluated_value.startswith("--")), None)
+            default = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "default"), None)
+            dest = next((a.value.evaluated_value for a in node.args if a.keyword is not None
+                         and a.keyword.value == "dest" and isinstance(a.value, cst.SimpleString)), None)
+            v = _literal_int(default)
+            if v is not None and (flag or dest):
+                found.setdefault(dest or flag.lstrip("-").replace("-", "_"), set()).add(v)
+        elif isinstance(node, cst.Param) and node.default is not None:
+            v = _literal_int(node.default)
+            if v is not None:
+                found.setdefault(node.name.value, set()).add(v)
+        elif isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            v = _literal_int(node.value)
+            if v is not None:
+                found.setdefault(node.targets[0].target.value, set()).add(v)
+    return {k: min(v) for k, v in found.items()}
+
+
+def _literal_int(node) -> int | None:
+    return _int_of(node, {}) if node is not None else None
+
+
+def _int_of(node, values: dict[str, int]) -> int | None:
+    """The integer value of a literal, a known name or ``args.name``, or their ``*``, ``//``, ``<<``, ``**``."""
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value)
+    if isinstance(node, cst.Name):
+        return values.get(node.value)
+    if isinstance(node, cst.Attribute):
+        return values.get(node.attr.value)
+    if isinstance(node, cst.BinaryOperation):
+        a, b = _int_of(node.left, values), _int_of(node.right, values)
+        if a is None or b is None:
+            return None
+        if isinstance(node.operator, cst.Multiply):
+            return a * b
+        if isinstance(node.operator, cst.FloorDivide) and b:
+            return a // b
+        if isinstance(node.operator, cst.LeftShift) and b < 64:
+            return a << b
+        if isinstance(node.operator, cst.Power) and b < 64:
+            return a ** b
+    return None
 
 
 def _inside(model, node: cst.CSTNode, root: cst.CSTNode) -> bool:

@@ -19,43 +19,80 @@ PARTIAL = re.compile(r"partial|scratch|workspace|lock|counter|semaphore"
                      r"|topk|_ids?(_|$)|idx|indices|table|_bt(_|$)|parent|slot|mapping", re.IGNORECASE)
 # Calls that keep an index an index; any other call (tl.load, tl.arange, math) makes data or a vector.
 INDEX_OPS = {"multiple_of", "max_contiguous", "minimum", "maximum"}
+# Tensors that reach 2^31 elements in serving or training: vocabulary logits, KV caches and
+# pools, hidden states and embeddings.
+LARGE_TENSOR = re.compile(r"logit|vocab|kv_cache|k_cache|v_cache|key_cache|value_cache|kv_buffer|k_buffer|v_buffer"
+                          r"|kv_pool|lm_head|hidden|embed", re.IGNORECASE)
+# Tensors a few values wide per token or request: router outputs, draft and sampling tables,
+# positions and sequence lengths.
+SMALL_TENSOR = re.compile(r"gating|router|expert|topk|top_k|draft|accept|bonus|candidate|position|seq_?len"
+                          r"|req_to|token_ids?$|_ids?(_|$)|indptr|mask|scale|idx|indices", re.IGNORECASE)
+# Per-feature parameters of a normalisation or affine row op.
+WEIGHT = re.compile(r"^(w|gamma|beta)(_ptr)?$|weight", re.IGNORECASE)
+# Kernels of routing, sampling, speculative decoding and attention metadata: they address
+# per-token or per-request tables a few values wide.
+SMALL_KERNEL = re.compile(r"routing|router|gating|_gate_?kernel|topk|top_k|sampl|spec|draft|verify|metadata|accept|reject"
+                          r"|dt_|_dt|cumsum|state_passing|lse|combine|stage2|reduce|decode|update|replay",
+                          re.IGNORECASE)
+# Files of speculative decoding, sampling and decode-step state updates: per-request tensors.
+SMALL_FILE = re.compile(r"speculative|sampling|sampler|/spec|state_update", re.IGNORECASE)
 
 
 class Int32OffsetOverflow(Rule):
-    """A program id multiplied by a runtime stride or size in 32-bit.
+    """A program id multiplied by a runtime stride or size in 32-bit, into a tensor the file shows is large.
 
     ## What it does
     Inside a `@triton.jit` function, finds products of a program id (`tl.program_id(...)`, or a
     name computed from one) with a runtime argument (a stride or a size that is not a
-    `tl.constexpr`), where neither side was cast to `tl.int64` first. Products with a block
-    size (a `tl.constexpr`, or a parameter named like one, which KC504 reports), with a literal,
-    with head, expert, top-k, group and tile counts or ids (`head * stride_h`, `pid_h`, `i_hv`,
-    `pid_kh`), or with the
-    strides of per-row statistics (`rstd`, `mean`, `lse`), index tables (`stride_state_indices_batch`)
-    and rotary tables (`cos`, `sin`) are
-    left alone: those stay small. So are offsets into block-sized buffers (a pointer parameter
-    named `*partial*`, `scratch`, `workspace`, `lock`), into index tables (`topk_ids`, block
-    tables `*table*`/`*_bt`, `slot_mapping`, parent-token tables: a few ints per token) and batch strides of a tensor that has no
-    sequence stride (`stride_vb` beside only `stride_vh`, `stride_vv`: one token per batch entry,
-    a decode step).
+    `tl.constexpr`), where neither side was cast to `tl.int64` first, and reports one only when
+    the file gives evidence that the tensor it addresses can pass 2^31 elements:
+
+    - a large tensor's name on the pointer the product offsets, on the stride or size, or on
+      what the module's launches of the kernel pass for them (`logits.stride(0)`, `vocab_size`,
+      `kv_cache`, `k_buffer`, `hidden_states`, `hidden_size`, `embed`);
+    - a product of two runtime sizes (`b * max_len * hidden_dim`, or
+      `base = batch * seq_len + t` then `base * row_stride`);
+    - a batch stride beside a sequence stride and a head stride (`stride_vb`, `stride_vt`,
+      `stride_vh`): each batch entry holds a sequence of per-head vectors;
+    - a normalisation kernel (`norm` in its name) that loads a per-feature weight
+      (`tl.load(W + cols)`): its rows are hidden vectors, tokens x hidden in all;
+    - the same program id cast to `tl.int64` for the same dimension of a sibling tensor
+      (`pid_n.to(tl.int64) * stride_qn` beside `pid_n * stride_on`).
+
+    Left alone: products with a block size (a `tl.constexpr`, or a parameter named like one,
+    which KC504 reports), with a literal, with head, expert, top-k, group and tile counts or ids
+    (`head * stride_h`, `pid_h`, `i_hv`), strides of per-row statistics (`rstd`, `mean`, `lse`),
+    index tables and rotary tables; offsets into block-sized buffers (`*partial*`, `scratch`,
+    `workspace`, `lock`) and into routing, index and scale tables (`gating_output`,
+    `router_logits`, `topk_ids`, block tables, `slot_mapping`, positions, sequence lengths,
+    per-group scales); batch strides of a tensor with no sequence stride (one token per batch
+    entry: a decode step); kernels of routing, sampling, speculative decoding, attention
+    metadata, split-KV reduction and decode-step state updates (by kernel name), and files of
+    speculative decoding and sampling. Those address per-token or per-request tensors a few
+    values wide: tokens x experts or a draft-token table stays far below 2^31.
+
+    Limits: the rule cannot read shapes, so a large tensor with none of this evidence (a
+    generic `x`/`out` row of a kernel that is not a norm, `q` behind `*q.stride()`) is not
+    reported, and a name can mislead (a `hidden` table that is small).
 
     ## Why is this bad?
     Program ids and the integer arguments Triton receives are 32-bit, so `pid * stride` wraps
     once the offset passes 2^31 and the kernel reads and writes at a wrong address, without an
-    error. Serving tensors get there: logits for 16,384 tokens over a 151,936-token vocabulary
-    have about 2.5 billion elements, and KV caches and MoE buffers are larger still. Casting
-    after the multiplication is too late.
+    error. Serving and training tensors get there: logits for 16,384 tokens over a
+    151,936-token vocabulary have about 2.5 billion elements, a KV cache pool is larger still,
+    and a 262,144-token batch of 8,192-wide hidden states has 2^31. Casting after the
+    multiplication is too late.
 
     ## Example
     ```python
     row = tl.program_id(0)
-    x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols)
+    x = tl.load(logits_ptr + row * stride_row + cols, mask=cols < n_cols)
     ```
 
     ## Use instead
     ```python
     row = tl.program_id(0).to(tl.int64)
-    x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols)
+    x = tl.load(logits_ptr + row * stride_row + cols, mask=cols < n_cols)
     ```
     """
 
@@ -86,16 +123,24 @@ def k(x_ptr, n_heads, stride_t, BLOCK: tl.constexpr):
     token = tl.program_id(1)
     base = token.to(tl.int64) * stride_t + head * BLOCK
 """,
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(gating_output_ptr, stride_gm, BLOCK_E: tl.constexpr):
+    token = tl.program_id(0)
+    scores = tl.load(gating_output_ptr + token * stride_gm + tl.arange(0, BLOCK_E))
+""",
     ]
     INVALID = [
         """
 import triton
 import triton.language as tl
 @triton.jit
-def k(x_ptr, stride_row, n_cols, BLOCK_SIZE: tl.constexpr):
+def k(logits_ptr, stride_row, n_cols, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_SIZE)
-    x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols)
+    x = tl.load(logits_ptr + row * stride_row + cols, mask=cols < n_cols)
 """,
         """
 import triton
@@ -116,9 +161,13 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
             self._check(k)
 
     def _check(self, k) -> None:
+        if SMALL_KERNEL.search(k.name) or SMALL_FILE.search(self.context.path):
+            return
         model = self.model
         runtime = k.runtime_params()
         pids: set[str] = set()
+        ever_pids: set[str] = set()
+        scaled: set[str] = set()  # pid names already multiplied by a runtime size (batch * seq_len + t)
 
         def wide(expr) -> bool:
             return any(is_tl_attr(model, n, "int64", "uint64") for n in nodes_under(expr))
@@ -150,6 +199,19 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                     if p.startswith("stride_" + m.group(1)) or p.startswith("stride_" + m.group(1) + "_")}
             return bool(sibs - {"b"}) and not any(s[:1] in ("t", "s", "n", "l", "m", "r") for s in sibs - {"b"})
 
+        def sequence_batch(stride: str) -> bool:
+            """``stride_vb`` beside ``stride_vt`` and ``stride_vh``, or ``stride_x_batch`` beside
+            ``stride_x_seqlen`` and ``stride_x_head``: each batch entry holds a whole sequence of
+            per-head vectors, so the batch stride is tokens x heads x features."""
+            m = re.fullmatch(r"stride_([a-z0-9]+?)_?(b|batch)", stride, re.IGNORECASE)
+            if not m:
+                return False
+            stem = "stride_" + m.group(1)
+            sibs = {p[len(stem):].lstrip("_").lower() for p in params if p.startswith(stem) and p != stride}
+            seq = any(re.fullmatch(r"t|s|l|seq|seqlen|seq_len|len|tok|tokens?", s) for s in sibs)
+            head = any(s[:1] == "h" for s in sibs)
+            return seq and head
+
         def small_buffer(n) -> bool:
             """The product offsets a partial-sum, scratch or lock buffer sized by blocks."""
             for anc in model.ancestors(n):
@@ -160,7 +222,48 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                         return True
             return False
 
-        def check(root) -> None:
+        launched = self._launch_args(k)
+
+        def bases(n) -> set[str]:
+            """The pointer parameters the product offsets: the other terms of its address sum, or
+            the target of ``ptr += pid * stride``."""
+            out: set[str] = set()
+            for anc in model.ancestors(n):
+                if isinstance(anc, cst.AugAssign) and isinstance(anc.target, cst.Name):
+                    out.add(anc.target.value)
+                if isinstance(anc, (cst.BaseSmallStatement, cst.Call)):
+                    break
+                if isinstance(anc, cst.BinaryOperation) and isinstance(anc.operator, cst.Add):
+                    out |= names_in(anc) & params
+            return out
+
+        def evidence(n, pid_side, other, big) -> str:
+            """What the file says about the size of the tensor this product addresses (see the
+            docstring): a large tensor's name, a product of two sizes, a sequence-holding batch
+            stride, a feature row with a per-feature weight, or a sibling offset already widened;
+            "" when it says nothing or names a small table."""
+            ptrs = bases(n)
+            ptr_words = ptrs | {w for p in ptrs for w in launched.get(p, set())} - {"stride", "shape", "size"}
+            if any(SMALL_TENSOR.search(w) for w in ptr_words):
+                return ""  # the offset addresses a routing, index or scale table
+            names = ptrs | big
+            words = set(names)
+            for name in names:
+                words |= launched.get(name, set())
+            if any(LARGE_TENSOR.search(w) and not SMALL_TENSOR.search(w) for w in words):
+                return "name:" + ",".join(sorted(w for w in words if LARGE_TENSOR.search(w)))
+            sizes = {x for x in names_in(other) & runtime if not (SMALL.search(x) or META_PARAM.search(x)
+                                                                  or re.search(r"_1$|col", x, re.IGNORECASE))}
+            if len(sizes) >= 2 or (names_in(pid_side) & scaled and sizes):
+                return "dims"  # pid * seq_len * stride, (b * T + t) * row_stride: two sizes multiplied
+            if any(sequence_batch(x) for x in big):
+                return "seqbatch"
+            if feature_rows:
+                return "rows"
+            return "widened" if any(_mirror(x, y) for x in big for p in names_in(pid_side) & set(widened)
+                                    for y in widened[p]) else ""
+
+        def check(root, report: bool) -> None:
             for n in nodes_under(root):
                 if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply):
                     if small_buffer(n):
@@ -170,21 +273,90 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                                                                              or one_token_batch(x))}
                         small_index = any(SMALL.search(x) for x in names_in(pid_side))  # a head or expert id
                         if big and is_pid(pid_side) and not wide(other) and not small_index:
-                            self.report(n, pid=_text(pid_side), other=_text(other))
+                            if report and evidence(n, pid_side, other, big):
+                                self.report(n, pid=_text(pid_side), other=_text(other))
                             break
 
-        for node in nodes_under(k.fn.body):
-            if isinstance(node, cst.SimpleStatementLine):
-                check(node)
-                for name, stmt in assignments(node):
-                    if is_pid(stmt.value) or (isinstance(stmt, cst.AugAssign) and name in pids):
-                        pids.add(name)
-                    else:
-                        pids.discard(name)
-            elif isinstance(node, (cst.If, cst.While)):
-                check(node.test)
-            elif isinstance(node, cst.For):
-                check(node.iter)
+        def walk(report: bool) -> None:
+            pids.clear()
+            for node in nodes_under(k.fn.body):
+                if isinstance(node, cst.SimpleStatementLine):
+                    check(node, report)
+                    for name, stmt in assignments(node):
+                        if is_pid(stmt.value) or (isinstance(stmt, cst.AugAssign) and name in pids):
+                            pids.add(name)
+                            ever_pids.add(name)
+                            if any(isinstance(m, cst.BinaryOperation) and isinstance(m.operator, cst.Multiply)
+                                   and names_in(m) & runtime - {x for x in runtime if SMALL.search(x)
+                                                                 or META_PARAM.search(x)}
+                                   for m in nodes_under(stmt.value)):
+                                scaled.add(name)
+                        else:
+                            pids.discard(name)
+                elif isinstance(node, (cst.If, cst.While)):
+                    check(node.test, report)
+                elif isinstance(node, cst.For):
+                    check(node.iter, report)
+
+        walk(report=False)
+        feature_rows = self._feature_rows(k)
+        # pid -> the strides it multiplies after a cast to int64 (``pid_n.to(tl.int64) * stride_qn``)
+        widened: dict[str, set[str]] = {}
+        for n in nodes_under(k.fn.body):
+            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply):
+                for a, b in ((n.left, n.right), (n.right, n.left)):
+                    if isinstance(a, cst.Call) and isinstance(a.func, cst.Attribute) and \
+                            a.func.attr.value in ("to", "cast") and isinstance(a.func.value, cst.Name) and \
+                            a.func.value.value in ever_pids and wide(a):
+                        widened.setdefault(a.func.value.value, set()).update(names_in(b) & runtime)
+        walk(report=True)
+
+    def _launch_args(self, k) -> dict[str, set[str]]:
+        """For each kernel parameter, the names in what the module's launches of the kernel pass
+        for it (``logits.stride(0)`` gives ``logits`` and ``stride``)."""
+        out: dict[str, set[str]] = {}
+        order = list(k.params)
+        for site in self.model.launch_sites.values():
+            func = site.call.func
+            if not (isinstance(func, cst.Subscript) and self.model.dotted(func.value) == k.name):
+                continue
+            positional = []
+            for a in site.call.args:
+                if a.star:
+                    break  # ``*q.stride()``: the positions after it are unknown
+                if a.keyword is None:
+                    positional.append(a.value)
+            for i, value in enumerate(positional[:len(order)]):
+                out.setdefault(order[i], set()).update(names_in(value))
+            for a in site.call.args:
+                if a.keyword is not None:
+                    out.setdefault(a.keyword.value, set()).update(names_in(a.value))
+        return out
+
+    def _feature_rows(self, k) -> bool:
+        """A normalisation kernel (``norm`` in its name) that loads a per-feature weight
+        (``tl.load(W + cols)``: a parameter named like a weight, offset by no program id): the
+        rows it addresses are feature vectors (hidden states, per-head q/k), tokens x features."""
+        if "norm" not in k.name.lower():
+            return False
+        for call in k.calls(self.model, "load"):
+            if not call.args:
+                continue
+            addr = call.args[0].value
+            ptrs = names_in(addr) & set(k.params)
+            if any(WEIGHT.search(p) for p in ptrs) and not any(
+                    isinstance(n, cst.Call) and tl_op(self.model, n) == "program_id" for n in nodes_under(addr)):
+                return True
+        return False
+
+
+def _mirror(a: str, b: str) -> bool:
+    """Two strides of the same dimension of sibling tensors: ``stride_on`` and ``stride_qn``,
+    ``o_stride_t`` and ``q_stride_t``."""
+    def dim(s: str) -> str:
+        m = re.fullmatch(r"stride_?[a-z]+?_?([a-z0-9]+)|[a-z]+?_?stride_?([a-z0-9]+)", s, re.IGNORECASE)
+        return (m.group(1) or m.group(2)) if m else ""
+    return a != b and dim(a) != "" and dim(a) == dim(b)
 
 
 def _text(node: cst.CSTNode) -> str:
