@@ -27,6 +27,8 @@ LARGE_TENSOR = re.compile(r"logit|vocab|kv_cache|k_cache|v_cache|key_cache|value
 # positions and sequence lengths.
 SMALL_TENSOR = re.compile(r"gating|router|expert|topk|top_k|draft|accept|bonus|candidate|position|seq_?len"
                           r"|req_to|token_ids?$|_ids?(_|$)|indptr|mask|scale|idx|indices", re.IGNORECASE)
+# Sequence lengths: a pid multiplied by one indexes the rows of a whole batch of sequences.
+SEQUENCE = re.compile(r"seq|len$|_len_|tokens|^[TL]$", re.IGNORECASE)
 # Per-feature parameters of a normalisation or affine row op.
 WEIGHT = re.compile(r"^(w|gamma|beta)(_ptr)?$|weight", re.IGNORECASE)
 # Kernels of routing, sampling, speculative decoding and attention metadata: they address
@@ -50,8 +52,9 @@ class Int32OffsetOverflow(Rule):
     - a large tensor's name on the pointer the product offsets, on the stride or size, or on
       what the module's launches of the kernel pass for them (`logits.stride(0)`, `vocab_size`,
       `kv_cache`, `k_buffer`, `hidden_states`, `hidden_size`, `embed`);
-    - a product of two runtime sizes (`b * max_len * hidden_dim`, or
-      `base = batch * seq_len + t` then `base * row_stride`);
+    - a product of two runtime sizes (`b * max_len * hidden_dim`), or a row index over a
+      batch of sequences times a row stride (`base = batch * seq_len + t`, then
+      `base * row_stride`; not `bid * block_size + row`, rows of a small draft block);
     - a batch stride beside a sequence stride and a head stride (`stride_vb`, `stride_vt`,
       `stride_vh`): each batch entry holds a sequence of per-head vectors;
     - a normalisation kernel (`norm` in its name) that loads a per-feature weight
@@ -287,10 +290,9 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                             pids.add(name)
                             ever_pids.add(name)
                             if any(isinstance(m, cst.BinaryOperation) and isinstance(m.operator, cst.Multiply)
-                                   and names_in(m) & runtime - {x for x in runtime if SMALL.search(x)
-                                                                 or META_PARAM.search(x)}
+                                   and any(SEQUENCE.search(x) for x in names_in(m) & runtime)
                                    for m in nodes_under(stmt.value)):
-                                scaled.add(name)
+                                scaled.add(name)  # batch * seq_len + t: a row of a whole batch of sequences
                         else:
                             pids.discard(name)
                 elif isinstance(node, (cst.If, cst.While)):
