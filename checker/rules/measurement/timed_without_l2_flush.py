@@ -41,8 +41,11 @@ class TimedWithoutL2Flush(Rule):
     shapes it spells out: literal dimensions, or names whose value the file gives (an argparse
     `default=`, a parameter default, a constant), as in `torch.randn(args.num_rows,
     args.num_cols, dtype=torch.float32)` with defaults 1024 and 131072 (512 MB), or expert
-    weights of `local_experts x 2 * intermediate x hidden`. An unknown dimension counts as 1 and
-    a name given several values as its smallest, so the estimate is a lower bound.
+    weights of `local_experts x 2 * intermediate x hidden`. An unknown dimension counts as 1, a
+    name given several values as its smallest and a `dtype=` the file does not spell out as 2
+    bytes, so the estimate is a lower bound for 16-bit data. Whole-model steps
+    (`model_runner.decode(...)`, an inference engine's or benchmarker's `run`) stream every
+    layer's weights and are not reported either.
     `triton.testing.do_bench` flushes L2 itself and is not reported. This rule is a preview:
     it sees sizes only where the file spells them out (not a kernel whose inputs are small but
     whose output is hundreds of MB, nor shapes built from a table of cases), so it reports at
@@ -193,7 +196,7 @@ def bench(fn, x, iters=100):
         values = _int_values(self.model, self.context.module)
         best = 0
         for call in self.model.calls:
-            name = self.model.dotted(call.func) or ""
+            name = self.model.qualname(call.func) or self.model.dotted(call.func) or ""
             if not name.startswith("torch.") or name.rsplit(".", 1)[-1] not in ALLOCATORS:
                 continue
             dims = [a.value for a in call.args if a.keyword is None and not a.star]
@@ -212,7 +215,8 @@ def bench(fn, x, iters=100):
             width = 4
             for a in call.args:
                 if a.keyword is not None and a.keyword.value == "dtype":
-                    width = DTYPE_BYTES.get((self.model.dotted(a.value) or "").rsplit(".", 1)[-1], 1)
+                    dtype = self.model.dotted(a.value) or ""
+                    width = DTYPE_BYTES.get(dtype.rsplit(".", 1)[-1], 1 if "." in dtype else 2)
             best = max(best, size * width)
         return best
 
@@ -304,8 +308,10 @@ def _varying(loop: cst.CSTNode) -> set[str]:
     return varying
 
 
-# Tensors far larger than L2 in any real configuration: MoE expert weights, vocabulary logits.
-LARGE = re.compile(r"^w(1|2|13|_?gate_up|_?down)(_|$)|vocab|lm_head|fused_experts", re.IGNORECASE)
+# Tensors far larger than L2 in any real configuration: MoE expert weights, vocabulary logits, and
+# whole-model steps (a serving model runner, an inference engine), which stream every layer's weights.
+LARGE = re.compile(r"^w(1|2|13|_?gate_up|_?down)(_|$)|vocab|lm_head|fused_experts"
+                   r"|model_runner|engine|benchmarker|\bllm\b", re.IGNORECASE)
 VOCAB = re.compile(r"vocab|cross_entropy", re.IGNORECASE)
 
 # Collectives and point-to-point transfers: their cost is the interconnect, not L2 hits.
