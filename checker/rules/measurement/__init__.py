@@ -168,6 +168,7 @@ class GateFacts:
         self.constants: dict[str, list[float]] = {}  # module-level NAME = number
         defs: list[ast.AST] = []  # every def, in the order of ``summary.functions``
         parents: list[int] = []  # index of the enclosing def in ``defs``, or -1
+        self.class_parents: list[int] = []  # index of the def around each class (-1: none)
         self.assigns: dict[int, list[ast.Assign]] = {}  # def index (-1: top level) -> its own Assign statements
         self._walk(summary.tree.body if summary.tree is not None else [], defs, parents, -1, -1)
         functions = summary.functions
@@ -182,8 +183,13 @@ class GateFacts:
         for i, d in enumerate(defs):
             measured.append(bool(MEASUREMENT_FUNCTION.match(d.name)) or (parents[i] >= 0 and measured[parents[i]]))
         self.measured = measured
+        # ``summary.calls`` gives None as the function of code in a class body, even in a class
+        # defined inside a def, where the model sees the def around it
+        self.class_in_def = any(p >= 0 for p in self.class_parents)
+        class_in_measured = any(p >= 0 and measured[p] for p in self.class_parents)
         self.whole_file = bool(MEASUREMENT_PATH.search(summary.path)) or any(
             self.called(c, SCOPE_CALLS) for c, _ in summary.calls)
+        self._module_in_scope = self.whole_file or class_in_measured or not self.aligned
 
     def _walk(self, body, defs, parents, parent: int, owner: int | None) -> None:
         """``parent``: the innermost enclosing def (-1: none); ``owner``: whose own statements
@@ -206,6 +212,7 @@ class GateFacts:
                 self._walk(stmt.body, defs, parents, len(defs) - 1, len(defs) - 1)
                 continue
             elif kind is ast.ClassDef:
+                self.class_parents.append(parent)
                 self._walk(stmt.body, defs, parents, parent, None)
                 continue
             elif kind is ast.Assign:
@@ -266,14 +273,23 @@ class GateFacts:
         return None if i is None else self.defs[i]
 
     def in_scope(self, f) -> bool:
-        """Whether code whose innermost function is ``f`` (None: the module) is measurement code,
-        as ``Scope.covers`` decides it. Without the ast ``def`` at hand, yes."""
+        """Whether code whose innermost function is ``f`` (None: the module or a class body) may be
+        measurement code, as ``Scope.covers`` decides it. Without the ast ``def`` at hand, yes."""
         if self.whole_file:
             return True
         if f is None:
-            return False
+            return self._module_in_scope
         i = self._index.get(id(f))
         return True if i is None else self.measured[i]
+
+    def chain(self, f) -> list[ast.AST]:
+        """``f``'s def and the defs around it, innermost first (none without the ast at hand)."""
+        i = self._index.get(id(f), -1) if f is not None else -1
+        out = []
+        while i >= 0:
+            out.append(self.defs[i])
+            i = self.parents[i]
+        return out
 
     def within(self, f) -> set[int]:
         """ids of the summaries of ``f`` and every def nested in it (at any depth)."""

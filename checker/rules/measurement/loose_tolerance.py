@@ -8,7 +8,7 @@ import libcst as cst
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     DTYPE_NAMES, QUANTIZED, TOLERANCE_COMPARES, TOLERANCE_LIMITS, Scope, arg, calls, dtypes_in, gate_facts, is_compare,
-    kernel_call, module_statements, nodes_under, number, uses,
+    kernel_call, module_statements, nodes_under, number, own_nodes, uses,
 )
 
 
@@ -108,26 +108,41 @@ def test_softmax():
     def gate(cls, summary, config) -> bool:
         """A comparison in measurement code, not in a function named for quantisation, with an
         ``rtol``/``atol`` (by keyword, or third or fourth positional argument) that is a number, or
-        a module-level constant holding one, above the smallest limit of the dtypes the file names
-        (BF16's when it names none): the dtypes a report judges by all come from the file."""
+        a module-level constant holding one, above the limit it is judged by. That limit is at
+        least the smallest limit of the dtypes the file names (BF16's when it names none), and BF16's
+        (FP16's) when the functions around the comparison name ``torch.bfloat16`` (``float16``):
+        the loosest dtype named there wins."""
         if not uses(summary, TOLERANCE_COMPARES):
             return False
         facts = gate_facts(summary)
         floor = min(min(TOLERANCE_LIMITS[DTYPE_NAMES[n]]) for n in (summary.all_names & DTYPE_NAMES.keys()) | {"bf16"})
 
-        def loose(value: ast.AST) -> bool:
-            if type(value) is ast.Name:
-                return any(v > floor for v in facts.constants.get(value.id, ()))
-            return type(value) is ast.Constant and type(value.value) in (int, float) and value.value > floor
+        def values(call: ast.Call) -> list[float]:
+            found: list[float] = []
+            positional = [a for a in call.args if type(a) is not ast.Starred][2:4]
+            for v in [*positional, *(k.value for k in call.keywords if k.arg in ("rtol", "atol"))]:
+                if type(v) is ast.Name:
+                    found += facts.constants.get(v.id, ())
+                elif type(v) is ast.Constant and type(v.value) in (int, float):
+                    found.append(float(v.value))
+            return found
 
         for call, f in summary.calls:
             if not facts.lasts(call) & TOLERANCE_COMPARES or not facts.in_scope(f):
                 continue
             if f is not None and (QUANTIZED.search(f.name) or QUICK_REDUCE.search(f.name)):
                 continue
-            positional = [a for a in call.args if type(a) is not ast.Starred][2:4]
-            if any(loose(v) for v in positional) or any(
-                    k.arg in ("rtol", "atol") and loose(k.value) for k in call.keywords):
+            loosest = max(values(call), default=0.0)
+            if loosest <= floor:
+                continue
+            named = _named_dtypes(facts, f)
+            for dtype in ("bfloat16", "float16"):  # the loosest limit wins
+                if dtype in named:
+                    limit = min(TOLERANCE_LIMITS[dtype])
+                    break
+            else:
+                limit = floor
+            if loosest > max(limit, floor):
                 return True
         return False
 
@@ -239,3 +254,18 @@ def test_softmax():
                     "float", "double", "to"):
                 return True
         return False
+
+
+def _named_dtypes(facts, f) -> set[str]:
+    """Dtypes ``_dtypes`` certainly finds around a comparison whose innermost function is ``f``:
+    ``torch.bfloat16``-style attributes and the names ``bfloat16``/``float16`` in ``f`` and the defs
+    around it (decorators, parameters and bodies, not nested defs, classes or lambdas)."""
+    found: set[str] = set()
+    for fn in facts.chain(f):
+        roots = [*fn.decorator_list, fn.args, *([fn.returns] if fn.returns is not None else []), *fn.body]
+        for n in own_nodes(roots):
+            if type(n) is ast.Attribute and n.attr in DTYPE_NAMES:
+                found.add(DTYPE_NAMES[n.attr])
+            elif type(n) is ast.Name and n.id in ("bfloat16", "float16"):
+                found.add(n.id)
+    return found

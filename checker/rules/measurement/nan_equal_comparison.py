@@ -99,8 +99,10 @@ def check_topk(scores, k):
         if not any(facts.lasts(c) & UNSET_LAST for c, _ in summary.calls):
             return False
         for call, f in summary.calls:
-            if f is None or not any(k.arg == "equal_nan" and type(k.value) is ast.Constant and k.value.value is True
-                                    for k in call.keywords):
+            if f is None and not facts.class_in_def:
+                continue  # no function around it: _both_unset needs one
+            if not any(k.arg == "equal_nan" and type(k.value) is ast.Constant and k.value.value is True
+                       for k in call.keywords):
                 continue
             # the positional arguments as libcst lists them: ``*x`` and ``**x`` are ``x``
             sides = ([a.value if type(a) is ast.Starred else a for a in call.args]
