@@ -8,7 +8,7 @@ import libcst as cst
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     COMPARES, CONSTANT_FACTORIES, MOCKS, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, _dotted, arg, calls,
-    gate_facts, is_compare, kernel_call, last, mocked, nodes_under, uses,
+    gate_facts, is_compare, kernel_call, last, mocked, nodes_under, own_nodes, uses,
 )
 
 
@@ -153,6 +153,8 @@ def check_scale(n=128):
             decorators = {id(n) for d in node.decorator_list for n in ast.walk(d)}
             if any(id(c) not in decorators and _chosen(facts, c) for c in lexical):
                 continue  # a torch.full of a value chosen on purpose: an edge-case test
+            if any(id(c) not in decorators and id(c) not in outside and _varies(facts, c) for c in own):
+                continue  # _varied_data: arange/linspace data, fractional literals, an input helper
             if any(a.arg in MOCKS for a in node.args.args) or any(
                     (type(n) is ast.Name and n.id in MOCKS) or (type(n) is ast.Attribute and n.attr in MOCKS)
                     for n in ast.walk(node)):
@@ -537,6 +539,25 @@ def _draws(facts, call: ast.Call) -> bool:
     """Whether ``_draws_random`` counts the call as drawing, whatever the import table says."""
     names = facts.qualnames(call.func)
     return bool(names) and all(last(n) in RANDOM_CALLS or "random" in n or "seed" in last(n).lower() for n in names)
+
+
+def _varies(facts, call: ast.Call) -> bool:
+    """Whether ``_varied_data`` counts the call as data with distinct values, whatever the import
+    table says: ``torch.arange``/``linspace``/``logspace`` or a ``torch.tensor`` of fractional
+    literals (neither of an integer dtype), or an input helper outside ``torch``."""
+    dtype = next((k.value for k in call.keywords if k.arg == "dtype"), None)
+    integer = dtype is not None and (_dotted(dtype) or "").split(".")[-1] in INTEGER_DTYPES
+    first = call.args[0] if call.args and type(call.args[0]) is not ast.Starred else None
+
+    def varies(name: str) -> bool:
+        if name in ("torch.arange", "torch.linspace", "torch.logspace") and not integer:
+            return True
+        if name in ("torch.tensor", "torch.as_tensor") and not integer and first is not None and any(
+                type(n) is ast.Constant and type(n.value) is float for n in own_nodes([first])):
+            return True
+        return bool(INPUT_HELPER.search(last(name))) and not name.startswith("torch.")
+
+    return all(varies(name) for name in facts.qualnames(call.func) or {""})
 
 
 def _chosen(facts, call: ast.Call) -> bool:
