@@ -7,12 +7,14 @@ source order, and the names of ``triton.language`` calls.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import libcst as cst
 
+from kcheck.claims import TRITON_DECORATORS
 from kcheck.model import children
 
 TRITON_TEXT = r"triton"
@@ -145,3 +147,285 @@ def _is_constexpr(model, annotation: cst.BaseExpression) -> bool:
 
 def names_in(node: cst.CSTNode) -> set[str]:
     return {n.value for n in nodes_under(node) if isinstance(n, cst.Name)}
+
+
+# -- gates: the kernels the model will find, read from the ``ast`` -------------------------------
+#
+# Every KC5xx rule reads ``model.triton_kernels``: functions with a decorator whose qualified name
+# (resolved through the module's import table) is ``triton.jit``/``triton.autotune``/
+# ``triton.heuristics``, exactly (``kcheck.claims.TRITON_DECORATORS``). ``@triton.jit`` under
+# ``from vllm.triton_utils import triton`` resolves to ``vllm.triton_utils.triton.jit`` and is not
+# one. The gates below find the same kernels from the ``ast`` (the same flat import table: every
+# import of the module, the last one of a name winning) and look at their calls, so a file whose
+# kernels cannot trigger a rule stays away from libcst. Where the tree does not line up with the
+# summary, ``triton_gate_view`` returns None and the gates let the file through.
+
+_STATEMENT_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+_BODY_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _body_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a statement type that hold statements (or except handlers, match cases)."""
+    fields = _BODY_FIELDS.get(kind)
+    if fields is None:
+        fields = _BODY_FIELDS[kind] = tuple(f for f in _STATEMENT_BODIES if f in kind._fields)
+    return fields
+
+
+def ast_dotted(node: ast.AST) -> str | None:
+    """``ModuleModel.dotted`` over ``ast``: ``a.b.c``, calls in the chain printed as ``f()``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = ast_dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    if isinstance(node, ast.Call):
+        base = ast_dotted(node.func)
+        return f"{base}()" if base else None
+    return None
+
+
+# the one field of the expression nodes that spell an identifier; any other expression spells none
+_EXPR_IDENTIFIER = {ast.Name: "id", ast.Attribute: "attr", ast.keyword: "arg", ast.arg: "arg"}
+_IDENTIFIER_FIELDS = ("name", "asname", "module", "names", "rest", "kwd_attrs")  # statements, imports, patterns
+
+
+def ast_identifiers(node: ast.AST) -> tuple[str, ...]:
+    """The identifiers one ``ast`` node spells: a Name's id, an Attribute's attr, a keyword
+    argument's or a parameter's name, an import's dotted names part by part. libcst holds each of
+    them in a ``Name`` node, which the rules' walks over names meet (``x.offs``, ``mask=m``)."""
+    field_name = _EXPR_IDENTIFIER.get(type(node))
+    if field_name is not None:
+        value = getattr(node, field_name)
+        return (value,) if value else ()
+    if isinstance(node, ast.expr):
+        return ()
+    out: list[str] = []
+    for name in _IDENTIFIER_FIELDS:
+        value = getattr(node, name, None)
+        if type(value) is str:
+            out.extend(value.split("."))
+        elif type(value) is list:
+            out.extend(v for v in value if type(v) is str)
+    return tuple(out)
+
+
+_NOT_CHILDREN = {"ctx", "op", "ops"}  # nodes, but never code (Load/Store, operators)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def ast_children(node: ast.AST) -> list[ast.AST]:
+    """The child nodes of ``node`` that can hold code (``ast.iter_child_nodes``, cheaper: the
+    child fields of each node type are looked up once)."""
+    kind = type(node)
+    fields = _CHILD_FIELDS.get(kind)
+    if fields is None:
+        fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in _NOT_CHILDREN)
+    out: list[ast.AST] = []
+    for name in fields:
+        value = getattr(node, name, None)
+        if type(value) is list:
+            out.extend([v for v in value if isinstance(v, ast.AST)])
+        elif isinstance(value, ast.AST):
+            out.append(value)
+    return out
+
+
+def ast_nodes(roots, into_scopes: bool = True) -> Iterator[ast.AST]:
+    """Every node under ``roots`` (themselves included), in no set order; nested functions,
+    classes and lambdas are yielded but not entered unless ``into_scopes``."""
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        yield node
+        if into_scopes or type(node) not in _SCOPES:
+            stack.extend(ast_children(node))
+
+
+def ast_arg(call: ast.Call, index: int, keyword: str) -> ast.AST | None:
+    """``arg`` over ``ast``: the argument given by ``keyword`` or at positional ``index``."""
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+    return positional[index] if index < len(positional) else None
+
+
+@dataclass
+class GateKernel:
+    """A function the model will take for a Triton kernel, as the gates see it."""
+
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    view: "GateView"
+    params: list[str]  # positional-only, plain and keyword-only, as ``Kernel.params``
+    constexprs: set[str]  # annotated ``tl.constexpr`` (never more than the rule's: string annotations are not counted)
+    # every call in the kernel's own scope with its ``triton.language`` op (None for other calls):
+    # the body's, and those of its decorators, defaults and lambdas too (more than the rules read)
+    calls: list[tuple[ast.Call, str | None]] = field(default_factory=list)
+    _body: list[ast.AST] | None = None
+    _assigned: dict[str, list[ast.AST]] | None = None
+    _augmented: set[str] = field(default_factory=set)
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def runtime_params(self) -> set[str]:
+        return set(self.params) - self.constexprs
+
+    def tl_calls(self, *ops: str) -> Iterator[tuple[ast.Call, str]]:
+        """``(call, op)`` for each ``triton.language.<op>(...)`` call (any alias), op in ``ops``."""
+        for call, op in self.calls:
+            if op is not None and op in ops:
+                yield call, op
+
+    def assigned(self) -> dict[str, list[ast.AST]]:
+        """Each plain name the body assigns (``=``, annotated with a value, augmented) with the
+        values, as ``Kernel.assigns`` and ``assignments`` read them (computed once, on demand)."""
+        if self._assigned is None:
+            self._assigned, self._augmented = {}, set()
+            stack = list(self.node.body)
+            while stack:  # statements only: assignments are never expressions
+                node = stack.pop()
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            self._assigned.setdefault(target.id, []).append(node.value)
+                elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                    if isinstance(node.target, ast.Name) and node.value is not None:
+                        self._assigned.setdefault(node.target.id, []).append(node.value)
+                        if isinstance(node, ast.AugAssign):
+                            self._augmented.add(node.target.id)
+                elif not isinstance(node, _SCOPES):
+                    for name in _body_fields(type(node)):
+                        stack.extend(getattr(node, name))
+        return self._assigned
+
+    def statements(self, *kinds: type) -> Iterator[ast.stmt]:
+        """The body's statements of the given types, at any depth outside nested functions and classes."""
+        stack = list(self.node.body)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, kinds):
+                yield node
+            if not isinstance(node, _SCOPES):
+                for name in _body_fields(type(node)):
+                    stack.extend(getattr(node, name))
+
+    def augmented(self) -> set[str]:
+        """The plain names the body assigns with ``+=``-style statements."""
+        self.assigned()
+        return self._augmented
+
+    def body_nodes(self) -> list[ast.AST]:
+        """Every node of the body, not entering nested functions, classes or lambdas: what
+        ``nodes_under(fn.body)`` walks (computed once, on demand)."""
+        if self._body is None:
+            self._body = list(ast_nodes(self.node.body, into_scopes=False))
+        return self._body
+
+
+@dataclass
+class GateView:
+    imports: dict[str, str]  # local name -> qualified name, as ``ModuleModel.imports``
+    kernels: list[GateKernel]
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """``ModuleModel.qualname`` over ``ast``: the first component resolved through the imports."""
+        name = ast_dotted(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        bare = head[:-2] if head.endswith("()") else head
+        if bare in self.imports:
+            resolved = self.imports[bare] + ("()" if head.endswith("()") else "")
+            return f"{resolved}.{rest}" if rest else resolved
+        return name
+
+    def tl_op(self, call: ast.Call) -> str | None:
+        """``tl_op`` over ``ast``: ``load`` for ``tl.load(...)`` (``triton.language`` under any alias)."""
+        func = call.func
+        if type(func) is ast.Attribute and type(func.value) is ast.Name:  # qualname's commonest case, inline
+            name = f"{self.imports.get(func.value.id, func.value.id)}.{func.attr}"
+        else:
+            name = self.qualname(func) or ""
+        return _tl_name(name)
+
+    def is_tl_attr(self, node: ast.AST | None, *attrs: str) -> bool:
+        name = self.qualname(node) if node is not None else None
+        return name is not None and any(name in (f"triton.language.{a}", f"tl.{a}") for a in attrs)
+
+
+def _tl_name(name: str) -> str | None:
+    for prefix in ("triton.language.", "tl."):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return None
+
+
+def triton_gate_view(summary) -> GateView | None:
+    """The file's Triton kernels as the model will find them (computed once per file, shared by
+    the family's gates through ``summary.memo``); None when undecided (let the file through)."""
+    if "triton" not in summary.memo:
+        summary.memo["triton"] = _gate_view(summary)
+    return summary.memo["triton"]
+
+
+def _gate_view(summary) -> GateView | None:
+    if summary.tree is None:
+        return None
+    # A decorator that resolves to triton.jit ends in jit (or autotune, heuristics), unless it is
+    # a bare name imported under another one (``from triton import jit as tjit``).
+    if not (any(f.decorators & KERNEL_NAMES for f in summary.functions)
+            or summary.imports & TRITON_DECORATORS):
+        return GateView({}, [])
+    imports: dict[str, str] = {}
+    defs: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+    stack: list[ast.AST] = list(reversed(summary.tree.body))
+    while stack:  # statements only, in source order: imports and defs are never expressions
+        node = stack.pop()
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname is not None:
+                    imports[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    imports[head] = head
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if any(alias.name == "*" for alias in node.names):
+                continue
+            module = "." * node.level + (node.module or "")
+            for alias in node.names:
+                local = alias.asname or alias.name
+                imports[local] = f"{module}.{alias.name}" if module and not module.endswith(".") else \
+                    f"{module}{alias.name}"
+            continue
+        kind = type(node)
+        if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            defs.append(node)
+        for name in reversed(_body_fields(kind)):  # the first field's first statement on top
+            stack.extend(reversed(getattr(node, name)))
+    functions = summary.functions
+    if len(defs) != len(functions) or any(d.name != f.name for d, f in zip(defs, functions)):
+        return None  # the summary's functions are these defs in the same order; if not, undecided
+    view = GateView(imports, [])
+    by_summary: dict[int, GateKernel] = {}
+    for node, fs in zip(defs, functions):
+        targets = [d.func if isinstance(d, ast.Call) else d for d in node.decorator_list]
+        if any((view.qualname(t) or "") in TRITON_DECORATORS for t in targets):
+            a = node.args
+            params = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+            constexprs = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)
+                          if p.annotation is not None and not isinstance(p.annotation, ast.Constant)
+                          and (view.qualname(p.annotation) or "").split(".")[-1] == "constexpr"}
+            kernel = GateKernel(node, view, params, constexprs)
+            view.kernels.append(kernel)
+            by_summary[id(fs)] = kernel
+    if by_summary:
+        for call, fs in summary.calls:
+            kernel = by_summary.get(id(fs)) if fs is not None else None
+            if kernel is not None:
+                kernel.calls.append((call, view.tl_op(call)))
+    return view
