@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.triton import TRITON_TEXT, arg, is_tl_attr, kernel_gate, kernels, nodes_under, tl_op
+from kcheck.rules.triton import (
+    TRITON_TEXT, arg, ast_arg, ast_dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, nodes_under, tl_op,
+    triton_gate_view,
+)
 
 LOW = ("float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16")
 WIDE = ("float32", "float64")
@@ -120,7 +124,40 @@ def k(a, b):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return kernel_gate(summary) and bool({"zeros", "full", "dot", "sum"} & summary.all_names)
+        """A kernel with one of the three things a report needs: a name assigned a
+        ``tl.zeros``/``tl.full`` whose dtype is 16-bit or a pointer's element type (``_low_dtype``)
+        and then accumulated into (``+=``, ``acc = acc + ...``, ``tl.dot(a, b, acc)``); a
+        ``tl.dot`` with a 16-bit ``out_dtype``; or a ``tl.sum`` without ``dtype`` whose values may
+        be 16-bit loads (``_GateKinds``; the rule also wants FP16/BF16 named somewhere in the
+        file's text, which the gate cannot see)."""
+        view = triton_gate_view(summary)
+        if view is None:
+            return True
+        for k in view.kernels:
+            kinds = None
+            low = set()  # names assigned a 16-bit zeros/full
+            for name, values in k.assigned().items():
+                for value in values:
+                    op = view.tl_op(value) if type(value) is ast.Call else None
+                    if op in ("zeros", "full"):
+                        dtype = ast_arg(value, 1 if op == "zeros" else 2, "dtype")
+                        if dtype is not None and (view.is_tl_attr(dtype, *LOW) or _gate_element_type(dtype)):
+                            low.add(name)
+            if low & k.augmented() or any(type(v) is ast.BinOp and name in (_name(v.left), _name(v.right))
+                                          for name in low for v in k.assigned()[name]):
+                return True  # acc += x, acc = acc + x: _updates
+            for call, op in k.tl_calls("dot", "sum"):
+                if op == "dot":
+                    out, acc = ast_arg(call, 99, "out_dtype"), ast_arg(call, 2, "acc")
+                    if (out is not None and view.is_tl_attr(out, *LOW)) or (type(acc) is ast.Name and acc.id in low):
+                        return True
+                else:
+                    values = ast_arg(call, 0, "input")
+                    if ast_arg(call, 99, "dtype") is None and values is not None:
+                        kinds = kinds or _GateKinds(view, k)
+                        if LOADED in kinds.of(values):
+                            return True
+        return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
         low_text = bool(LOW_TEXT.search(self.context.source))
@@ -249,3 +286,127 @@ def k(a, b):
 def _equality(expr) -> bool:
     return any(isinstance(n, cst.Comparison) and any(isinstance(t.operator, cst.Equal) for t in n.comparisons)
                for n in nodes_under(expr))
+
+
+def _gate_element_type(dtype) -> bool:
+    """``_low_dtype``'s second case over ``ast``: ``x_ptr.dtype.element_ty`` or ``x.dtype``, x not
+    named like ids or counts."""
+    text = ast_dotted(dtype) or ""
+    return not INT_POINTER.search(text.split(".")[0]) and text.endswith((".dtype.element_ty", ".dtype"))
+
+
+def _name(node) -> str | None:
+    return node.id if type(node) is ast.Name else None
+
+
+class _GateKinds:
+    """``_sums``'s ``kind`` over ``ast``, as the set of kinds an expression may have: a name may
+    hold the kind of any value the kernel assigns it, or None (read before it is assigned), so
+    every kind the rule's source-order walk gives is in the set."""
+
+    def __init__(self, view, k) -> None:
+        self.view, self.kernel, self.params = view, k, set(k.params)
+        self.values: dict[str, list] = {}  # single-target assignments, as the rule records them
+        for node in k.statements(ast.Assign):
+            if len(node.targets) == 1 and type(node.targets[0]) is ast.Name:
+                self.values.setdefault(node.targets[0].id, []).append(node.value)
+        self.kinds: dict[str, frozenset] = {}
+
+    def of(self, expr) -> frozenset:
+        names, todo = set(), [expr]
+        while todo:  # the assigned names the expression depends on, through their values
+            for node in ast_nodes([todo.pop()]):
+                if type(node) is ast.Name and node.id in self.values and node.id not in names:
+                    names.add(node.id)
+                    if node.id not in self.kinds:
+                        todo.extend(self.values[node.id])
+        names -= self.kinds.keys()  # those already solved, with all they depend on
+        for name in names:
+            self.kinds[name] = _NONE
+        changed = bool(names)
+        while changed:
+            changed = False
+            for name in names:
+                new = self.kinds[name].union(*(self._kind(v) for v in self.values[name]))
+                if new != self.kinds[name]:
+                    self.kinds[name], changed = new, True
+        return self._kind(expr)
+
+    def _kind(self, expr) -> frozenset:
+        view = self.view
+        kind = type(expr)
+        if kind is ast.Name:
+            return self.kinds.get(expr.id, _NONE)
+        if kind is ast.BinOp:
+            return _combine([self._kind(expr.left), self._kind(expr.right)])
+        if kind is ast.UnaryOp:
+            return self._kind(expr.operand)
+        if kind is ast.Subscript:
+            return self._kind(expr.value)
+        if kind is not ast.Call:
+            return _NONE
+        args = _source_args(expr)
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to" and args:
+            return _cast(view, args[0])
+        op = view.tl_op(expr)
+        if op == "load":
+            return frozenset({self._load(expr)})
+        if op == "cast":
+            return _cast(view, args[1]) if len(args) >= 2 else _NONE
+        if op in ("zeros", "full"):
+            dtype = ast_arg(expr, 1 if op == "zeros" else 2, "dtype")
+            return frozenset({F32}) if dtype is not None and view.is_tl_attr(dtype, *WIDE) else _NONE
+        if op == "dot":
+            return frozenset({F32})
+        if op in ("max", "min"):
+            return _combine([self._kind(a) for a in args[:1]])
+        if op in ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "maximum", "minimum", "where", "sigmoid"):
+            return _combine([self._kind(a) for a in args])
+        return _NONE
+
+    def _load(self, call):
+        """The one kind of a ``tl.load``, as the rule decides it from the pointer's names."""
+        pointer = ast_arg(call, 0, "pointer")
+        named = {n for node in (ast_nodes([pointer], into_scopes=False) if pointer is not None else ())
+                 for n in ast_identifiers(node)}
+        bases = named & self.params
+        other = ast_arg(call, 2, "other")
+        if type(other) is ast.UnaryOp and type(other.operand) is ast.Constant and type(other.operand.value) is int:
+            return None  # other=-1: a sentinel of an integer load
+        if any(INT_POINTER.search(n) for n in named - bases if n.endswith(("_ptr", "_base", "_ptrs"))):
+            return None
+        if any(F32_POINTER.search(n) for n in named):
+            return F32
+        return None if any(INT_POINTER.search(n) for n in bases) else LOADED
+
+
+_NONE = frozenset({None})
+
+
+def _source_args(call) -> list:
+    """The values of a call's arguments in source order, as libcst's ``Call.args`` holds them."""
+    args = [(a.lineno, a.col_offset, a.value if type(a) is ast.Starred else a) for a in call.args]
+    args += [(kw.lineno, kw.col_offset, kw.value) for kw in call.keywords]
+    return [value for _, _, value in sorted(args, key=lambda t: t[:2])]
+
+
+def _cast(view, target) -> frozenset:
+    if view.is_tl_attr(target, *WIDE):
+        return frozenset({F32})
+    return frozenset({LOWP}) if view.is_tl_attr(target, *LOW) else _NONE
+
+
+def _combine(parts: list[frozenset]) -> frozenset:
+    """``combine`` over sets: each outcome the rule's ``combine`` gives for some choice of one
+    kind per part."""
+    out = set()
+    if any(F32 in p for p in parts):
+        out.add(F32)
+    if all(p - {F32} for p in parts):  # every part can be other than F32
+        if any(LOWP in p for p in parts):
+            out.add(LOWP)
+        if all(p - {F32, LOWP} for p in parts) and any(LOADED in p for p in parts):
+            out.add(LOADED)
+    if all(None in p for p in parts):
+        out.add(None)
+    return frozenset(out)
