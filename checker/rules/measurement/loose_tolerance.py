@@ -110,8 +110,8 @@ def test_softmax():
         ``rtol``/``atol`` (by keyword, or third or fourth positional argument) that is a number, or
         a module-level constant holding one, above the limit it is judged by. That limit is at
         least the smallest limit of the dtypes the file names (BF16's when it names none), and BF16's
-        (FP16's) when the functions around the comparison name ``torch.bfloat16`` (``float16``):
-        the loosest dtype named there wins."""
+        (FP16's) when the functions around the comparison name ``torch.bfloat16`` (``float16``), or
+        name no dtype while the module's top level names BF16 (FP16) or none: the loosest wins."""
         if not uses(summary, TOLERANCE_COMPARES):
             return False
         facts = gate_facts(summary)
@@ -135,14 +135,7 @@ def test_softmax():
             loosest = max(values(call), default=0.0)
             if loosest <= floor:
                 continue
-            named = _named_dtypes(facts, f)
-            for dtype in ("bfloat16", "float16"):  # the loosest limit wins
-                if dtype in named:
-                    limit = min(TOLERANCE_LIMITS[dtype])
-                    break
-            else:
-                limit = floor
-            if loosest > max(limit, floor):
+            if loosest > _limit_floor(facts, summary, f, floor):
                 return True
         return False
 
@@ -256,16 +249,50 @@ def test_softmax():
         return False
 
 
-def _named_dtypes(facts, f) -> set[str]:
-    """Dtypes ``_dtypes`` certainly finds around a comparison whose innermost function is ``f``:
-    ``torch.bfloat16``-style attributes and the names ``bfloat16``/``float16`` in ``f`` and the defs
-    around it (decorators, parameters and bodies, not nested defs, classes or lambdas)."""
+def _named_dtypes(roots: list[ast.AST]) -> tuple[set[str], bool]:
+    """What ``dtypes_in`` finds under ``roots`` (not in nested defs, classes or lambdas): the dtypes
+    it certainly finds (``torch.bfloat16``-style attributes, the names ``bfloat16``/``float16``),
+    and whether it may find any at all (a dtype's name as an attribute, a name, a string, or any
+    other identifier there)."""
     found: set[str] = set()
-    for fn in facts.chain(f):
-        roots = [*fn.decorator_list, fn.args, *([fn.returns] if fn.returns is not None else []), *fn.body]
-        for n in own_nodes(roots):
-            if type(n) is ast.Attribute and n.attr in DTYPE_NAMES:
-                found.add(DTYPE_NAMES[n.attr])
-            elif type(n) is ast.Name and n.id in ("bfloat16", "float16"):
-                found.add(n.id)
-    return found
+    maybe = False
+    for n in own_nodes(roots):
+        kind = type(n)
+        if kind is ast.Attribute and n.attr in DTYPE_NAMES:
+            found.add(DTYPE_NAMES[n.attr])
+        elif kind is ast.Name and n.id in ("bfloat16", "float16"):
+            found.add(n.id)
+        if not maybe:
+            for field in n._fields:
+                value = getattr(n, field, None)
+                if (type(value) is str and value in DTYPE_NAMES) or (
+                        type(value) is list and any(type(v) is str and v in DTYPE_NAMES for v in value)):
+                    maybe = True
+    return found, maybe or bool(found)
+
+
+def _limit_floor(facts, summary, f, floor: float) -> float:
+    """A lower bound of the limit ``leave_Module`` judges a comparison by, whose innermost function
+    is ``f``: the loosest dtype named in the functions around it wins (BF16 0.1, FP16 0.05), and
+    where they certainly name none, the module's top level decides (BF16 when it names none)."""
+    chain = facts.chain(f)
+    found: set[str] = set()
+    # functions the gate cannot see: without the ast at hand, or around a class body (where
+    # summary.calls names no function)
+    maybe = (f is not None and not chain) or (f is None and facts.class_in_def)
+    for fn in chain:
+        got, may = _named_dtypes([*fn.decorator_list, fn.args, *([fn.returns] if fn.returns else []), *fn.body])
+        found |= got
+        maybe |= may or fn.name in DTYPE_NAMES
+    if not maybe:  # _dtypes finds nothing: the module's dtypes decide
+        module = summary.memo.get("measurement.module_dtypes")
+        if module is None:
+            top = [s for s in summary.tree.body if type(s) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)]
+            module = summary.memo["measurement.module_dtypes"] = _named_dtypes(top)
+        found, maybe = module
+        if not maybe:
+            found = {"bfloat16"}
+    for dtype in ("bfloat16", "float16"):  # the loosest limit wins
+        if dtype in found:
+            return max(min(TOLERANCE_LIMITS[dtype]), floor)
+    return floor
