@@ -7,8 +7,7 @@ import libcst as cst
 from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    TIMER_NAMES, TIMER_TEXT, Scope, arg, code, device_timing, int_value, last, nodes_under, reads_back, region_root, uses,
-    work_calls,
+    TIMER_TEXT, Scope, arg, code, device_timing, int_value, last, nodes_under, reads_back, region_root, timing, work_calls,
 )
 
 
@@ -127,7 +126,22 @@ def bench(x):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return uses(summary, TIMER_NAMES)
+        """Necessary: a GPU import and a timer's name (``timing.may_time``), and either
+        ``do_bench(..., warmup=0)`` or a window that may be a benchmark's
+        (``timing.benchmark_windows``) in a function whose own code names nothing with "warm" in
+        it (``_warm`` passes every window of a function that does)."""
+        if not timing.may_time(summary):
+            return False
+        facts = timing.timing_facts(summary)
+        for call, _ in summary.calls:
+            warmup = timing.keyword(call, "warmup")
+            if type(warmup) is int and warmup == 0 and "do_bench" in facts.facts.lasts(call):
+                return True
+        for fn in facts.benchmark_windows:
+            names = facts.names_in(fn, "own")
+            if names is None or not any("warm" in n.lower() for n in names):
+                return True
+        return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

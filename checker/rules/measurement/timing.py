@@ -1,0 +1,206 @@
+"""Gate helpers for the timing rules (KC407, KC408; KC409 can take ``benchmark_windows``) and KC410.
+
+A gate must be a necessary condition of its rule (see :mod:`kcheck.gate`): each helper here
+answers a question about the ``ast`` summary *more loosely* than the libcst model answers it,
+never more tightly, so a file the rule would flag always gets through. Where it cannot follow
+what the model does (a class body inside a def, defs that do not line up with the summary), it
+says yes. Names resolve through :class:`kcheck.rules.measurement.GateFacts` (the import table and
+the defs, built once per file for the whole family); what is derived here is kept in
+``summary.memo["timing"]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cached_property
+
+from kcheck.model import HOST_TIMERS, MEASUREMENT_FUNCTION, MEASUREMENT_PATH
+from kcheck.rules.measurement import GPU_MODULES, gate_facts, uses
+
+# a function that measures to report a number (``benchmark_code``, KC407's ``_benchmark``)
+BENCH_FUNCTION = re.compile(r"^_?(bench|time|timeit|timing|measure|run_bench)", re.IGNORECASE)
+HOST_TIMER_LASTS = {name.split(".")[-1] for name in HOST_TIMERS}
+# the names a timing window, a list of timings or a do_bench call is written with
+TIMING_NAMES = HOST_TIMER_LASTS | {"record", "elapsed_time", "do_bench"}
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def gpu(summary) -> bool:
+    """The file imports a GPU library: ``Scope.gpu`` reads the same imports (less star imports)."""
+    return any(i.split(".")[0] in GPU_MODULES for i in summary.imports)
+
+
+def may_time(summary) -> bool:
+    """The cheap first test of the timing rules' gates: a GPU import, and a name that a timing
+    window, a list of timings or a ``do_bench`` call needs (or an import ending in one)."""
+    return gpu(summary) and uses(summary, TIMING_NAMES)
+
+
+def timing_facts(summary) -> "TimingFacts":
+    got = summary.memo.get("timing")
+    if got is None:
+        got = summary.memo["timing"] = TimingFacts(summary)
+    return got
+
+
+def benchmark_windows(summary) -> list:
+    """The shared gate of the rules that judge a benchmark's timing windows (KC407, KC409): in a
+    file that may time, the functions (None: module or class level) that may hold one."""
+    return timing_facts(summary).benchmark_windows if may_time(summary) else []
+
+
+def dotted(node: ast.AST) -> str | None:
+    """``ModuleModel.dotted`` on the ast: ``a.b.c``, calls in the chain as ``f()``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    if isinstance(node, ast.Call):
+        base = dotted(node.func)
+        return f"{base}()" if base else None
+    return None
+
+
+def last(node: ast.AST) -> str:
+    """The last part of a called name as written: ``x`` of ``a.b.x`` ("" for anything else)."""
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def keyword(call: ast.Call, name: str):
+    """The value of a keyword argument written as a literal, or None."""
+    for k in call.keywords:
+        if k.arg == name and isinstance(k.value, ast.Constant):
+            return k.value.value
+    return None
+
+
+def identifiers(root: ast.AST, nested: bool) -> set[str]:
+    """The names under ``root`` that libcst holds as ``Name`` nodes there too: names, attributes,
+    parameters, keywords, ``def`` and ``class`` names (a subset of what a rule's ``cst.Name`` scan
+    sees, so "a rule sees no such name" implies "none here"). Without ``nested``, nested functions,
+    classes and lambdas are left out, as ``nodes_under`` leaves them out."""
+    out: set[str] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is ast.Name:
+            out.add(node.id)
+        elif kind is ast.Attribute:
+            out.add(node.attr)
+        elif kind is ast.arg:
+            out.add(node.arg)
+        elif kind is ast.keyword and node.arg:
+            out.add(node.arg)
+        elif isinstance(node, _SCOPES):
+            if node is not root and not nested:
+                continue
+            if kind is not ast.Lambda:
+                out.add(node.name)
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+class TimingFacts:
+    """What the timing gates derive from the summary and ``GateFacts``, each part on first use."""
+
+    def __init__(self, summary) -> None:
+        self.summary = summary
+        self.facts = gate_facts(summary)
+        self.path = bool(MEASUREMENT_PATH.search(summary.path))
+        self._names: dict[tuple, set[str]] = {}
+
+    def host_timer(self, call: ast.Call) -> bool:
+        """A call ``ModuleModel`` may take for a host timer (``time.perf_counter()``, an alias)."""
+        func = call.func
+        if type(func) is ast.Attribute:
+            if func.attr not in HOST_TIMER_LASTS:
+                return False
+        elif type(func) is not ast.Name or (func.id not in HOST_TIMER_LASTS and func.id not in self.facts.aliases):
+            return False
+        return not self.facts.qualnames(func).isdisjoint(HOST_TIMERS)
+
+    def in_def_named(self, f, pattern: re.Pattern) -> bool:
+        """Whether ``f`` or a def around it is named to match ``pattern``. For ``f`` None (module or
+        class level; the model sees the def around a class body) or a def the facts do not know,
+        whether any def in the file is."""
+        facts = self.facts
+        node = facts.node(f) if f is not None else None
+        if node is None:
+            return any(pattern.match(g.name) for g in self.summary.functions)
+        i = self._def_index[id(node)]
+        while i >= 0:
+            if pattern.match(facts.defs[i].name):
+                return True
+            i = facts.parents[i]
+        return False
+
+    @cached_property
+    def _def_index(self) -> dict[int, int]:
+        return {id(d): i for i, d in enumerate(self.facts.defs)}
+
+    @cached_property
+    def windows(self) -> list:
+        """The functions (None: module or class level) where ``ModuleModel`` may find a timed
+        region: two ``.record()`` calls, or two host-timer calls. The model pairs them in one block
+        of one function; here they need only share the function."""
+        records: dict = {}
+        timers: dict = {}
+        found: dict = {}
+        for call, f in self.summary.calls:
+            func = call.func
+            if type(func) is ast.Attribute and func.attr == "record" and len(call.args) + len(call.keywords) <= 1:
+                counts = records
+            elif self.host_timer(call):
+                counts = timers
+            else:
+                continue
+            key = id(f)
+            counts[key] = counts.get(key, 0) + 1
+            if counts[key] == 2:
+                found[key] = f
+        return list(found.values())
+
+    @cached_property
+    def measured_windows(self) -> list:
+        """Windows in measurement code, the only place the model makes timed regions
+        (``in_measurement_code``: the path, or a ``test*``/``bench*``/... def around them)."""
+        return [f for f in self.windows if self.path or self.in_def_named(f, MEASUREMENT_FUNCTION)]
+
+    @cached_property
+    def benchmark_windows(self) -> list:
+        """Measured windows in code that measures to report a number (``benchmark_code``): the
+        innermost def not ``test*``, and a benchmark path or a ``bench*``/``time*``/... def around."""
+        return [f for f in self.measured_windows
+                if (f is None or not f.name.lower().startswith(("test", "_test")))
+                and (self.path or self.in_def_named(f, BENCH_FUNCTION))]
+
+    @cached_property
+    def statements(self) -> list[ast.stmt]:
+        """Every statement in the file, at any depth (``GateFacts`` keeps only some)."""
+        out: list[ast.stmt] = []
+        stack = list(reversed(self.summary.tree.body)) if self.summary.tree is not None else []
+        while stack:
+            stmt = stack.pop()
+            out.append(stmt)
+            for name in ("body", "handlers", "orelse", "finalbody", "cases"):
+                for part in getattr(stmt, name, ()):
+                    stack.extend([part] if isinstance(part, ast.stmt) else part.body)  # a handler, a case
+        return out
+
+    def names_in(self, f, part: str) -> set[str] | None:
+        """``identifiers`` of ``f``'s def: ``own`` (``nodes_under(fn)``: no nested scopes),
+        ``all`` (``nodes_under(fn, nested=True)``) or ``body`` (``nodes_under(fn.body,
+        nested=True)``); None when the def is not known."""
+        node = self.facts.node(f) if f is not None else None
+        if node is None:
+            return None
+        key = (id(f), part)
+        if key not in self._names:
+            if part == "body":
+                self._names[key] = set().union(*(identifiers(s, nested=True) for s in node.body))
+            else:
+                self._names[key] = identifiers(node, nested=part == "all")
+        return self._names[key]
