@@ -1,14 +1,13 @@
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
-from kcheck.model import HOST_TIMERS
+from kcheck.model import HOST_TIMERS, MEASUREMENT_FUNCTION
 from kcheck.rule import Rule
-from kcheck.rules.measurement import (
-    TIMER_NAMES, Scope, arg, device_timing, int_value, last, nodes_under, region_root, uses,
-)
+from kcheck.rules.measurement import Scope, arg, device_timing, int_value, last, nodes_under, region_root, timing
 
 MEANS = {"mean", "fmean", "average"}
 FEW_RUNS = 10  # a window averaging this many runs or fewer is "a handful"
@@ -107,7 +106,18 @@ def bench_host(fn, x, iters=5):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return uses(summary, TIMER_NAMES)
+        """Necessary: a GPU import and a timer's name (``timing.may_time``), and one of the three
+        findings' ingredients: ``do_bench(return_mode="mean")``; a window in measurement code
+        (``TimingFacts.measured_windows``) whose function calls ``range(N)`` with N a literal or a
+        parameter default from 2 to 10 and names no estimate; or a mean or sum over a list filled
+        with timings, in measurement code, not beside a median (see ``_gate_*``)."""
+        if not timing.may_time(summary):
+            return False
+        facts = timing.timing_facts(summary)
+        for call, _ in summary.calls:
+            if timing.keyword(call, "return_mode") == "mean" and "do_bench" in facts.facts.lasts(call):
+                return True
+        return any(_gate_few_runs(facts, f) for f in facts.measured_windows) or _gate_mean_of_list(facts)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -183,3 +193,75 @@ def bench_host(fn, x, iters=5):
             elif isinstance(n, cst.Assign) and isinstance(n.value, (cst.ListComp, cst.List)) and is_timing(n.value):
                 lists |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
         return lists
+
+
+# -- gate -----------------------------------------------------------------------------------------
+
+
+def _gate_few_runs(facts, f) -> bool:
+    """The function of a window (``f``; None: module or class level) calls ``range()`` with one
+    argument that ``int_value`` may read as 2 to 10 (a literal, or a parameter with such a
+    default), and names nothing like an estimate (``_estimate``)."""
+    node = facts.facts.node(f) if f is not None else None
+    defaults = {}
+    if node is not None:
+        params = [*node.args.posonlyargs, *node.args.args]  # the defaults belong to the last of these
+        defaults.update((p.arg, d) for p, d in zip(params[len(params) - len(node.args.defaults):], node.args.defaults))
+        defaults.update((p.arg, d) for p, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None)
+    for call, g in facts.summary.calls:
+        if g is not f or not (type(call.func) is ast.Name and call.func.id == "range") \
+                or len(call.args) + len(call.keywords) != 1:
+            continue
+        n = call.args[0] if call.args else call.keywords[0].value
+        if isinstance(n, ast.Starred):
+            n = n.value
+        if isinstance(n, ast.Name):
+            if node is None:
+                return True  # a parameter of a def these facts do not know
+            n = defaults.get(n.id)
+        if isinstance(n, ast.Constant) and type(n.value) is int and 1 < n.value <= FEW_RUNS:
+            return node is None or not any(ESTIMATE.search(x) for x in facts.names_in(f, "all"))
+    return False
+
+
+def _gate_mean_of_list(facts) -> bool:
+    """``_timing_lists`` may find a list (``.append`` of, or a list display holding, a timer call
+    or a name assigned from one), and a ``mean``/``fmean``/``average`` or ``sum`` call over it is
+    in measurement code (``Scope.covers``) in a function that names no median (``_median_too``)."""
+    summary = facts.summary
+
+    def timer(call: ast.Call) -> bool:
+        return timing.last(call.func) == "elapsed_time" or facts.host_timer(call)
+
+    if not any(timer(call) for call, _ in summary.calls):
+        return False
+    assigns = [s for s in facts.statements if type(s) is ast.Assign]
+    timer_names = {t.id for a in assigns if isinstance(a.value, ast.Call) and timer(a.value)
+                   for t in a.targets if isinstance(t, ast.Name)}
+
+    def timed(expr: ast.AST) -> bool:
+        return any((isinstance(n, ast.Call) and timer(n)) or (isinstance(n, ast.Name) and n.id in timer_names)
+                   for n in ast.walk(expr))
+
+    lists = {t.id for a in assigns if isinstance(a.value, (ast.List, ast.ListComp)) and timed(a.value)
+             for t in a.targets if isinstance(t, ast.Name)}
+    for call, _ in summary.calls:
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr == "append" and isinstance(func.value, ast.Name) and any(
+                timed(a) for a in [*call.args, *(k.value for k in call.keywords)]):
+            lists.add(func.value.id)
+    if not lists:
+        return False
+    for call, g in summary.calls:
+        if facts.facts.lasts(call).isdisjoint(MEANS) and not (
+                timing.last(call.func) == "sum" and timing.dotted(call.func) is not None):
+            continue
+        if not any(isinstance(n, ast.Name) and n.id in lists for n in ast.walk(call)):
+            continue
+        if not (facts.facts.whole_file or facts.in_def_named(g, MEASUREMENT_FUNCTION)):
+            continue
+        names = facts.names_in(g, "body")
+        if names is not None and any(SPREAD.search(x) for x in names):
+            continue  # the median is reported too
+        return True
+    return False
