@@ -1,45 +1,406 @@
 """KC2xx: logging and host syncs in timed and per-step paths.
 
 The rules of this family share one question, "which calls run inside this region, directly or
-through a same-module helper", answered here over the module model's timed regions.
+through a same-module helper", answered here over the module model's timed regions, and, for the
+gates, over the ``ast`` (:class:`FileView`).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Callable, Iterator
 
 import libcst as cst
 
+from kcheck.model import (
+    BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
+    SYNC_FUNCTIONS, SYNC_METHODS,
+)
+
 TIMED = ("event-window", "bench-callable", "host-timer")
-SYNC_NAMES = {"synchronize", "item", "cpu", "tolist", "numpy", "nonzero", "where", "unique",
-              "masked_select", "repeat_interleave"}
-TIMER_NAMES = {"record", "perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns",
-               "default_timer", "do_bench", "do_bench_cudagraph", "bench_gpu_time", "benchmark_fn"}
-LOG_NAMES = {"print", "logger", "log", "logging", "LOGGER", "_logger", "_LOGGER", "LOG", "warn", "warnings", "write"}
-COMPILE_NAMES = {"compile", "optimize", "load_inline", "load"}
 SYNC_TEXT = r"synchronize|\.item\(|\.cpu\(|\.tolist\(|\.numpy\(|nonzero|where\(|unique|masked_select|repeat_interleave|['\"]cpu['\"]"
 TIMER_TEXT = r"\.record\(|perf_counter|time\(|monotonic|default_timer|do_bench|bench_gpu_time|benchmark_fn"
 
 
-def timed_gate(summary, wanted: set[str]) -> bool:
-    """A scope that starts a timer and reaches one of ``wanted``; event windows and host timers
-    count only in measurement code (see :meth:`kcheck.model.ModuleModel.in_measurement_code`)."""
-    from kcheck.model import BENCH_TIMERS, MEASUREMENT_FUNCTION, MEASUREMENT_PATH
-
-    measuring = bool(MEASUREMENT_PATH.search(summary.path))
-    return any(
-        (s.names & BENCH_TIMERS or (s.names & TIMER_NAMES and (measuring or MEASUREMENT_FUNCTION.match(s.name))))
-        and summary.reaches(s, wanted)
-        for s in summary.scopes())
-
-
-def graph_gate(summary, wanted: set[str]) -> bool:
-    return any("graph" in s.names and summary.reaches(s, wanted) for s in summary.scopes())
+# -- gates: the timed regions as the ``ast`` shows them ------------------------------------------
+#
+# A rule of this family reports a call found in a timed region (or in a same-module helper the
+# region calls, to three levels), so a file can only be flagged when (1) it holds a region of a
+# kind the rule reads and (2) a call the rule classifies is reachable from it. The gates check
+# both over the ``ast``, always erring wide: a window runs from the first to the last timer call
+# of its function (the model's windows lie inside that span), a helper is any same-module
+# function of the called name, and a call is classified by the same qualified names the model
+# uses, resolved through the file's imports. Each step first asks the summary's names whether
+# it can find anything at all, so most files cost a few set lookups.
 
 
-def hot_gate(summary, config, wanted: set[str]) -> bool:
-    return any(config.is_hot_path(f.name) and summary.reaches(f, wanted) for f in summary.functions)
+def _dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain; calls in the chain print as ``f()`` (as the model's)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    if isinstance(node, ast.Call):
+        base = _dotted(node.func)
+        return f"{base}()" if base else None
+    return None
+
+
+def _arguments(call: ast.Call) -> list[ast.AST]:
+    """Every argument's value, positional, starred and keyword."""
+    return [a.value if type(a) is ast.Starred else a for a in call.args] + [k.value for k in call.keywords]
+
+
+# A region kind can only exist where one of these words is a name, attribute or imported name.
+KIND_WORDS = {
+    "event-window": {"record"},
+    "host-timer": {name.split(".")[-1] for name in HOST_TIMERS},
+    "bench-callable": BENCH_TIMERS,
+    "graph-capture": {"graph"},
+}
+# A call of a class can only be written with one of these last components (after the imports).
+SYNC_WORDS = {name.split(".")[-1] for name in SYNC_FUNCTIONS} | set(SYNC_METHODS) | {"synchronize", "where", "to"}
+LOG_WORDS = LOG_METHODS | {"print", "warn", "write", "pprint"}
+COMPILE_WORDS = {name.split(".")[-1] for name in COMPILERS}
+GRAPH_CAPTURE = {"torch.cuda.graph", "torch.cuda.graphs.graph"}
+_BLOCKS = {kind: fields for kind, fields in (
+    (ast.FunctionDef, ("body",)), (ast.AsyncFunctionDef, ("body",)), (ast.ClassDef, ("body",)),
+    (ast.If, ("body", "orelse")), (ast.For, ("body", "orelse")), (ast.AsyncFor, ("body", "orelse")),
+    (ast.While, ("body", "orelse")), (ast.With, ("body",)), (ast.AsyncWith, ("body",)),
+    (ast.Try, ("body", "handlers", "orelse", "finalbody")),  # ``_fields`` order, as the summary walks
+    (getattr(ast, "TryStar", ast.Try), ("body", "handlers", "orelse", "finalbody")), (ast.Match, ("cases",)),
+)}
+
+
+class FileView:
+    """What the family's gates derive once per file (``summary.memo["timed_path"]``), each part
+    when first asked: the import aliases, each function's ``ast`` node, enclosing function and
+    owner, the ``with`` statements, the calls grouped by their innermost function (``None``:
+    module and class level), and the regions of each kind."""
+
+    def __init__(self, summary) -> None:
+        self.summary = summary
+        self.words = summary.all_names | {i.rsplit(".", 1)[-1] for i in summary.imports}
+        self.names = summary.function_names()
+        self._walked = False
+        self._calls: dict[int | None, list[ast.Call]] | None = None
+        self._by_name: dict[str, list[int]] | None = None
+        self._measuring: dict[int | None, bool] = {}
+        self._classified: dict[tuple[str, int], bool] = {}
+        self._regions: dict[str, list] = {}
+
+    # -- the statement walk: imports, defs, withs -------------------------------------------
+
+    def _walk(self) -> None:
+        self._walked = True
+        self._aliases: dict[str, set[str]] = {}
+        self._nodes: list[ast.AST] = []
+        self._parent: list[int | None] = []
+        self._owner: list[str] = []  # the name of the class or function a def is written in
+        self._withs: list[tuple[ast.AST, int | None]] = []
+        if self.summary.tree is not None:
+            self._statements(self.summary.tree.body, None, "")
+        functions = self.summary.functions
+        # the defs in the summary's order (both walks are pre-order); in any doubt, no nesting known
+        self._exact = len(self._nodes) == len(functions) and all(
+            n.name == f.name for n, f in zip(self._nodes, functions))
+
+    def _statements(self, body: list, function: int | None, owner: str) -> None:
+        for stmt in body:
+            kind = type(stmt)
+            if kind is ast.Import:
+                for a in stmt.names:
+                    local, full = (a.asname, a.name) if a.asname else (a.name.split(".")[0],) * 2
+                    self._aliases.setdefault(local, set()).add(full)
+                continue
+            if kind is ast.ImportFrom:
+                module = "." * stmt.level + (stmt.module or "")
+                for a in stmt.names:
+                    if a.name != "*":
+                        full = f"{module}.{a.name}" if module and not module.endswith(".") else f"{module}{a.name}"
+                        self._aliases.setdefault(a.asname or a.name, set()).add(full)
+                continue
+            fields = _BLOCKS.get(kind)
+            if fields is None:
+                continue
+            inner, inner_owner = function, owner
+            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                inner, inner_owner = len(self._nodes), stmt.name
+                self._nodes.append(stmt)
+                self._parent.append(function)
+                self._owner.append(owner)
+            elif kind is ast.ClassDef:
+                inner_owner = stmt.name
+            elif kind is ast.With or kind is ast.AsyncWith:
+                self._withs.append((stmt, function))
+            for name in fields:
+                value = getattr(stmt, name)
+                if name == "handlers" or name == "cases":
+                    for v in value:
+                        self._statements(v.body, inner, inner_owner)
+                elif value:
+                    self._statements(value, inner, inner_owner)
+
+    def __getattr__(self, name: str):
+        if name in ("aliases", "nodes", "parent", "owner", "withs", "exact"):
+            if not self._walked:
+                self._walk()
+            return self.__dict__["_" + name]
+        raise AttributeError(name)
+
+    @property
+    def calls(self) -> dict[int | None, list[ast.Call]]:
+        if self._calls is None:
+            index = {id(f): i for i, f in enumerate(self.summary.functions)}
+            self._calls = {}
+            for call, f in self.summary.calls:
+                self._calls.setdefault(index[id(f)] if f is not None else None, []).append(call)
+            if self.exact:  # a def's decorators and defaults run where it is defined, not in its body
+                for i, calls in self._calls.items():
+                    if i is not None:
+                        start = self.nodes[i].body[0].lineno
+                        if any(c.lineno < start for c in calls):
+                            self._calls[i] = [c for c in calls if c.lineno >= start]
+        return self._calls
+
+    @property
+    def by_name(self) -> dict[str, list[int]]:
+        """Name -> the defs a call of it may reach (not memoized ones, which the model skips)."""
+        if self._by_name is None:
+            self._by_name = {}
+            for i, f in enumerate(self.summary.functions):
+                if not f.decorators & MEMOIZERS:
+                    self._by_name.setdefault(f.name, []).append(i)
+        return self._by_name
+
+    # -- names ------------------------------------------------------------------------------
+
+    def qualnames(self, node: ast.AST) -> list[str]:
+        """Every qualified name ``node`` may stand for (the model's ``qualname``, over all imports of
+        its first component)."""
+        name = _dotted(node)
+        if name is None:
+            return []
+        head, _, rest = name.partition(".")
+        call = head.endswith("()")
+        targets = self.aliases.get(head[:-2] if call else head)
+        if not targets:
+            return [name]
+        suffix = "()" if call else ""
+        return [f"{t}{suffix}.{rest}" if rest else f"{t}{suffix}" for t in targets]
+
+    def last_words(self, func: ast.AST) -> list[str]:
+        """The last component of every name a called ``func`` may stand for (cheap: an attribute's
+        is its own; a bare name's changes only through an import)."""
+        if type(func) is ast.Attribute:
+            return [func.attr]
+        if type(func) is ast.Name:
+            targets = self.aliases.get(func.id)
+            return [t.rsplit(".", 1)[-1] for t in targets] if targets else [func.id]
+        return []
+
+    def measuring(self, function: int | None) -> bool:
+        """Whether event windows and host timers count here: measurement code by path, or a
+        function (or one around it) named like measurement code."""
+        if function not in self._measuring:
+            if MEASUREMENT_PATH.search(self.summary.path):
+                found = True
+            elif function is None or not self.exact:  # a class body may sit in a function: any will do
+                found = any(MEASUREMENT_FUNCTION.match(f.name) for f in self.summary.functions)
+            else:
+                found, i = False, function
+                while i is not None and not found:
+                    found = bool(MEASUREMENT_FUNCTION.match(self.nodes[i].name))
+                    i = self.parent[i]
+            self._measuring[function] = found
+        return self._measuring[function]
+
+    def is_async(self, function: int | None) -> bool:
+        return function is not None and self.exact and type(self.nodes[function]) is ast.AsyncFunctionDef
+
+    # -- regions: (kind, function index or None, the calls written in the region) -------------
+
+    def regions(self, kind: str, config=None) -> list[tuple[str, int | None, list[ast.Call]]]:
+        found = self._regions.get(kind)
+        if found is None:
+            words = KIND_WORDS.get(kind)
+            found = self._regions[kind] = [] if words is not None and not words & self.words else getattr(
+                self, "_" + kind.replace("-", "_"))(config)
+        return found
+
+    def _windows(self, kind: str, is_timer) -> list:
+        out = []
+        for function, calls in self.calls.items():
+            timers = [c.lineno for c in calls if is_timer(c)]
+            if len(timers) >= 2 and self.measuring(function):
+                lo, hi = min(timers), max(timers)
+                out.append((kind, function, [c for c in calls if lo <= c.lineno <= hi]))
+        return out
+
+    def _event_window(self, config) -> list:
+        def record(c: ast.Call) -> bool:
+            f = c.func
+            if not (type(f) is ast.Attribute and f.attr == "record" and len(c.args) + len(c.keywords) <= 1):
+                return False
+            names = self.qualnames(f)
+            return not (names and all(q.startswith("torch.cuda.memory") for q in names))
+        return self._windows("event-window", record)
+
+    def _host_timer(self, config) -> list:
+        words = KIND_WORDS["host-timer"]
+        return self._windows("host-timer", lambda c: not words.isdisjoint(self.last_words(c.func)) and any(
+            q in HOST_TIMERS for q in self.qualnames(c.func)))
+
+    def _bench_callable(self, config) -> list:
+        out = []
+        for call, _ in self.summary.calls:
+            if BENCH_TIMERS.isdisjoint(self.last_words(call.func)):
+                continue
+            for value in _arguments(call):
+                if type(value) is ast.Call and any(w.endswith("partial") for w in self.last_words(value.func)):
+                    targets = _arguments(value)
+                else:
+                    targets = [value]
+                for target in targets:
+                    if type(target) is ast.Lambda:
+                        out.append(("bench-callable", None, [n for n in ast.walk(target.body) if type(n) is ast.Call]))
+                    elif type(target) is ast.Name:
+                        for i, f in enumerate(self.summary.functions):  # the model takes any def of the name
+                            if f.name == target.id:
+                                out.append(("bench-callable", i, self.calls.get(i, [])))
+        return out
+
+    def _graph_capture(self, config) -> list:
+        out = []
+        for stmt, function in self.withs:
+            if any(type(item.context_expr) is ast.Call and "graph" in self.last_words(item.context_expr.func)
+                   and GRAPH_CAPTURE & set(self.qualnames(item.context_expr.func)) for item in stmt.items):
+                lo, hi = stmt.body[0].lineno, stmt.end_lineno
+                calls = self.calls.get(function, ()) if self.exact else [c for c, _ in self.summary.calls]
+                out.append(("graph-capture", function, [c for c in calls if lo <= c.lineno <= hi]))
+        return out
+
+    def _hot_path(self, config) -> list:
+        return [("hot-path", i, self.calls.get(i, [])) for i, f in enumerate(self.summary.functions)
+                if config.is_hot_path(f.name)]
+
+    # -- reachability ---------------------------------------------------------------------------
+
+    def callees(self, call: ast.Call) -> list[int]:
+        """The same-module functions a call may reach (``helper(...)``, ``self.helper(...)``)."""
+        func = call.func
+        if type(func) is ast.Name:
+            return self.by_name.get(func.id, ())
+        if type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id in ("self", "cls"):
+            return self.by_name.get(func.attr, ())
+        return ()
+
+    def reaches(self, calls: list[ast.Call], pred, depth: int = 3) -> bool:
+        """Whether ``pred`` holds for a call in ``calls`` or in the helpers they call (to ``depth``)."""
+        seen: set[int] = set()
+        frontier = calls
+        for level in range(depth + 1):
+            nxt: list[ast.Call] = []
+            for call in frontier:
+                if pred(call):
+                    return True
+                if level < depth:
+                    for i in self.callees(call):
+                        if i not in seen:
+                            seen.add(i)
+                            nxt.extend(self.calls.get(i, ()))
+            frontier = nxt
+        return False
+
+    def classified(self, what: str, call: ast.Call) -> bool:
+        """``CLASSIFY[what](self, call)``, once per call."""
+        key = (what, id(call))
+        hit = self._classified.get(key)
+        if hit is None:
+            hit = self._classified[key] = CLASSIFY[what](self, call)
+        return hit
+
+
+def file_view(summary) -> FileView:
+    view = summary.memo.get("timed_path")
+    if view is None:
+        view = summary.memo["timed_path"] = FileView(summary)
+    return view
+
+
+def region_reaches(summary, kinds: tuple[str, ...], what: str, config=None) -> bool:
+    """Whether a region of one of ``kinds`` reaches a call of class ``what`` (see ``CLASSIFY``)."""
+    view = file_view(summary)
+    if WORDS[what].isdisjoint(view.words):
+        return False
+    return any(view.reaches(calls, lambda c: view.classified(what, c))
+               for kind in kinds for _, _, calls in view.regions(kind, config))
+
+
+def _sync(view: FileView, call: ast.Call) -> bool:
+    """What ``ModuleModel.sync_kind`` can call a host sync (never less)."""
+    if SYNC_WORDS.isdisjoint(view.last_words(call.func)):
+        return False
+    names = view.qualnames(call.func)
+    positional = len(call.args) + sum(1 for k in call.keywords if k.arg is None)
+    for name in names:
+        if name in SYNC_FUNCTIONS and not (
+                name == "torch.repeat_interleave" and any(k.arg == "output_size" for k in call.keywords)):
+            return True
+        if name == "torch.where" and positional == 1:
+            return True
+    func = call.func
+    if type(func) is not ast.Attribute:
+        return False
+    method = func.attr
+    if method == "synchronize" or method == "nonzero":
+        return True
+    if method in SYNC_METHODS:
+        return not (call.args or call.keywords)
+    return method == "to" and any(type(v) is ast.Constant and v.value == "cpu" for v in _arguments(call))
+
+
+def _log(view: FileView, call: ast.Call) -> bool:
+    """What ``ModuleModel.log_kind`` can call printing or logging (never less)."""
+    func = call.func
+    if LOG_WORDS.isdisjoint(view.last_words(func)):
+        return False
+    if type(func) is ast.Name and func.id == "print" and "print" not in view.names:
+        return True
+    if any(q in ("warnings.warn", "tqdm.write", "pprint.pprint") for q in view.qualnames(func)):
+        return True
+    if type(func) is ast.Attribute and func.attr in LOG_METHODS:
+        base = _dotted(func.value) or ""
+        return base.split(".")[-1] in LOGGER_NAMES or base.startswith("logging") or "logging" in view.qualnames(func.value)
+    return False
+
+
+def _compile(view: FileView, call: ast.Call) -> bool:
+    return not COMPILE_WORDS.isdisjoint(view.last_words(call.func)) and any(
+        q in COMPILERS for q in view.qualnames(call.func))
+
+
+def _gpu_work(view: FileView, call: ast.Call) -> bool:
+    """What :func:`gpu_work` can call a launch (never less; awaited calls are not told apart)."""
+    names = view.qualnames(call.func)
+    if names and all(NOT_A_LAUNCH.search(n) for n in names):
+        return False
+    if any(n.startswith("torch.") and not n.startswith(("torch.cuda.Event", "torch.cuda.synchronize")) for n in names):
+        return True
+    func = call.func
+    if type(func) is ast.Subscript:
+        value = func.value
+        return type(value) is ast.Name and (value.id in GPU_WORK_NAMES or value.id in view.names)
+    if type(func) is ast.Name:
+        return func.id in GPU_WORK_NAMES
+    return type(func) is ast.Attribute and (
+        func.attr in GPU_METHODS or type(func.value) is ast.Name and func.value.id in GPU_WORK_NAMES)
+
+
+CLASSIFY = {"sync": _sync, "log": _log, "compile": _compile, "gpu-work": _gpu_work}
+WORDS = {"sync": SYNC_WORDS, "log": LOG_WORDS, "compile": COMPILE_WORDS}
 
 
 def region_calls(model, kinds: tuple[str, ...]) -> Iterator[tuple[object, cst.Call, cst.Call | None]]:

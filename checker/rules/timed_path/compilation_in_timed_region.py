@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.model import walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import COMPILE_NAMES, TIMED, TIMER_TEXT, hot_gate, report_calls, timed_gate
+from kcheck.rules.timed_path import TIMED, region_reaches, report_calls
 
 
 class CompilationInTimedRegion(Rule):
@@ -76,7 +76,8 @@ class Block(torch.nn.Module):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return timed_gate(summary, COMPILE_NAMES) or hot_gate(summary, config, COMPILE_NAMES)
+        """A timed region or a hot path that reaches ``torch.compile`` or another compiler."""
+        return region_reaches(summary, TIMED + ("hot-path",), "compile", config)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import SYNC_NAMES, SYNC_TEXT, graph_gate, report_calls
+from kcheck.rules.timed_path import SYNC_TEXT, region_reaches, report_calls
 
 
 class HostSyncInGraphCapture(Rule):
@@ -80,7 +80,8 @@ def capture(graph, logits):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return graph_gate(summary, SYNC_NAMES)
+        """A ``with torch.cuda.graph(...)`` block that reaches a host sync."""
+        return region_reaches(summary, ("graph-capture",), "sync")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
@@ -8,7 +9,7 @@ from kcheck.model import MEASUREMENT_PATH, walk
 from kcheck.rule import Rule
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
 from kcheck.rules.timed_path import (
-    DEBUG_PATH, REFERENCE_PATH, SYNC_NAMES, SYNC_TEXT, hot_gate, off_the_step,
+    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, SYNC_WORDS, FileView, _dotted, file_view, off_the_step,
 )
 
 
@@ -121,7 +122,20 @@ def decode_step(model, tokens):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return hot_gate(summary, config, SYNC_NAMES)
+        """Serving code (not a test, benchmark, debugging tool, reference or sample submission) with
+        a hot path, not another backend's slot or a debugging tool's, that reaches a host sync the
+        rule does not excuse by its callee alone (a CPU-named tensor, another backend, an event)."""
+        path = summary.path
+        if MEASUREMENT_PATH.search(path) or DEBUG_PATH.search(path) or REFERENCE_PATH.search(path) \
+                or SHIPPED_EXAMPLE.search(path):
+            return False
+        view = file_view(summary)
+        if SYNC_WORDS.isdisjoint(view.words):
+            return False
+        return any(
+            not (OFF_CUDA_SLOT.search(summary.functions[i].name) or view.exact and TOOL_CLASS.search(view.owner[i]))
+            and view.reaches(_per_step(view, i, calls), lambda c: view.classified("hot-sync", c))
+            for _, i, calls in view.regions("hot-path", config))
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -294,3 +308,36 @@ def _isinstance_list(test: cst.CSTNode) -> bool:
         ):
             return True
     return False
+
+
+def _per_step(view: FileView, i: int, calls: list[ast.Call]) -> list[ast.Call]:
+    """The calls of hot path ``i`` that run per step: in a pipeline stage's ``forward`` (``_per_request``)
+    only those on the lines of a loop or comprehension (``_in_loop``), elsewhere all."""
+    if not (view.exact and view.owner[i].endswith("Stage")):
+        return calls
+    loops = [(n.lineno, n.end_lineno) for n in ast.walk(view.nodes[i]) if isinstance(n, LOOPS)]
+    return [c for c in calls if any(lo <= c.lineno <= hi for lo, hi in loops)]
+
+
+LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _hot_sync(view: FileView, call: ast.Call) -> bool:
+    """A host sync (``CLASSIFY["sync"]``) that is not on a CPU-named tensor (``_cpu_named``), not
+    another backend's (``OTHER_BACKEND_CALL``) and not a wait on an event (``_event_wait``)."""
+    if not CLASSIFY["sync"](view, call):
+        return False
+    func = call.func
+    if type(func) is ast.Attribute and any(
+            type(n) is ast.Name and CPU_NAME.search(n.id) or type(n) is ast.Attribute and CPU_NAME.search(n.attr)
+            for n in ast.walk(func.value)):
+        return False
+    names = view.qualnames(func)
+    if names and all(OTHER_BACKEND_CALL.match(n) for n in names):
+        return False
+    if type(func) is ast.Attribute and func.attr == "synchronize" and re.search(r"event", _dotted(func.value) or "", re.I):
+        return False
+    return True
+
+
+CLASSIFY["hot-sync"] = _hot_sync

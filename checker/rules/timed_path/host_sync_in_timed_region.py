@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.model import walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import SYNC_NAMES, SYNC_TEXT, TIMED, TIMER_TEXT, gpu_work, region_calls, timed_gate
+from kcheck.rules.timed_path import SYNC_TEXT, TIMED, TIMER_TEXT, gpu_work, region_calls, region_reaches
 
 
 class HostSyncInTimedRegion(Rule):
@@ -129,7 +129,8 @@ def bench(fn, x):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return timed_gate(summary, SYNC_NAMES)
+        """An event window, a ``do_bench`` callable or a host-timer window that reaches a host sync."""
+        return region_reaches(summary, TIMED, "sync")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

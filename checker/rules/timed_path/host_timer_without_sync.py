@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import GPU_METHODS, GPU_WORK_NAMES, TIMER_NAMES, gpu_work, timed_gate
+from kcheck.rules.timed_path import file_view, gpu_work
 
 # Text of a file that can put work on a GPU.
 GPU_TEXT = re.compile(r"cuda|gpu|device|accelerator|triton|xpu|\bhip\b|Event", re.I)
@@ -108,8 +108,10 @@ def bench(x, w):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        kernels = {f.name for f in summary.functions if f.decorators & {"jit", "autotune", "heuristics"}}
-        return timed_gate(summary, GPU_WORK_NAMES | GPU_METHODS | kernels)
+        """A host-timer window in measurement code, outside an ``async def``, with a launch of its own."""
+        view = file_view(summary)
+        return any(not view.is_async(i) and any(view.classified("gpu-work", c) for c in calls)
+                   for _, i, calls in view.regions("host-timer"))
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
