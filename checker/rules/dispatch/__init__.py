@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from kcheck.claims import (
-    HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, Claim, Use, compute_uses, families,
+    BUILTINS, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
     is_reference_name, library_family,
 )
 from kcheck.rule import Rule
@@ -249,46 +249,126 @@ def _decorator_names(facts: AstFacts, fn: ast.AST) -> list[str]:
     return out
 
 
-def _claims(summary, config) -> tuple[set[str], bool] | None:
-    """The functions that can be KC1xx kernel claims, by name, and whether a ``ModelNew`` is one of
-    them; None when every function may be one (a configured kernel path). Mirrors
-    :func:`kcheck.claims._find_kernel_claims` minus the ``forward_cuda`` of a ``CustomOp``, which
-    :func:`analyse` skips: a ``ModelNew`` with a ``forward``, a function registered by a decorator
-    (``custom_op``, ``register_kernel``, ``impl(...)``) or by a call (``lib.impl("op", fn)``,
-    ``direct_register_custom_op(op_func=fn)``), a ``custom_kernel``."""
+def _claims(summary, config) -> tuple[set[str], bool, list[ast.AST]] | None:
+    """The functions that can be KC1xx kernel claims KC101 or KC102 may report, by name, whether a
+    ``ModelNew`` is one of them, and their definitions; None when every function may be one (a
+    configured kernel path).
+
+    Mirrors :func:`kcheck.claims._find_kernel_claims` minus the ``forward_cuda`` of a ``CustomOp``,
+    which :func:`analyse` skips: a ``ModelNew`` with a ``forward``, a function registered by a
+    decorator (``custom_op``, ``register_kernel``, ``impl(...)``) or by a call (``lib.impl("op", fn)``,
+    ``direct_register_custom_op(op_func=fn)``), a ``custom_kernel``. A claim whose own body surely
+    calls something both rules give up on (:func:`_opaque_call`) is left out."""
     cached = summary.memo.get("dispatch_claims")
     if cached is not None:
         return cached[0]
     if config.kernel_paths and config.is_kernel_path(summary.path):
         summary.memo["dispatch_claims"] = (None,)
         return None
-    names: set[str] = set()
-    model_new = False
+    claims: list[ast.AST] = []
+    model_new: list[ast.AST] = []
     if "ModelNew" in summary.class_names:
         for cls in ast_facts(summary).classes:
-            if cls.name == "ModelNew" and any(isinstance(s, _FUNCTION_DEFS) and s.name == "forward" for s in cls.body):
-                model_new = True
-                names.add("forward")
+            if cls.name == "ModelNew":
+                model_new += [s for s in cls.body if isinstance(s, _FUNCTION_DEFS) and s.name == "forward"]
     # a registering decorator, written as such or imported under another name (``custom_op as co``)
     if any(f.decorators & REGISTERING for f in summary.functions) or any(
         i.rsplit(".", 1)[-1] in REGISTERING for i in summary.imports
     ):
         facts = ast_facts(summary)
-        for name, fns in facts.defs.items():
-            if any(REGISTERING & set(_decorator_names(facts, fn)) for fn in fns):
-                names.add(name)
-    if "custom_kernel" in summary.function_names():
-        names.add("custom_kernel")
+        claims += [fn for fns in facts.defs.values() for fn in fns if REGISTERING & set(_decorator_names(facts, fn))]
+    registered = {"custom_kernel"} & summary.function_names()
     local = summary.function_names()
     for call, _ in summary.calls:  # lib.impl("op", fn, "CUDA"), direct_register_custom_op("op", fn) or op_func=fn
         last = _last_name(call.func)
         if last == "impl" or last.endswith("register_custom_op"):
-            for arg in [*call.args[1:], *(k.value for k in call.keywords)]:
-                if isinstance(arg, ast.Name) and arg.id in local:
-                    names.add(arg.id)
-    result = ({n for n in names if not is_reference_name(n)}, model_new)
+            registered |= {a.id for a in [*call.args[1:], *(k.value for k in call.keywords)]
+                           if isinstance(a, ast.Name) and a.id in local}
+    if registered:
+        claims += [fn for name in registered for fn in ast_facts(summary).defs.get(name, ())]
+    live = model_new + claims
+    if live and not config.library_ops:
+        facts = ast_facts(summary)
+        live = [fn for fn in live if not any(_opaque_call(summary, facts, c) for c in _claim_calls(facts, fn))]
+    live = [fn for fn in live if not is_reference_name(fn.name)]
+    result = ({fn.name for fn in live}, any(fn in live for fn in model_new), live)
     summary.memo["dispatch_claims"] = (result,)
     return result
+
+
+def _own_calls(fn: ast.AST):
+    """The calls in a function's body outside nested functions, classes and lambdas (what
+    :func:`kcheck.claims.compute_uses` reads of the claim itself)."""
+    stack = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _claim_calls(facts: AstFacts, fn: ast.AST):
+    """The calls :func:`kcheck.claims.compute_uses` surely classifies for a claim: those of its own
+    body and of each helper it calls by a bare name that only one function of the file has (the one
+    ``ModelNew.callee`` resolves; its body is always read, one call deep)."""
+    for call in _own_calls(fn):
+        yield call
+        func = call.func
+        if isinstance(func, ast.Name) and func.id not in facts.aliases and not _skip(func.id):
+            helpers = facts.defs.get(func.id, ())
+            if len(helpers) == 1 and helpers[0] is not fn:
+                yield from _own_calls(helpers[0])
+
+
+def _sure_launch(facts: AstFacts, extensions: set[str], call: ast.Call) -> bool:
+    """Whether :func:`kcheck.claims._find_launches` surely records ``call`` as a launch: a Triton
+    launch ``x[grid](...)`` where ``x`` ends in a name with "kernel" in it or names a ``@triton.jit``
+    (``autotune``, ``heuristics``) function of this file, or ``ext.fn(...)`` for a module-level
+    ``ext = load_inline(...)`` (``extensions``). A launch on a claim's compute path stops KC101."""
+    if not isinstance(call.func, ast.Subscript):
+        raw = dotted(call.func) or ""
+        return "." in raw and raw.split(".")[0] in extensions and raw.split(".")[0] not in facts.aliases
+    base = dotted(call.func.value) or ""
+    if "kernel" in base.split(".")[-1].lower():
+        return True
+    return any(TRITON_DECORATORS & set(_decorator_names(facts, fn)) for fn in facts.defs.get(base, ()))
+
+
+def _opaque_call(summary, facts: AstFacts, call: ast.Call) -> bool:
+    """Whether :func:`kcheck.claims.classify_call` surely makes ``call`` an ``unknown`` use or a
+    launch that is no side job, either of which stops KC101 and KC102 for the claim: a call through
+    an imported name (not ``self``) that is no library op, into a module outside
+    :data:`NEUTRAL_MODULES` or into ``torch.ops.<namespace>`` (``aiter.fused_moe(...)``,
+    ``ops.rms_norm(...)`` from ``_custom_ops``), or a call of a bare name that is neither imported,
+    a builtin, a class nor a function of this file (``block(x)`` for a local ``block``). Neither is
+    followed as a same-module helper: the model resolves an imported name to the import."""
+    raw = dotted(call.func)
+    if raw is None or "()" in raw:
+        return False
+    head = raw.split(".")[0]
+    if head not in facts.aliases:
+        return isinstance(call.func, ast.Name) and head not in BUILTINS and head not in summary.class_names and (
+            head not in by_name(summary)) and library_family(head) is None
+    if head in ("self", "cls"):
+        return False
+    name = facts.qualname(call.func) or ""
+    if library_family(name):
+        return False
+    parts = name.split(".")
+    if parts[0] not in NEUTRAL_MODULES:
+        return True
+    return name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims")
+
+
+def _module_extensions(summary, facts: AstFacts) -> set[str]:
+    """Names bound at module level to ``torch.utils.cpp_extension.load_inline``/``load`` exactly, one
+    target each (as :func:`kcheck.claims._module_bindings` finds them)."""
+    return {stmt.targets[0].id for stmt in summary.tree.body
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Call) and facts.qualname(stmt.value.func) in (
+                "torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load")}
 
 
 def _builds_extension(facts: AstFacts, call: ast.Call) -> bool:
@@ -321,7 +401,13 @@ def library_gate(summary, config, heavy: bool = False) -> bool:
     claims = _claims(summary, config)
     if claims is None:
         return True
-    names, model_new = claims
+    names, model_new, live = claims
+    if not heavy and not config.library_ops:  # KC101 also needs a claim that launches nothing
+        facts = ast_facts(summary)
+        extensions = _module_extensions(summary, facts)
+        launching = [fn for fn in live if any(_sure_launch(facts, extensions, c) for c in _claim_calls(facts, fn))]
+        names = {fn.name for fn in live if fn not in launching}
+        model_new = model_new and any(fn.name == "forward" for fn in live if fn not in launching)
     if not names:
         return False
     if config.library_ops:
