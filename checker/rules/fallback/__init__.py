@@ -192,6 +192,15 @@ def broad_except_gate(summary) -> bool:
     return False
 
 
+def _builtin_or_logger(call: ast.Call) -> bool:
+    """A call ``_falls_back`` surely ignores: a builtin by its bare name (``str(exc)``) or a logger
+    method on a receiver with "log" in its name (:func:`is_announcer`, whatever the configuration)."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id in BUILTINS
+    return isinstance(func, ast.Attribute) and func.attr in ANNOUNCE_METHODS and "log" in (dotted(func.value) or "").lower()
+
+
 def _broad_handler(handler: ast.ExceptHandler) -> bool:
     if handler.type is not None:
         types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
@@ -199,11 +208,11 @@ def _broad_handler(handler: ast.ExceptHandler) -> bool:
             return False
     calls = False
     stack = [(stmt, False) for stmt in handler.body]
-    while stack:  # a raise the rule surely sees (outside nested definitions), a non-builtin call anywhere
+    while stack:  # a raise the rule surely sees (outside nested definitions), a call that may compute anywhere
         node, nested = stack.pop()
         if isinstance(node, ast.Raise) and not nested:
             return False
-        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in BUILTINS):
+        if isinstance(node, ast.Call) and not _builtin_or_logger(node):
             calls = True
         nested = nested or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
         stack.extend((child, nested) for child in ast.iter_child_nodes(node))
