@@ -239,7 +239,8 @@ def _int_values(model, module: cst.Module) -> dict[str, int]:
     (as ``num_cols``), ``def f(n=1024)``, ``HIDDEN = 7168``."""
     found: dict[str, set[int]] = {}
     for node in nodes_under(module, nested=True):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value == "add_argument":
             flag = next((a.value.evaluated_value for a in node.args if a.keyword is None
                          and isinstance(a.value, cst.SimpleString) and a.value.evaluated_value.startswith("--")), None)
             default = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "default"), None)

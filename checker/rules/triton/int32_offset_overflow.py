@@ -26,15 +26,16 @@ LARGE_TENSOR = re.compile(r"logit|vocab|kv_cache|k_cache|v_cache|key_cache|value
 # Tensors a few values wide per token or request: router outputs, draft and sampling tables,
 # positions and sequence lengths.
 SMALL_TENSOR = re.compile(r"gating|router|expert|topk|top_k|draft|accept|bonus|candidate|position|seq_?len"
-                          r"|req_to|token_ids?$|_ids?(_|$)|indptr|mask|scale|idx|indices", re.IGNORECASE)
+                          r"|req_to|token_ids?$|_ids?(_|$)|indptr|mask|scale|idx|ind(ex|ices)"
+                          r"|^d[wb](_|$)", re.IGNORECASE)  # dW/dB: per-program partial gradient buffers
 # Sequence lengths: a pid multiplied by one indexes the rows of a whole batch of sequences.
 SEQUENCE = re.compile(r"seq|len$|_len_|tokens|^[TL]$", re.IGNORECASE)
 # Per-feature parameters of a normalisation or affine row op.
 WEIGHT = re.compile(r"^(w|gamma|beta)(_ptr)?$|weight", re.IGNORECASE)
 # Kernels of routing, sampling, speculative decoding and attention metadata: they address
 # per-token or per-request tables a few values wide.
-SMALL_KERNEL = re.compile(r"routing|router|gating|_gate_?kernel|topk|top_k|sampl|spec|draft|verify|metadata|accept|reject"
-                          r"|dt_|_dt|cumsum|state_passing|lse|combine|stage2|reduce|decode|update|replay",
+SMALL_KERNEL = re.compile(r"routing|router|gating|_gate_?kernel|topk|top_k|sampl|spec|draft|verify|metadata|accept"
+                          r"|reject|temb|dt_|_dt|cumsum|state_passing|lse|combine|stage2|reduce|decode|update|replay",
                           re.IGNORECASE)
 # Files of speculative decoding, sampling and decode-step state updates: per-request tensors.
 SMALL_FILE = re.compile(r"speculative|sampling|sampler|/spec|state_update", re.IGNORECASE)
@@ -68,9 +69,10 @@ class Int32OffsetOverflow(Rule):
     index tables and rotary tables; offsets into block-sized buffers (`*partial*`, `scratch`,
     `workspace`, `lock`) and into routing, index and scale tables (`gating_output`,
     `router_logits`, `topk_ids`, block tables, `slot_mapping`, positions, sequence lengths,
-    per-group scales); batch strides of a tensor with no sequence stride (one token per batch
-    entry: a decode step); kernels of routing, sampling, speculative decoding, attention
-    metadata, split-KV reduction and decode-step state updates (by kernel name), and files of
+    per-group scales, `index` flags, per-program `dW`/`dB` partial gradients); batch strides
+    of a tensor with no sequence stride (one token per batch entry: a decode step); kernels of
+    routing, sampling, speculative decoding, timestep-embedding tables, attention metadata,
+    split-KV reduction and decode-step state updates (by kernel name), and files of
     speculative decoding and sampling. Those address per-token or per-request tensors a few
     values wide: tokens x experts or a draft-token table stays far below 2^31.
 
