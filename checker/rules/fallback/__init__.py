@@ -158,14 +158,18 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
     return dispatching & reachable(summary, {"forward_cuda"}, 3, _skip) if claimed else set()
 
 
-def claimed_dispatch_gate(summary, config, *needs: set[str]) -> bool:
+def claimed_dispatch_gate(summary, config, *needs) -> bool:
     """Whether a dispatching function on a claim's compute path (:func:`claimed_dispatchers`) uses
-    a name of each of ``needs`` (names, or the gate's statement markers such as ``<assert>``)."""
+    a name of each of ``needs``: sets of names or of the gate's statement markers such as
+    ``<assert>``, or functions ``summary -> set`` (called only when such a function exists)."""
     names = claimed_dispatchers(summary, config)
     if names is None:
         return True
+    if not names:
+        return False
+    wanted = [n(summary) if callable(n) else n for n in needs]
     functions = by_name(summary)
-    return any(all(f.names & n for n in needs) for name in names for f in functions[name])
+    return any(all(f.names & n for n in wanted) for name in names for f in functions[name])
 
 
 def device_names(summary) -> set[str]:
@@ -173,6 +177,12 @@ def device_names(summary) -> set[str]:
     ``torch.cuda.is_available`` (under any name it is imported as)."""
     return DEVICE_ATTRS | {"is_available"} | {
         local for local, name in ast_facts(summary).aliases.items() if name == "torch.cuda.is_available"}
+
+
+def support_names(summary) -> set[str]:
+    """The names a KC301 support check reads (:func:`support_checks` counts only dtype, device,
+    shape and head-size properties): ``dtype``, ``shape``, ``size()``, a device name, a head size."""
+    return device_names(summary) | {"dtype", "shape", "size"} | {n for n in summary.all_names if HEAD_NAME.search(n)}
 
 
 def broad_except_gate(summary) -> bool:

@@ -110,7 +110,7 @@ class RMSNorm(CustomOp):
     def gate(cls, summary, config) -> bool:
         """A dispatching function on a claim's compute path that reads a device property (the only
         tests :func:`device_only` accepts)."""
-        return claimed_dispatch_gate(summary, config, {"<if>"}, device_names(summary))
+        return claimed_dispatch_gate(summary, config, {"<if>"}, device_names)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
