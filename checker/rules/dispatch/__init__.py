@@ -89,6 +89,10 @@ def dotted(node: ast.AST) -> str | None:
 
 
 _FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# fields that never hold a node worth visiting (as in kcheck.gate); per node type, in reverse order
+_NOT_CHILDREN = {"ctx", "id", "attr", "kind", "type_comment", "level", "module", "arg", "conversion", "is_async",
+                 "simple", "name", "names", "asname"}
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def ast_facts(summary) -> AstFacts:
@@ -100,6 +104,7 @@ def ast_facts(summary) -> AstFacts:
     facts = AstFacts({})
     aliases, defs, classes, tries, matmul = facts.aliases, facts.defs, facts.classes, facts.tries, facts.matmul
     stack: list[tuple[ast.AST, tuple[str, ...]]] = [(summary.tree, ())] if summary.tree is not None else []
+    fields_of = _CHILD_FIELDS
     while stack:
         node, enclosing = stack.pop()
         kind = type(node)
@@ -131,11 +136,19 @@ def ast_facts(summary) -> AstFacts:
                 dot = "." if module and not module.endswith(".") else ""
                 aliases[local] = f"{module}{dot}{alias.name}"
             continue
-        elif kind is ast.Name or kind is ast.Constant or kind is ast.Load or kind is ast.Store:
+        elif kind is ast.Name or kind is ast.Constant:
             continue
+        fields = fields_of.get(kind)
+        if fields is None:
+            fields = fields_of[kind] = tuple(f for f in reversed(kind._fields) if f not in _NOT_CHILDREN)
         # children pushed in reverse: a pre-order walk in source order, so that a name imported twice
         # resolves to its last import, as in the model's table
-        stack.extend([(child, enclosing) for child in ast.iter_child_nodes(node)][::-1])
+        for name in fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                stack.extend([(v, enclosing) for v in reversed(value) if isinstance(v, ast.AST)])
+            elif isinstance(value, ast.AST):
+                stack.append((value, enclosing))
     summary.memo["dispatch"] = facts
     return facts
 
@@ -402,7 +415,7 @@ def library_gate(summary, config, heavy: bool = False) -> bool:
     if claims is None:
         return True
     names, model_new, live = claims
-    if not heavy and not config.library_ops:  # KC101 also needs a claim that launches nothing
+    if names and not heavy and not config.library_ops:  # KC101 also needs a claim that launches nothing
         facts = ast_facts(summary)
         extensions = _module_extensions(summary, facts)
         launching = [fn for fn in live if any(_sure_launch(facts, extensions, c) for c in _claim_calls(facts, fn))]
