@@ -8,6 +8,8 @@ gates, over the ``ast`` (:class:`FileView`).
 from __future__ import annotations
 
 import ast
+import fnmatch
+import functools
 import re
 from typing import Callable, Iterator
 
@@ -82,7 +84,8 @@ class FileView:
 
     def __init__(self, summary) -> None:
         self.summary = summary
-        self.words = summary.all_names | {i.rsplit(".", 1)[-1] for i in summary.imports}
+        self.imported = {i.rsplit(".", 1)[-1] for i in summary.imports}  # last components
+        self.words = summary.all_names | self.imported
         self.names = summary.function_names()
         self._walked = False
         self._calls: dict[int | None, list[ast.Call]] | None = None
@@ -90,6 +93,7 @@ class FileView:
         self._measuring: dict[int | None, bool] = {}
         self._classified: dict[tuple[str, int], bool] = {}
         self._regions: dict[str, list] = {}
+        self._bodies: dict[int, list[ast.Call]] = {}
 
     # -- the statement walk: imports, defs, withs -------------------------------------------
 
@@ -108,7 +112,9 @@ class FileView:
             n.name == f.name for n, f in zip(self._nodes, functions))
 
     def _statements(self, body: list, function: int | None, owner: str) -> None:
-        for stmt in body:
+        stack = [(stmt, function, owner) for stmt in reversed(body)]  # pre-order, as the summary's walk
+        while stack:
+            stmt, function, owner = stack.pop()
             kind = type(stmt)
             if kind is ast.Import:
                 for a in stmt.names:
@@ -125,23 +131,24 @@ class FileView:
             fields = _BLOCKS.get(kind)
             if fields is None:
                 continue
-            inner, inner_owner = function, owner
             if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
-                inner, inner_owner = len(self._nodes), stmt.name
                 self._nodes.append(stmt)
                 self._parent.append(function)
                 self._owner.append(owner)
+                function, owner = len(self._nodes) - 1, stmt.name
             elif kind is ast.ClassDef:
-                inner_owner = stmt.name
+                owner = stmt.name
             elif kind is ast.With or kind is ast.AsyncWith:
                 self._withs.append((stmt, function))
+            inner = []
             for name in fields:
                 value = getattr(stmt, name)
                 if name == "handlers" or name == "cases":
                     for v in value:
-                        self._statements(v.body, inner, inner_owner)
+                        inner.extend(v.body)
                 elif value:
-                    self._statements(value, inner, inner_owner)
+                    inner.extend(value)
+            stack.extend([(v, function, owner) for v in reversed(inner)])
 
     def __getattr__(self, name: str):
         if name in ("aliases", "nodes", "parent", "owner", "withs", "exact"):
@@ -157,13 +164,18 @@ class FileView:
             self._calls = {}
             for call, f in self.summary.calls:
                 self._calls.setdefault(index[id(f)] if f is not None else None, []).append(call)
-            if self.exact:  # a def's decorators and defaults run where it is defined, not in its body
-                for i, calls in self._calls.items():
-                    if i is not None:
-                        start = self.nodes[i].body[0].lineno
-                        if any(c.lineno < start for c in calls):
-                            self._calls[i] = [c for c in calls if c.lineno >= start]
         return self._calls
+
+    def body(self, i: int) -> list[ast.Call]:
+        """The calls in def ``i``'s body: its decorators and defaults run where it is defined."""
+        found = self._bodies.get(i)
+        if found is None:
+            found = self.calls.get(i, [])
+            if self.summary.functions[i].decorators and self.exact:  # defaults are kept: a superset
+                start = self.nodes[i].body[0].lineno
+                found = [c for c in found if c.lineno >= start]
+            self._bodies[i] = found
+        return found
 
     @property
     def by_name(self) -> dict[str, list[int]]:
@@ -191,21 +203,27 @@ class FileView:
         suffix = "()" if call else ""
         return [f"{t}{suffix}.{rest}" if rest else f"{t}{suffix}" for t in targets]
 
-    def last_words(self, func: ast.AST) -> list[str]:
-        """The last component of every name a called ``func`` may stand for (cheap: an attribute's
-        is its own; a bare name's changes only through an import)."""
+    def may_be(self, func: ast.AST, wanted: set[str]) -> bool:
+        """Whether a called ``func`` may stand for a name whose last component is in ``wanted``: an
+        attribute's is its own; a bare name's is its own or, through an import, the imported one's
+        (looked up only when the file imports such a name)."""
         if type(func) is ast.Attribute:
-            return [func.attr]
+            return func.attr in wanted
         if type(func) is ast.Name:
-            targets = self.aliases.get(func.id)
-            return [t.rsplit(".", 1)[-1] for t in targets] if targets else [func.id]
-        return []
+            return func.id in wanted or not wanted.isdisjoint(self.imported) and any(
+                t.rsplit(".", 1)[-1] in wanted for t in self.aliases.get(func.id, ()))
+        return False
 
     def measuring(self, function: int | None) -> bool:
         """Whether event windows and host timers count here: measurement code by path, or a
         function (or one around it) named like measurement code."""
         if function not in self._measuring:
+            functions = self.summary.functions
             if MEASUREMENT_PATH.search(self.summary.path):
+                found = True
+            elif not any(MEASUREMENT_FUNCTION.match(f.name) for f in functions):
+                found = False
+            elif function is not None and MEASUREMENT_FUNCTION.match(functions[function].name):
                 found = True
             elif function is None or not self.exact:  # a class body may sit in a function: any will do
                 found = any(MEASUREMENT_FUNCTION.match(f.name) for f in self.summary.functions)
@@ -250,16 +268,16 @@ class FileView:
 
     def _host_timer(self, config) -> list:
         words = KIND_WORDS["host-timer"]
-        return self._windows("host-timer", lambda c: not words.isdisjoint(self.last_words(c.func)) and any(
-            q in HOST_TIMERS for q in self.qualnames(c.func)))
+        return self._windows("host-timer", lambda c: self.may_be(c.func, words) and (
+            _dotted(c.func) in HOST_TIMERS or any(q in HOST_TIMERS for q in self.qualnames(c.func))))
 
     def _bench_callable(self, config) -> list:
         out = []
         for call, _ in self.summary.calls:
-            if BENCH_TIMERS.isdisjoint(self.last_words(call.func)):
+            if not self.may_be(call.func, BENCH_TIMERS):
                 continue
             for value in _arguments(call):
-                if type(value) is ast.Call and any(w.endswith("partial") for w in self.last_words(value.func)):
+                if type(value) is ast.Call and any(q.endswith("partial") for q in self.qualnames(value.func)):
                     targets = _arguments(value)
                 else:
                     targets = [value]
@@ -269,13 +287,13 @@ class FileView:
                     elif type(target) is ast.Name:
                         for i, f in enumerate(self.summary.functions):  # the model takes any def of the name
                             if f.name == target.id:
-                                out.append(("bench-callable", i, self.calls.get(i, [])))
+                                out.append(("bench-callable", i, self.body(i)))
         return out
 
     def _graph_capture(self, config) -> list:
         out = []
         for stmt, function in self.withs:
-            if any(type(item.context_expr) is ast.Call and "graph" in self.last_words(item.context_expr.func)
+            if any(type(item.context_expr) is ast.Call and self.may_be(item.context_expr.func, {"graph"})
                    and GRAPH_CAPTURE & set(self.qualnames(item.context_expr.func)) for item in stmt.items):
                 lo, hi = stmt.body[0].lineno, stmt.end_lineno
                 calls = self.calls.get(function, ()) if self.exact else [c for c, _ in self.summary.calls]
@@ -283,8 +301,8 @@ class FileView:
         return out
 
     def _hot_path(self, config) -> list:
-        return [("hot-path", i, self.calls.get(i, [])) for i, f in enumerate(self.summary.functions)
-                if config.is_hot_path(f.name)]
+        hot = _hot_path_pattern(config.hot_path_functions)
+        return [("hot-path", i, self.body(i)) for i, f in enumerate(self.summary.functions) if hot(f.name)]
 
     # -- reachability ---------------------------------------------------------------------------
 
@@ -310,7 +328,7 @@ class FileView:
                     for i in self.callees(call):
                         if i not in seen:
                             seen.add(i)
-                            nxt.extend(self.calls.get(i, ()))
+                            nxt.extend(self.body(i))
             frontier = nxt
         return False
 
@@ -321,6 +339,12 @@ class FileView:
         if hit is None:
             hit = self._classified[key] = CLASSIFY[what](self, call)
         return hit
+
+
+@functools.lru_cache(maxsize=8)
+def _hot_path_pattern(patterns: tuple[str, ...]):
+    """``Config.is_hot_path`` as one compiled regex (``fnmatchcase`` of any pattern)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)").match
 
 
 def file_view(summary) -> FileView:
@@ -341,7 +365,7 @@ def region_reaches(summary, kinds: tuple[str, ...], what: str, config=None) -> b
 
 def _sync(view: FileView, call: ast.Call) -> bool:
     """What ``ModuleModel.sync_kind`` can call a host sync (never less)."""
-    if SYNC_WORDS.isdisjoint(view.last_words(call.func)):
+    if not view.may_be(call.func, SYNC_WORDS):
         return False
     names = view.qualnames(call.func)
     positional = len(call.args) + sum(1 for k in call.keywords if k.arg is None)
@@ -365,7 +389,7 @@ def _sync(view: FileView, call: ast.Call) -> bool:
 def _log(view: FileView, call: ast.Call) -> bool:
     """What ``ModuleModel.log_kind`` can call printing or logging (never less)."""
     func = call.func
-    if LOG_WORDS.isdisjoint(view.last_words(func)):
+    if not view.may_be(func, LOG_WORDS):
         return False
     if type(func) is ast.Name and func.id == "print" and "print" not in view.names:
         return True
@@ -378,7 +402,7 @@ def _log(view: FileView, call: ast.Call) -> bool:
 
 
 def _compile(view: FileView, call: ast.Call) -> bool:
-    return not COMPILE_WORDS.isdisjoint(view.last_words(call.func)) and any(
+    return view.may_be(call.func, COMPILE_WORDS) and any(
         q in COMPILERS for q in view.qualnames(call.func))
 
 

@@ -132,8 +132,10 @@ def decode_step(model, tokens):
         view = file_view(summary)
         if SYNC_WORDS.isdisjoint(view.words):
             return False
+        tools = any(TOOL_CLASS.search(n) for n in summary.class_names | view.names)
         return any(
-            not (OFF_CUDA_SLOT.search(summary.functions[i].name) or view.exact and TOOL_CLASS.search(view.owner[i]))
+            not (OFF_CUDA_SLOT.search(summary.functions[i].name)
+                 or tools and view.exact and TOOL_CLASS.search(view.owner[i]))
             and view.reaches(_per_step(view, i, calls), lambda c: view.classified("hot-sync", c))
             for _, i, calls in view.regions("hot-path", config))
 
@@ -313,7 +315,8 @@ def _isinstance_list(test: cst.CSTNode) -> bool:
 def _per_step(view: FileView, i: int, calls: list[ast.Call]) -> list[ast.Call]:
     """The calls of hot path ``i`` that run per step: in a pipeline stage's ``forward`` (``_per_request``)
     only those on the lines of a loop or comprehension (``_in_loop``), elsewhere all."""
-    if not (view.exact and view.owner[i].endswith("Stage")):
+    stages = any(n.endswith("Stage") for n in view.summary.class_names)
+    if not (stages and view.exact and view.owner[i].endswith("Stage")):
         return calls
     loops = [(n.lineno, n.end_lineno) for n in ast.walk(view.nodes[i]) if isinstance(n, LOOPS)]
     return [c for c in calls if any(lo <= c.lineno <= hi for lo, hi in loops)]
