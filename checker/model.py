@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import libcst as cst
 
@@ -205,12 +205,14 @@ class ModuleModel:
                     self._callers.setdefault(id(target), []).append(call)
         return self._callers.get(id(fn), [])
 
-    def calls_in(self, nodes: list[cst.CSTNode], depth: int = 3) -> Iterator[tuple[cst.Call, cst.Call | None]]:
+    def calls_in(self, nodes: list[cst.CSTNode], depth: int = 3,
+                 follow: Callable[[cst.Call], bool] | None = None) -> Iterator[tuple[cst.Call, cst.Call | None]]:
         """Every call under ``nodes``, and in the same-module helpers they call (to ``depth``).
 
         Yields ``(call, via)``: ``via`` is the call site inside ``nodes`` that led into a helper,
         or None for a call written directly in the region. Nested function and class bodies
-        are not entered (they do not run where they are defined).
+        are not entered (they do not run where they are defined), nor is a helper whose call
+        site ``follow`` rejects (at any depth: a call under ``if debug:`` two helpers down).
         """
         seen: set[int] = set()
 
@@ -220,7 +222,7 @@ class ModuleModel:
                     yield call, via
                     target = self.callee(call)
                     if (target is not None and level < depth and id(target) not in seen and not _memoized(target)
-                            and not _generator(target)):
+                            and not _generator(target) and (follow is None or follow(call))):
                         seen.add(id(target))
                         yield from walk([target.body], via or call, level + 1)
 

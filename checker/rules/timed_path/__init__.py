@@ -427,14 +427,16 @@ CLASSIFY = {"sync": _sync, "log": _log, "compile": _compile, "gpu-work": _gpu_wo
 WORDS = {"sync": SYNC_WORDS, "log": LOG_WORDS, "compile": COMPILE_WORDS}
 
 
-def region_calls(model, kinds: tuple[str, ...]) -> Iterator[tuple[object, cst.Call, cst.Call | None]]:
-    """(region, call, via) for every call inside a region of one of ``kinds``, each call once."""
+def region_calls(model, kinds: tuple[str, ...], follow: Callable | None = None
+                 ) -> Iterator[tuple[object, cst.Call, cst.Call | None]]:
+    """(region, call, via) for every call inside a region of one of ``kinds``, each call once
+    (``follow``: as in :meth:`kcheck.model.ModuleModel.calls_in`)."""
     seen: set[int] = set()
     for region in model.timed_regions:
         if region.kind not in kinds:
             continue
         roots = [n for n in region.nodes if id(n) not in region.exempt]
-        for call, via in model.calls_in(roots):
+        for call, via in model.calls_in(roots, follow=follow):
             if id(call) not in seen:
                 seen.add(id(call))
                 yield region, call, via

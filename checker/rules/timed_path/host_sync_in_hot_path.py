@@ -149,7 +149,7 @@ def decode_step(model, tokens):
         for region, call, via in _hot_calls(model):
             where = via if via is not None else call
             if _allowed(model, call) or off_the_step(model, call) or _cpu_named(model, call) or (
-                via is not None and (_allowed(model, via) or off_the_step(model, via))
+                via is not None and _allowed(model, via)
             ) or (_per_request(model, region) and not _in_loop(model, where, region.function)):
                 continue
             what = model.sync_kind(call, model.enclosing_function(call))
@@ -182,7 +182,7 @@ def _hot_calls(model):
         if region.kind != "hot-path" or _off_cuda_slot(model, region.function):
             continue
         roots = [n for n in region.nodes if id(n) not in region.exempt]
-        for call, via in model.calls_in(roots):
+        for call, via in model.calls_in(roots, follow=lambda site: not off_the_step(model, site)):
             if id(call) in seen or (via is not None and _recursive(model, via, region.function)):
                 continue
             seen.add(id(call))

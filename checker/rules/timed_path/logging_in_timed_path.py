@@ -137,13 +137,14 @@ class Layer(torch.nn.Module):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        for region, call, via in region_calls(model, TIMED + ("graph-capture", "hot-path")):
+        on_step = lambda site: not off_the_step(model, site)  # noqa: E731 - helpers called off the step are not entered
+        for region, call, via in region_calls(model, TIMED + ("graph-capture", "hot-path"), follow=on_step):
             what = model.log_kind(call)
             if not what:
                 continue
             if region.kind == "hot-path" and (MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path)):
                 continue  # not a serving step: a test's forward, a debugging tool's step()
-            if off_the_step(model, call) or via is not None and off_the_step(model, via):
+            if off_the_step(model, call):
                 continue  # an error path or a debug trace: not run on every step or iteration
             if region.kind == "host-timer" and not _launches(model, region):
                 continue  # wall time of a job (a CI run, an eval, a tuning sweep), not of GPU work
