@@ -1,16 +1,18 @@
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    TIMER_NAMES, TIMER_TEXT, Scope, benchmark_code, device_timing, nodes_under, reads_back, region_root, uses,
+    TIMER_TEXT, Scope, benchmark_code, device_timing, nodes_under, own_nodes, reads_back, region_root, timing,
     work_calls,
 )
 
 FLUSH_WORDS = ("flush", "l2", "clear_cache", "cache_clear")
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
 # L2 of an H100 or H200 (catalog: hardware/h200-sxm and hardware/h100-sxm, fact l2-size: 50 MB).
 L2_BYTES = 50 * 1000 * 1000
 ALLOCATORS = {"randn", "rand", "empty", "zeros", "ones", "full", "normal", "randn_like"}
@@ -132,7 +134,23 @@ def bench(fn, x, iters=100):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        return uses(summary, TIMER_NAMES)
+        """Necessary: a window that may be a benchmark's and time the device
+        (``timing.benchmark_device_windows``: a GPU import, two ``record()`` calls, or two host-timer
+        calls and a call that may sync, in one function of benchmark code), in a function that
+        has a ``for``/``while`` loop of its own (the rule needs one in the window or around it, inside
+        that function) and whose own code names nothing with ``flush``, ``l2``, ``clear_cache`` or
+        ``cache_clear`` in it (``_flushes`` passes every window of a function that does). Windows
+        at module or class level, or in a def the facts cannot place, always pass."""
+        facts = timing.timing_facts(summary)
+        for fn in timing.benchmark_device_windows(summary):
+            names = facts.names_in(fn, "own")
+            if names is None:
+                return True
+            if any(w in n.lower() for n in names for w in FLUSH_WORDS):
+                continue
+            if any(type(n) in LOOPS for n in own_nodes(facts.facts.node(fn).body)):
+                return True
+        return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

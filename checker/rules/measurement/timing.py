@@ -15,7 +15,7 @@ import ast
 import re
 from functools import cached_property
 
-from kcheck.model import HOST_TIMERS, MEASUREMENT_FUNCTION, MEASUREMENT_PATH
+from kcheck.model import HOST_TIMERS, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, SYNC_FUNCTIONS, SYNC_METHODS
 from kcheck.rules.measurement import GPU_MODULES, gate_facts, uses
 
 # a function that measures to report a number (``benchmark_code``, KC407's ``_benchmark``)
@@ -23,6 +23,8 @@ BENCH_FUNCTION = re.compile(r"^_?(bench|time|timeit|timing|measure|run_bench)", 
 HOST_TIMER_LASTS = {name.split(".")[-1] for name in HOST_TIMERS}
 # the names a timing window, a list of timings or a do_bench call is written with
 TIMING_NAMES = HOST_TIMER_LASTS | {"record", "elapsed_time", "do_bench"}
+# the last part of every call ``ModuleModel.sync_kind`` may take for a host sync
+SYNC_LASTS = {name.split(".")[-1] for name in SYNC_FUNCTIONS} | set(SYNC_METHODS) | {"synchronize", "where", "to"}
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
@@ -48,6 +50,16 @@ def benchmark_windows(summary) -> list:
     """The shared gate of the rules that judge a benchmark's timing windows (KC407, KC409): in a
     file that may time, the functions (None: module or class level) that may hold one."""
     return timing_facts(summary).benchmark_windows if may_time(summary) else []
+
+
+def benchmark_device_windows(summary) -> list:
+    """``benchmark_windows`` that may also time the device (``TimingFacts.device_windows``): what
+    a rule that skips a window unless ``device_timing(region)`` may judge."""
+    if not may_time(summary):
+        return []
+    facts = timing_facts(summary)
+    device = {id(f) for f in facts.device_windows}
+    return [f for f in facts.benchmark_windows if id(f) in device]
 
 
 def dotted(node: ast.AST) -> str | None:
@@ -162,6 +174,23 @@ class TimingFacts:
             if counts[key] == 2:
                 found[key] = f
         return list(found.values())
+
+    @cached_property
+    def device_windows(self) -> list:
+        """The windows that may time the device (``device_timing``): two ``record()`` calls in the
+        function (an event window), or two host-timer calls and a call that may be a host sync
+        (``sync_kind``'s names: ``synchronize``, ``item``, ``cpu``, ...), which a host-timer window
+        needs before its stop. The sync may be anywhere in the function here."""
+        records: dict = {}
+        syncs: set = set()
+        called = self.facts.called
+        for call, f in self.summary.calls:
+            func = call.func
+            if type(func) is ast.Attribute and func.attr == "record" and len(call.args) + len(call.keywords) <= 1:
+                records[id(f)] = records.get(id(f), 0) + 1
+            elif called(call, SYNC_LASTS):
+                syncs.add(id(f))
+        return [f for f in self.windows if records.get(id(f), 0) >= 2 or id(f) in syncs]
 
     @cached_property
     def measured_windows(self) -> list:
