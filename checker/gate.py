@@ -63,6 +63,33 @@ class Summary:
         return False
 
 
+def dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, calls in the chain printed as ``f()`` (as
+    :meth:`kcheck.model.ModuleModel.dotted` prints the libcst tree)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    if isinstance(node, ast.Call):
+        base = dotted(node.func)
+        return f"{base}()" if base else None
+    return None
+
+
+def resolve(name: str | None, imports: dict[str, str]) -> str | None:
+    """A dotted name with its first component resolved through an import table (local name ->
+    qualified name): ``F.relu`` -> ``torch.nn.functional.relu``; ``f()`` heads keep their ``()``."""
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    bare = head[:-2] if head.endswith("()") else head
+    if bare in imports:
+        resolved = imports[bare] + ("()" if head.endswith("()") else "")
+        return f"{resolved}.{rest}" if rest else resolved
+    return name
+
+
 # statement kinds recorded as pseudo-names, so gates can ask "does this function assert?"
 MARKERS = {ast.Assert: "<assert>", ast.Raise: "<raise>", ast.ExceptHandler: "<except>", ast.If: "<if>",
            ast.IfExp: "<if>"}

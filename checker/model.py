@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 import libcst as cst
 
 from kcheck.config import Config
+from kcheck.gate import resolve
 
 HOST_TIMERS = {
     "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
@@ -116,15 +117,7 @@ class ModuleModel:
 
     def qualname(self, node: cst.CSTNode) -> str | None:
         """The dotted name with its first component resolved through the import table."""
-        name = self.dotted(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        bare = head[:-2] if head.endswith("()") else head
-        if bare in self.imports:
-            resolved = self.imports[bare] + ("()" if head.endswith("()") else "")
-            return f"{resolved}.{rest}" if rest else resolved
-        return name
+        return resolve(self.dotted(node), self.imports)
 
     def call_name(self, call: cst.Call) -> str | None:
         return self.qualname(call.func)

@@ -15,6 +15,7 @@ from kcheck.claims import (
     BUILTINS, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
     is_reference_name, library_family,
 )
+from kcheck.gate import dotted, resolve
 from kcheck.rule import Rule
 
 CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "register_kernel", "impl",
@@ -64,28 +65,7 @@ class AstFacts:
 
     def qualname(self, node: ast.AST) -> str | None:
         """``ModuleModel.qualname`` over ``ast``: the dotted name, its head resolved through the imports."""
-        name = dotted(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        bare = head[:-2] if head.endswith("()") else head
-        if bare in self.aliases:
-            resolved = self.aliases[bare] + ("()" if head.endswith("()") else "")
-            return f"{resolved}.{rest}" if rest else resolved
-        return name
-
-
-def dotted(node: ast.AST) -> str | None:
-    """``ModuleModel.dotted`` over ``ast``: ``a.b.c`` for a Name/Attribute chain, calls printed as ``f()``."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    if isinstance(node, ast.Call):
-        base = dotted(node.func)
-        return f"{base}()" if base else None
-    return None
+        return resolve(dotted(node), self.aliases)
 
 
 _FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)

@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 import libcst as cst
 
+from kcheck.gate import dotted
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
     SYNC_FUNCTIONS, SYNC_METHODS,
@@ -35,19 +36,6 @@ TIMER_TEXT = r"\.record\(|perf_counter|time\(|monotonic|default_timer|do_bench|b
 # function of the called name, and a call is classified by the same qualified names the model
 # uses, resolved through the file's imports. Each step first asks the summary's names whether
 # it can find anything at all, so most files cost a few set lookups.
-
-
-def _dotted(node: ast.AST) -> str | None:
-    """``a.b.c`` for a Name/Attribute chain; calls in the chain print as ``f()`` (as the model's)."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    if isinstance(node, ast.Call):
-        base = _dotted(node.func)
-        return f"{base}()" if base else None
-    return None
 
 
 def _arguments(call: ast.Call) -> list[ast.AST]:
@@ -192,7 +180,7 @@ class FileView:
     def qualnames(self, node: ast.AST) -> list[str]:
         """Every qualified name ``node`` may stand for (the model's ``qualname``, over all imports of
         its first component)."""
-        name = _dotted(node)
+        name = dotted(node)
         if name is None:
             return []
         head, _, rest = name.partition(".")
@@ -269,7 +257,7 @@ class FileView:
     def _host_timer(self, config) -> list:
         words = KIND_WORDS["host-timer"]
         return self._windows("host-timer", lambda c: self.may_be(c.func, words) and (
-            _dotted(c.func) in HOST_TIMERS or any(q in HOST_TIMERS for q in self.qualnames(c.func))))
+            dotted(c.func) in HOST_TIMERS or any(q in HOST_TIMERS for q in self.qualnames(c.func))))
 
     def _bench_callable(self, config) -> list:
         out = []
@@ -396,7 +384,7 @@ def _log(view: FileView, call: ast.Call) -> bool:
     if any(q in ("warnings.warn", "tqdm.write", "pprint.pprint") for q in view.qualnames(func)):
         return True
     if type(func) is ast.Attribute and func.attr in LOG_METHODS:
-        base = _dotted(func.value) or ""
+        base = dotted(func.value) or ""
         return base.split(".")[-1] in LOGGER_NAMES or base.startswith("logging") or "logging" in view.qualnames(func.value)
     return False
 

@@ -5,11 +5,12 @@ import re
 
 import libcst as cst
 
+from kcheck.gate import dotted
 from kcheck.model import MEASUREMENT_PATH, walk
 from kcheck.rule import Rule
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
 from kcheck.rules.timed_path import (
-    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, SYNC_WORDS, FileView, _dotted, file_view, off_the_step,
+    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, SYNC_WORDS, FileView, file_view, off_the_step,
 )
 
 
@@ -338,7 +339,7 @@ def _hot_sync(view: FileView, call: ast.Call) -> bool:
     names = view.qualnames(func)
     if names and all(OTHER_BACKEND_CALL.match(n) for n in names):
         return False
-    if type(func) is ast.Attribute and func.attr == "synchronize" and re.search(r"event", _dotted(func.value) or "", re.I):
+    if type(func) is ast.Attribute and func.attr == "synchronize" and re.search(r"event", dotted(func.value) or "", re.I):
         return False
     return True
 
