@@ -7,12 +7,13 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    TIMER_TEXT, Scope, benchmark_code, device_timing, nodes_under, own_nodes, reads_back, region_root, timing,
+    MEASUREMENT_CALLS, TIMER_TEXT, Scope, benchmark_code, device_timing, nodes_under, own_nodes, reads_back, region_root, timing,
     work_calls,
 )
 
 FLUSH_WORDS = ("flush", "l2", "clear_cache", "cache_clear")
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # L2 of an H100 or H200 (catalog: hardware/h200-sxm and hardware/h100-sxm, fact l2-size: 50 MB).
 L2_BYTES = 50 * 1000 * 1000
 ALLOCATORS = {"randn", "rand", "empty", "zeros", "ones", "full", "normal", "randn_like"}
@@ -136,20 +137,27 @@ def bench(fn, x, iters=100):
     def gate(cls, summary, config) -> bool:
         """Necessary: a window that may be a benchmark's and time the device
         (``timing.benchmark_device_windows``: a GPU import, two ``record()`` calls, or two host-timer
-        calls and a call that may sync, in one function of benchmark code), in a function that
-        has a ``for``/``while`` loop of its own (the rule needs one in the window or around it, inside
-        that function) and whose own code names nothing with ``flush``, ``l2``, ``clear_cache`` or
-        ``cache_clear`` in it (``_flushes`` passes every window of a function that does). Windows
-        at module or class level, or in a def the facts cannot place, always pass."""
+        calls and a call that may sync, in one function of benchmark code) in a function whose own
+        code names nothing with ``flush``, ``l2``, ``clear_cache`` or ``cache_clear`` in it
+        (``_flushes`` passes every window of a function that does), and there a window as the
+        model pairs it (``TimingFacts.paired_windows``) that holds a loop or sits in one of the
+        function's loops, with a call that may be timed work (one not named for measuring:
+        ``MEASUREMENT_CALLS``). Windows at module or class level, or in code the ast cannot
+        mirror, always pass."""
         facts = timing.timing_facts(summary)
         for fn in timing.benchmark_device_windows(summary):
             names = facts.names_in(fn, "own")
-            if names is None:
-                return True
-            if any(w in n.lower() for n in names for w in FLUSH_WORDS):
+            if names is not None and any(w in n.lower() for n in names for w in FLUSH_WORDS):
                 continue
-            if any(type(n) in LOOPS for n in own_nodes(facts.facts.node(fn).body)):
+            windows = facts.paired_windows(fn)
+            if windows is None:
                 return True
+            for stmts, in_loop in windows:
+                if not in_loop and not any(type(s) in LOOPS for s in stmts):
+                    continue
+                roots = [c for s in stmts for c in (ast.iter_child_nodes(s) if type(s) in SCOPES else [s])]
+                if any(type(n) is ast.Call and _may_work(n) for n in own_nodes(roots)):
+                    return True
         return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
@@ -250,6 +258,13 @@ def bench(fn, x, iters=100):
                         and "cache" in (self.model.dotted(n.func.value) or "").lower():
                     return True
         return False
+
+
+def _may_work(call: ast.Call) -> bool:
+    """A call ``work_calls`` may list: its name as written does not end in a measurement call's."""
+    func = call.func
+    return (func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else "") \
+        not in MEASUREMENT_CALLS
 
 
 def _int_values(model, module: cst.Module) -> dict[str, int]:

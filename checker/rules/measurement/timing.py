@@ -192,6 +192,75 @@ class TimingFacts:
                 syncs.add(id(f))
         return [f for f in self.windows if records.get(id(f), 0) >= 2 or id(f) in syncs]
 
+    def paired_windows(self, f) -> list[tuple[list[ast.stmt], bool]] | None:
+        """The windows ``ModuleModel`` pairs in ``f``'s own code (``_find_timed_regions``): per block,
+        the statements holding an odd number of ``record()`` (host-timer) calls pair up in order,
+        and a pair more than one statement apart frames a window; host timers with an odd count
+        keep one window from the first to the last. Each window comes as (its statements, whether
+        a loop of ``f`` holds its block). None where the ast cannot mirror what libcst sees: ``f``
+        unknown, two statements on one line (one libcst statement), a timer call that only some
+        readings of its name make a timer, or a ``record`` the model may take for
+        ``torch.cuda.memory``'s."""
+        node = self.facts.node(f) if f is not None else None
+        if node is None:
+            return None
+        records: dict[int, dict[int, int]] = {}
+        timers: dict[int, dict[int, int]] = {}
+        blocks: dict[int, tuple[list, bool]] = {}
+        stack: list[tuple[list, tuple, bool]] = [(node.body, (), False)]
+        while stack:
+            body, chain, in_loop = stack.pop()
+            blocks[id(body)] = (body, in_loop)
+            for i, stmt in enumerate(body):
+                if i and stmt.lineno == body[i - 1].end_lineno:
+                    return None  # ``a(); b()``: one statement for libcst
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue  # a def statement runs none of the calls in it
+                held = chain + ((id(body), i),)
+                loop = in_loop or isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
+                exprs: list[ast.AST] = []
+                for name, value in ast.iter_fields(stmt):
+                    if name in ("body", "orelse", "finalbody") and isinstance(value, list):
+                        if value:
+                            stack.append((value, held, loop))
+                    elif name in ("handlers", "cases"):
+                        for part in value:
+                            exprs += [v for k, v in ast.iter_fields(part) if k != "body" and isinstance(v, ast.AST)]
+                            stack.append((part.body, held, loop))
+                    elif isinstance(value, ast.AST):
+                        exprs.append(value)
+                    elif isinstance(value, list):
+                        exprs += [v for v in value if isinstance(v, ast.AST)]
+                for call in _calls_outside_lambdas(exprs):
+                    func = call.func
+                    if type(func) is ast.Attribute and func.attr == "record" and len(call.args) + len(call.keywords) <= 1:
+                        if any(q.startswith("torch.cuda.memory") for q in self.facts.qualnames(func)):
+                            return None
+                        counts = records
+                    else:
+                        readings = self.facts.qualnames(func) if type(func) in (ast.Name, ast.Attribute) else set()
+                        timer = {q in HOST_TIMERS for q in readings}
+                        if timer == {True, False}:
+                            return None
+                        if timer != {True}:
+                            continue
+                        counts = timers
+                    for block, index in held:
+                        per = counts.setdefault(block, {})
+                        per[index] = per.get(index, 0) + 1
+        out: list[tuple[list[ast.stmt], bool]] = []
+        for counts, lap in ((records, False), (timers, True)):
+            for key, per in counts.items():
+                ordered = sorted(i for i, n in per.items() if n % 2)
+                if not ordered:
+                    continue
+                pairs = list(zip(ordered[::2], ordered[1::2]))
+                if lap and len(ordered) % 2:
+                    pairs = [(ordered[0], ordered[-1])]
+                body, in_loop = blocks[key]
+                out += [(body[a + 1:b], in_loop) for a, b in pairs if b - a > 1]
+        return out
+
     @cached_property
     def measured_windows(self) -> list:
         """Windows in measurement code, the only place the model makes timed regions
@@ -233,3 +302,16 @@ class TimingFacts:
             else:
                 self._names[key] = identifiers(node, nested=part == "all")
         return self._names[key]
+
+
+def _calls_outside_lambdas(roots: list[ast.AST]):
+    """The calls under ``roots`` (expressions), not inside a lambda: those libcst finds in the
+    statements around them (``_statements_holding`` stops at a lambda)."""
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if type(node) is ast.Lambda:
+            continue
+        if type(node) is ast.Call:
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
