@@ -25,6 +25,7 @@ import re
 
 import libcst as cst
 
+from kcheck.gate import dotted
 from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH
 from kcheck.rules.triton import arg, nodes_under  # noqa: F401 - shared helpers, re-exported
 
@@ -249,13 +250,13 @@ class GateFacts:
         func = call.func
         if type(func) is ast.Name:
             return self.alias_last.get(func.id) or {func.id}
-        if type(func) is ast.Attribute and _dotted(func) is not None:
+        if type(func) is ast.Attribute and dotted(func) is not None:
             return {func.attr}
         return {""}
 
     def qualnames(self, node: ast.AST) -> set[str]:
         """Every reading of ``model.qualname(node)`` (empty where it is None)."""
-        name = _dotted(node)
+        name = dotted(node)
         if name is None:
             return set()
         head, dot, rest = name.partition(".")
@@ -323,22 +324,6 @@ def _number(node: ast.AST) -> float | None:
     if type(node) is ast.Constant and type(node.value) in (int, float):
         return float(node.value)
     return None
-
-
-def _dotted(node: ast.AST) -> str | None:
-    """``ModuleModel.dotted`` on the ast: ``a.b.c``, with calls in the chain as ``f()``."""
-    parts: list[str] = []
-    while type(node) is not ast.Name:
-        if type(node) is ast.Attribute:
-            parts.append("." + node.attr)
-            node = node.value
-        elif type(node) is ast.Call:
-            parts.append("()")
-            node = node.func
-        else:
-            return None
-    parts.append(node.id)
-    return "".join(reversed(parts))
 
 
 def own_nodes(roots: list[ast.AST]):

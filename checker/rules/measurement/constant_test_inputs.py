@@ -7,7 +7,7 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    COMPARES, CONSTANT_FACTORIES, MOCKS, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, _dotted, arg, calls,
+    COMPARES, CONSTANT_FACTORIES, MOCKS, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, dotted, arg, calls,
     gate_facts, is_compare, kernel_call, last, mocked, nodes_under, own_nodes, uses,
 )
 
@@ -520,7 +520,7 @@ def _constant_input(facts, call: ast.Call) -> bool:
         fill = _fill(call)
         if _int(fill.operand if type(fill) is ast.UnaryOp else fill):
             return False  # _integer: torch.full((n,), 3) is int64
-    dtype_name = (_dotted(dtype) or "") if dtype is not None else ""
+    dtype_name = (dotted(dtype) or "") if dtype is not None else ""
     if dtype_name.split(".")[-1] in INTEGER_DTYPES or QUANTIZED.search(dtype_name):
         return False  # _integer, _quantized
     sizes = _sizes(call)
@@ -546,7 +546,7 @@ def _varies(facts, call: ast.Call) -> bool:
     table says: ``torch.arange``/``linspace``/``logspace`` or a ``torch.tensor`` of fractional
     literals (neither of an integer dtype), or an input helper outside ``torch``."""
     dtype = next((k.value for k in call.keywords if k.arg == "dtype"), None)
-    integer = dtype is not None and (_dotted(dtype) or "").split(".")[-1] in INTEGER_DTYPES
+    integer = dtype is not None and (dotted(dtype) or "").split(".")[-1] in INTEGER_DTYPES
     first = call.args[0] if call.args and type(call.args[0]) is not ast.Starred else None
 
     def varies(name: str) -> bool:

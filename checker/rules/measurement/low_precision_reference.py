@@ -6,7 +6,7 @@ import re
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.measurement import _dotted, gate_facts, last, nodes_under, own_nodes
+from kcheck.rules.measurement import dotted, gate_facts, last, nodes_under, own_nodes
 
 REFERENCE = re.compile(
     r"^_?(ref|reference|naive|native|torch|baseline|golden)(_|$)|_(ref|reference|naive|native|torch|golden)$"
@@ -127,7 +127,7 @@ def check(dtype):
         for call, f in summary.calls:
             if f is not None and _ast_op(call, facts) in REDUCTIONS:
                 reductions.setdefault(id(f), []).append(call)
-        called = {(_dotted(c.func) or "").split(".")[-1] for c, _ in summary.calls}
+        called = {(dotted(c.func) or "").split(".")[-1] for c, _ in summary.calls}
         for f in candidates:
             if id(f) not in reductions:
                 continue

@@ -15,6 +15,7 @@ import ast
 import re
 from functools import cached_property
 
+from kcheck.gate import dotted
 from kcheck.model import HOST_TIMERS, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, SYNC_FUNCTIONS, SYNC_METHODS
 from kcheck.rules.measurement import GPU_MODULES, gate_facts, uses
 
@@ -60,19 +61,6 @@ def benchmark_device_windows(summary) -> list:
     facts = timing_facts(summary)
     device = {id(f) for f in facts.device_windows}
     return [f for f in facts.benchmark_windows if id(f) in device]
-
-
-def dotted(node: ast.AST) -> str | None:
-    """``ModuleModel.dotted`` on the ast: ``a.b.c``, calls in the chain as ``f()``."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    if isinstance(node, ast.Call):
-        base = dotted(node.func)
-        return f"{base}()" if base else None
-    return None
 
 
 def last(node: ast.AST) -> str:
@@ -192,12 +180,12 @@ class TimingFacts:
                 syncs.add(id(f))
         return [f for f in self.windows if records.get(id(f), 0) >= 2 or id(f) in syncs]
 
-    def paired_windows(self, f) -> list[tuple[list[ast.stmt], bool]] | None:
+    def paired_windows(self, f) -> list[tuple[list[ast.stmt], ast.stmt | None]] | None:
         """The windows ``ModuleModel`` pairs in ``f``'s own code (``_find_timed_regions``): per block,
         the statements holding an odd number of ``record()`` (host-timer) calls pair up in order,
         and a pair more than one statement apart frames a window; host timers with an odd count
-        keep one window from the first to the last. Each window comes as (its statements, whether
-        a loop of ``f`` holds its block). None where the ast cannot mirror what libcst sees: ``f``
+        keep one window from the first to the last. Each window comes as (its statements, the
+        innermost loop of ``f`` around its block, or None). None where the ast cannot mirror what libcst sees: ``f``
         unknown, two statements on one line (one libcst statement), a timer call that only some
         readings of its name make a timer, or a ``record`` the model may take for
         ``torch.cuda.memory``'s."""
@@ -206,8 +194,8 @@ class TimingFacts:
             return None
         records: dict[int, dict[int, int]] = {}
         timers: dict[int, dict[int, int]] = {}
-        blocks: dict[int, tuple[list, bool]] = {}
-        stack: list[tuple[list, tuple, bool]] = [(node.body, (), False)]
+        blocks: dict[int, tuple[list, ast.stmt | None]] = {}
+        stack: list[tuple[list, tuple, ast.stmt | None]] = [(node.body, (), None)]
         while stack:
             body, chain, in_loop = stack.pop()
             blocks[id(body)] = (body, in_loop)
@@ -217,7 +205,7 @@ class TimingFacts:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     continue  # a def statement runs none of the calls in it
                 held = chain + ((id(body), i),)
-                loop = in_loop or isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
+                loop = stmt if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)) else in_loop
                 exprs: list[ast.AST] = []
                 for name, value in ast.iter_fields(stmt):
                     if name in ("body", "orelse", "finalbody") and isinstance(value, list):
@@ -248,7 +236,7 @@ class TimingFacts:
                     for block, index in held:
                         per = counts.setdefault(block, {})
                         per[index] = per.get(index, 0) + 1
-        out: list[tuple[list[ast.stmt], bool]] = []
+        out: list[tuple[list[ast.stmt], ast.stmt | None]] = []
         for counts, lap in ((records, False), (timers, True)):
             for key, per in counts.items():
                 ordered = sorted(i for i, n in per.items() if n % 2)

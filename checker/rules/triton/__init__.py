@@ -15,6 +15,7 @@ from typing import Iterator
 import libcst as cst
 
 from kcheck.claims import TRITON_DECORATORS
+from kcheck.gate import dotted, resolve
 from kcheck.model import children
 
 TRITON_TEXT = r"triton"
@@ -172,19 +173,6 @@ def _body_fields(kind: type) -> tuple[str, ...]:
     return fields
 
 
-def ast_dotted(node: ast.AST) -> str | None:
-    """``ModuleModel.dotted`` over ``ast``: ``a.b.c``, calls in the chain printed as ``f()``."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = ast_dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    if isinstance(node, ast.Call):
-        base = ast_dotted(node.func)
-        return f"{base}()" if base else None
-    return None
-
-
 # the one field of the expression nodes that spell an identifier; any other expression spells none
 _EXPR_IDENTIFIER = {ast.Name: "id", ast.Attribute: "attr", ast.keyword: "arg", ast.arg: "arg"}
 _IDENTIFIER_FIELDS = ("name", "asname", "module", "names", "rest", "kwd_attrs")  # statements, imports, patterns
@@ -333,15 +321,7 @@ class GateView:
 
     def qualname(self, node: ast.AST) -> str | None:
         """``ModuleModel.qualname`` over ``ast``: the first component resolved through the imports."""
-        name = ast_dotted(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        bare = head[:-2] if head.endswith("()") else head
-        if bare in self.imports:
-            resolved = self.imports[bare] + ("()" if head.endswith("()") else "")
-            return f"{resolved}.{rest}" if rest else resolved
-        return name
+        return resolve(dotted(node), self.imports)
 
     def tl_op(self, call: ast.Call) -> str | None:
         """``tl_op`` over ``ast``: ``load`` for ``tl.load(...)`` (``triton.language`` under any alias)."""

@@ -8,7 +8,7 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    META_PARAM, TRITON_TEXT, assignments, ast_dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, names_in,
+    META_PARAM, TRITON_TEXT, assignments, dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, names_in,
     nodes_under, tl_op, triton_gate_view,
 )
 
@@ -505,7 +505,7 @@ class _GateKernel:
             order = self.k.params
             for call, _ in self.summary.calls:
                 func = call.func
-                if type(func) is not ast.Subscript or ast_dotted(func.value) != self.k.name:
+                if type(func) is not ast.Subscript or dotted(func.value) != self.k.name:
                     continue
                 positional = []
                 for a in call.args:

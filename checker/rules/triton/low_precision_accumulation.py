@@ -7,7 +7,7 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    TRITON_TEXT, arg, ast_arg, ast_dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, nodes_under, tl_op,
+    TRITON_TEXT, arg, ast_arg, dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, nodes_under, tl_op,
     triton_gate_view,
 )
 
@@ -291,7 +291,7 @@ def _equality(expr) -> bool:
 def _gate_element_type(dtype) -> bool:
     """``_low_dtype``'s second case over ``ast``: ``x_ptr.dtype.element_ty`` or ``x.dtype``, x not
     named like ids or counts."""
-    text = ast_dotted(dtype) or ""
+    text = dotted(dtype) or ""
     return not INT_POINTER.search(text.split(".")[0]) and text.endswith((".dtype.element_ty", ".dtype"))
 
 

@@ -9,7 +9,7 @@ from kcheck.model import children
 
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, ast_children, ast_dotted, ast_identifiers,
+    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, ast_children, dotted, ast_identifiers,
     ast_nodes, is_none, kernels, names_in, nodes_under, tl_op, triton_gate_view,
 )
 
@@ -525,7 +525,7 @@ def _gate_launched_ragged(summary, k, accessed: set[str]) -> set[str]:
         if not passed:
             continue
         out |= {kw for kw, value in passed.items()
-                if isinstance(value, ast.Call) and (ast_dotted(value.func) or "").endswith("next_power_of_2")}
+                if isinstance(value, ast.Call) and (dotted(value.func) or "").endswith("next_power_of_2")}
         grid = func.slice
         if grid.lineno != grid.end_lineno or any(
                 "cdiv" in (n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else "")
