@@ -140,7 +140,7 @@ def bench(fn, x, iters=100):
         calls and a call that may sync, in one function of benchmark code) in a function whose own
         code names nothing with ``flush``, ``l2``, ``clear_cache`` or ``cache_clear`` in it
         (``_flushes`` passes every window of a function that does), and there a window as the
-        model pairs it (``TimingFacts.paired_windows``) that holds a loop or sits in one of the
+        model pairs it (``TimingFacts.paired_windows``) that may time the device, holds a loop or sits in one of the
         function's loops, with a call that may be timed work (one not named for measuring:
         ``MEASUREMENT_CALLS``), that reads nothing back (``reads_back``) and whose calls do not
         all take an input rotating with the loop (``_varying``, seen through plain names only, a
@@ -154,9 +154,9 @@ def bench(fn, x, iters=100):
             windows = facts.paired_windows(fn)
             if windows is None:
                 return True
-            for stmts, around in windows:
+            for stmts, around, device in windows:
                 loop = next((s for s in stmts if type(s) in LOOPS), around)
-                if loop is None:
+                if loop is None or not device:
                     continue
                 roots = [c for s in stmts for c in (ast.iter_child_nodes(s) if type(s) in SCOPES else [s])]
                 nodes = list(own_nodes(roots))

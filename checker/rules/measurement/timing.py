@@ -180,12 +180,14 @@ class TimingFacts:
                 syncs.add(id(f))
         return [f for f in self.windows if records.get(id(f), 0) >= 2 or id(f) in syncs]
 
-    def paired_windows(self, f) -> list[tuple[list[ast.stmt], ast.stmt | None]] | None:
+    def paired_windows(self, f) -> list[tuple[list[ast.stmt], ast.stmt | None, bool]] | None:
         """The windows ``ModuleModel`` pairs in ``f``'s own code (``_find_timed_regions``): per block,
         the statements holding an odd number of ``record()`` (host-timer) calls pair up in order,
         and a pair more than one statement apart frames a window; host timers with an odd count
         keep one window from the first to the last. Each window comes as (its statements, the
-        innermost loop of ``f`` around its block, or None). None where the ast cannot mirror what libcst sees: ``f``
+        innermost loop of ``f`` around its block or None, whether it may time the device: an
+        event window, or a host-timer window with a call that may sync in its last statement or
+        its stop, where ``synced_before_stop`` needs one). None where the ast cannot mirror what libcst sees: ``f``
         unknown, two statements on one line (one libcst statement), a timer call that only some
         readings of its name make a timer, or a ``record`` the model may take for
         ``torch.cuda.memory``'s."""
@@ -236,7 +238,7 @@ class TimingFacts:
                     for block, index in held:
                         per = counts.setdefault(block, {})
                         per[index] = per.get(index, 0) + 1
-        out: list[tuple[list[ast.stmt], ast.stmt | None]] = []
+        out: list[tuple[list[ast.stmt], ast.stmt | None, bool]] = []
         for counts, lap in ((records, False), (timers, True)):
             for key, per in counts.items():
                 ordered = sorted(i for i, n in per.items() if n % 2)
@@ -246,8 +248,13 @@ class TimingFacts:
                 if lap and len(ordered) % 2:
                     pairs = [(ordered[0], ordered[-1])]
                 body, in_loop = blocks[key]
-                out += [(body[a + 1:b], in_loop) for a, b in pairs if b - a > 1]
+                out += [(body[a + 1:b], in_loop, not lap or self._may_sync(body[b - 1]) or self._may_sync(body[b]))
+                        for a, b in pairs if b - a > 1]
         return out
+
+    def _may_sync(self, stmt: ast.stmt) -> bool:
+        """A call under ``stmt`` that ``sync_kind`` may take for a host sync."""
+        return any(type(n) is ast.Call and self.facts.called(n, SYNC_LASTS) for n in ast.walk(stmt))
 
     @cached_property
     def measured_windows(self) -> list:
