@@ -140,9 +140,9 @@ def bench(fn, x, iters=100):
         calls and a call that may sync, in one function of benchmark code) in a function whose own
         code names nothing with ``flush``, ``l2``, ``clear_cache`` or ``cache_clear`` in it
         (``_flushes`` passes every window of a function that does), and there a window as the
-        model pairs it (``TimingFacts.paired_windows``) that may time the device, holds a loop or sits in one of the
-        function's loops, with a call that may be timed work (one not named for measuring:
-        ``MEASUREMENT_CALLS``), that reads nothing back (``reads_back``) and whose calls do not
+        model pairs it (``TimingFacts.paired_windows``) that may time the device, holds a loop or
+        sits in one of the function's loops, with a call that may be timed work (one not named for
+        measuring: ``MEASUREMENT_CALLS``), that reads nothing back (``reads_back``) and whose calls do not
         all take an input rotating with the loop (``_varying``, seen through plain names only, a
         subset of what the rule sees). Windows at module or class level, or in code the ast
         cannot mirror, always pass."""
