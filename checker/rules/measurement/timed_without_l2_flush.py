@@ -7,8 +7,8 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    MEASUREMENT_CALLS, TIMER_TEXT, Scope, benchmark_code, device_timing, nodes_under, own_nodes, reads_back, region_root, timing,
-    work_calls,
+    MEASUREMENT_CALLS, TIMER_TEXT, Scope, benchmark_code, device_timing, nodes_under, own_nodes, reads_back,
+    region_root, timing, work_calls,
 )
 
 FLUSH_WORDS = ("flush", "l2", "clear_cache", "cache_clear")

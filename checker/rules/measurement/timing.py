@@ -223,7 +223,8 @@ class TimingFacts:
                         exprs += [v for v in value if isinstance(v, ast.AST)]
                 for call in _calls_outside_lambdas(exprs):
                     func = call.func
-                    if type(func) is ast.Attribute and func.attr == "record" and len(call.args) + len(call.keywords) <= 1:
+                    if type(func) is ast.Attribute and func.attr == "record" \
+                            and len(call.args) + len(call.keywords) <= 1:
                         if any(q.startswith("torch.cuda.memory") for q in self.facts.qualnames(func)):
                             return None
                         counts = records
