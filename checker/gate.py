@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from typing import Iterator
 
 
 @dataclass
@@ -88,6 +89,25 @@ def resolve(name: str | None, imports: dict[str, str]) -> str | None:
         resolved = imports[bare] + ("()" if head.endswith("()") else "")
         return f"{resolved}.{rest}" if rest else resolved
     return name
+
+
+def import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, str]]:
+    """``(local name, qualified name)`` for each name an import statement binds, as the model's
+    import table records them: ``import a.b`` binds ``a``, ``import a.b as c`` binds ``c`` to
+    ``a.b``, ``from .m import x as y`` binds ``y`` to ``.m.x``; ``*`` binds nothing known."""
+    if type(node) is ast.Import:
+        for alias in node.names:
+            if alias.asname:
+                yield alias.asname, alias.name
+            else:
+                head = alias.name.split(".")[0]
+                yield head, head
+        return
+    module = "." * node.level + (node.module or "")
+    dot = "." if module and not module.endswith(".") else ""
+    for alias in node.names:
+        if alias.name != "*":
+            yield alias.asname or alias.name, f"{module}{dot}{alias.name}"
 
 
 # statement kinds recorded as pseudo-names, so gates can ask "does this function assert?"

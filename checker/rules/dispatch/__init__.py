@@ -15,7 +15,7 @@ from kcheck.claims import (
     BUILTINS, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
     is_reference_name, library_family,
 )
-from kcheck.gate import dotted, resolve
+from kcheck.gate import dotted, import_bindings, resolve
 from kcheck.rule import Rule
 
 CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "register_kernel", "impl",
@@ -99,22 +99,8 @@ def ast_facts(summary) -> AstFacts:
         elif kind is ast.BinOp:
             if type(node.op) is ast.MatMult:
                 matmul.update(enclosing or ("<module>",))
-        elif kind is ast.Import:
-            for alias in node.names:
-                if alias.asname:
-                    aliases[alias.asname] = alias.name
-                else:
-                    head = alias.name.split(".")[0]
-                    aliases[head] = head
-            continue
-        elif kind is ast.ImportFrom:
-            module = "." * node.level + (node.module or "")
-            for alias in node.names:
-                if alias.name == "*":
-                    continue
-                local = alias.asname or alias.name
-                dot = "." if module and not module.endswith(".") else ""
-                aliases[local] = f"{module}{dot}{alias.name}"
+        elif kind is ast.Import or kind is ast.ImportFrom:
+            aliases.update(import_bindings(node))
             continue
         elif kind is ast.Name or kind is ast.Constant:
             continue

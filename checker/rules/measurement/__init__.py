@@ -25,7 +25,7 @@ import re
 
 import libcst as cst
 
-from kcheck.gate import dotted
+from kcheck.gate import dotted, import_bindings
 from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH
 from kcheck.rules.triton import arg, nodes_under  # noqa: F401 - shared helpers, re-exported
 
@@ -197,16 +197,9 @@ class GateFacts:
         these are (the def's index, -1 for the module, None in a class body)."""
         for stmt in body:
             kind = type(stmt)
-            if kind is ast.Import:
-                for a in stmt.names:
-                    local, full = (a.asname, a.name) if a.asname else ((head := a.name.split(".")[0]), head)
+            if kind is ast.Import or kind is ast.ImportFrom:
+                for local, full in import_bindings(stmt):
                     self.aliases.setdefault(local, set()).add(full)
-            elif kind is ast.ImportFrom:
-                module = "." * stmt.level + (stmt.module or "")
-                for a in stmt.names:
-                    if a.name != "*":
-                        full = f"{module}.{a.name}" if module and not module.endswith(".") else f"{module}{a.name}"
-                        self.aliases.setdefault(a.asname or a.name, set()).add(full)
             elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
                 defs.append(stmt)
                 parents.append(parent)

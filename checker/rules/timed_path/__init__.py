@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 import libcst as cst
 
-from kcheck.gate import dotted
+from kcheck.gate import dotted, import_bindings
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
     SYNC_FUNCTIONS, SYNC_METHODS,
@@ -104,17 +104,9 @@ class FileView:
         while stack:
             stmt, function, owner = stack.pop()
             kind = type(stmt)
-            if kind is ast.Import:
-                for a in stmt.names:
-                    local, full = (a.asname, a.name) if a.asname else (a.name.split(".")[0],) * 2
+            if kind is ast.Import or kind is ast.ImportFrom:
+                for local, full in import_bindings(stmt):
                     self._aliases.setdefault(local, set()).add(full)
-                continue
-            if kind is ast.ImportFrom:
-                module = "." * stmt.level + (stmt.module or "")
-                for a in stmt.names:
-                    if a.name != "*":
-                        full = f"{module}.{a.name}" if module and not module.endswith(".") else f"{module}{a.name}"
-                        self._aliases.setdefault(a.asname or a.name, set()).add(full)
                 continue
             fields = _BLOCKS.get(kind)
             if fields is None:

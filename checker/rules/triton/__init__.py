@@ -15,7 +15,7 @@ from typing import Iterator
 import libcst as cst
 
 from kcheck.claims import TRITON_DECORATORS
-from kcheck.gate import dotted, resolve
+from kcheck.gate import dotted, import_bindings, resolve
 from kcheck.model import children
 
 TRITON_TEXT = r"triton"
@@ -365,22 +365,8 @@ def _gate_view(summary) -> GateView | None:
     stack: list[ast.AST] = list(reversed(summary.tree.body))
     while stack:  # statements only, in source order: imports and defs are never expressions
         node = stack.pop()
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname is not None:
-                    imports[alias.asname] = alias.name
-                else:
-                    head = alias.name.split(".")[0]
-                    imports[head] = head
-            continue
-        if isinstance(node, ast.ImportFrom):
-            if any(alias.name == "*" for alias in node.names):
-                continue
-            module = "." * node.level + (node.module or "")
-            for alias in node.names:
-                local = alias.asname or alias.name
-                imports[local] = f"{module}.{alias.name}" if module and not module.endswith(".") else \
-                    f"{module}{alias.name}"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.update(import_bindings(node))
             continue
         kind = type(node)
         if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
