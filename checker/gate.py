@@ -104,10 +104,24 @@ def import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, st
                 yield head, head
         return
     module = "." * node.level + (node.module or "")
-    dot = "." if module and not module.endswith(".") else ""
     for alias in node.names:
         if alias.name != "*":
-            yield alias.asname or alias.name, f"{module}{dot}{alias.name}"
+            yield alias.asname or alias.name, qualify_from(module, alias.name)
+
+
+# names that serving code re-exports from its own modules and that always mean the package:
+# vLLM's ``from vllm.triton_utils import tl, triton`` is Triton (or a placeholder when Triton is
+# missing, where nothing runs anyway)
+REEXPORTED = {"triton": "triton", "tl": "triton.language"}
+
+
+def qualify_from(module: str, name: str) -> str:
+    """The qualified name ``from module import name`` binds (``module`` with its leading dots for a
+    relative import): ``module.name``, except that a re-exported package keeps its own name."""
+    if name in REEXPORTED and module != "triton" and not module.startswith("triton."):
+        return REEXPORTED[name]
+    dot = "." if module and not module.endswith(".") else ""
+    return f"{module}{dot}{name}"
 
 
 # statement kinds recorded as pseudo-names, so gates can ask "does this function assert?"

@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 import libcst as cst
 
 from kcheck.config import Config
-from kcheck.gate import resolve
+from kcheck.gate import qualify_from, resolve
 
 HOST_TIMERS = {
     "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
@@ -414,7 +414,7 @@ def _record_import(model: ModuleModel, node: cst.Import | cst.ImportFrom) -> Non
     for alias in node.names:
         name = model.dotted(alias.name) or ""
         local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
-        model.imports[local] = f"{module}.{name}" if module and not module.endswith(".") else f"{module}{name}"
+        model.imports[local] = qualify_from(module, name)
 
 
 def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
