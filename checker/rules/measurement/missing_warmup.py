@@ -1,14 +1,18 @@
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
-from kcheck.model import MEASUREMENT_PATH
+from kcheck.gate import dotted
+from kcheck.model import LOG_METHODS, MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    TIMER_TEXT, Scope, arg, code, device_timing, int_value, last, nodes_under, reads_back, region_root, timing, work_calls,
+    BUILTINS, MEASUREMENT_CALLS, TENSOR_FACTORIES, TIMER_TEXT, Scope, arg, code, device_timing, int_value, last,
+    nodes_under, reads_back, region_root, timing, work_calls,
 )
+from kcheck.rules.timed_path import COMPILE_WORDS
 
 
 BENCH_NAME = re.compile(r"^_?(bench|time|timeit|timing|measure|run_bench)", re.IGNORECASE)
@@ -139,7 +143,7 @@ def bench(x):
                 return True
         for fn in facts.benchmark_windows:
             names = facts.names_in(fn, "own")
-            if names is None or not any("warm" in n.lower() for n in names):
+            if (names is None or not any("warm" in n.lower() for n in names)) and not _gate_warm(facts, fn):
                 return True
         return False
 
@@ -255,3 +259,65 @@ def bench(x):
             if not self._warm(caller, stmt, passed):
                 return False
         return True
+
+
+# -- the gate's mirror of ``_warm`` -------------------------------------------------------------
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+# lasts that make a call something ``work_calls`` leaves out (a timer, a sync, logging, compiling,
+# building a tensor): a call under any of them is never taken for certain timed work
+_NOT_WORK = MEASUREMENT_CALLS | timing.SYNC_LASTS | LOG_METHODS | COMPILE_WORDS | TENSOR_FACTORIES | {
+    "print", "warn", "write", "pprint"}
+
+
+def _gate_warm(facts, fn) -> bool:
+    """Whether the rule certainly passes every window the model can find in ``fn``: the window
+    does not time the device, or (``_warm``) a call written before the window opens has the same
+    text as a call the window certainly times; a def with no window passes. Calls
+    inside nested defs and lambdas, calls whose text the ast cannot spell exactly, and calls that
+    ``work_calls`` might leave out are not counted, so a False here only means "not sure"."""
+    windows = facts.paired_windows(fn)
+    node = facts.facts.node(fn)
+    if windows is None or node is None or any(type(n) is ast.ClassDef for n in ast.walk(node)):
+        return False  # (a class body in the def: paired_windows does not look inside)
+    before = [(c.end_lineno, c.end_col_offset, t) for c in _calls(node, direct=False) if (t := _text(c))]
+    for stmts, _, device in windows:
+        if not device:
+            continue  # a host-timer window with no sync: not device timing, which is all the rule judges
+        start = (stmts[0].lineno, stmts[0].col_offset)
+        timed = {t for c in _calls(stmts, direct=True) if (t := _text(c)) and facts.facts.lasts(c).isdisjoint(_NOT_WORK)
+                 and not (type(c.func) is ast.Name and c.func.id in BUILTINS)}
+        if not any(t in timed for line, col, t in before if (line, col) <= start):
+            return False
+    return True
+
+
+def _calls(roots, direct: bool):
+    """The calls under ``roots`` (a node or a list of statements) outside nested defs, classes and
+    lambdas; with ``direct``, only those ``work_calls`` may list: not inside another call's
+    arguments, not a ``with`` item's context manager."""
+    stack = [roots] if isinstance(roots, ast.AST) else list(roots)
+    first = stack[0] if isinstance(roots, ast.AST) else None
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _SCOPES) and node is not first:
+            continue
+        if type(node) is ast.Call:
+            yield node
+            if direct:
+                stack.append(node.func)  # a call's arguments hold no direct call
+                continue
+        if direct and type(node) in (ast.With, ast.AsyncWith):
+            stack.extend(node.body)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _text(call: ast.Call) -> str | None:
+    """``code(call.func)`` where the ast can spell it exactly: a dotted name on one line, with no
+    parentheses or spaces in it (its width is its length), starting where the call starts."""
+    func = call.func
+    name = dotted(func) if type(func) in (ast.Name, ast.Attribute) else None
+    if name is None or "(" in name or func.lineno != func.end_lineno or func.col_offset != call.col_offset:
+        return None
+    return name if func.end_col_offset - func.col_offset == len(name) else None
