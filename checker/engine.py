@@ -415,6 +415,13 @@ def check_job(job: Job, shortcuts: bool, cache_root: str | None) -> FileResult:
     return result
 
 
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 def _check_chunk(chunk: list[Job], shortcuts: bool, cache_root: str | None) -> list[FileResult]:
     return [check_job(job, shortcuts, cache_root) for job in chunk]
 
@@ -498,13 +505,21 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
     n = jobs_n or os.cpu_count() or 1
     fresh: list[FileResult] = []
     if n > 1 and len(todo) >= 32:
-        size = max(4, min(64, len(todo) // (n * 8) or 1))
-        chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+        # largest files first, in small chunks: the big files (most likely to need libcst) start
+        # early and the small ones even out the end, so no worker is left with a long tail
+        order = sorted(range(len(todo)), key=lambda i: -_size(todo[i].path))
+        size = max(2, min(16, len(todo) // (n * 32) or 1))
+        chunks = [order[i:i + size] for i in range(0, len(order), size)]
+        slots: list[FileResult | None] = [None] * len(todo)
         with ProcessPoolExecutor(max_workers=n) as pool:
-            for chunk_result in pool.map(_check_chunk, chunks, [shortcuts] * len(chunks), [cache_root] * len(chunks)):
-                fresh.extend(chunk_result)
+            for chunk, chunk_result in zip(chunks, pool.map(
+                    _check_chunk, [[todo[i] for i in c] for c in chunks], [shortcuts] * len(chunks),
+                    [cache_root] * len(chunks))):
+                for i, fr in zip(chunk, chunk_result):
+                    slots[i] = fr
                 if progress:
                     progress(len(chunk_result))
+        fresh = [fr for fr in slots if fr is not None]
     else:
         for job in todo:
             fresh.append(check_job(job, shortcuts, cache_root))
