@@ -12,6 +12,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
@@ -89,14 +90,10 @@ class Config:
         line: patterns that match it (or its parents) do not apply below it, since the user asked for it."""
         parts = rel_path.split("/")
         skip = len(given.split("/")) if given and given != "." else 0
-        for pattern in self.exclude + self.extend_exclude:
-            if skip and _glob_match(given, pattern):
-                continue
-            if any(fnmatch.fnmatch(p, pattern) for p in parts[skip:]):
-                return True
-            if "/" in pattern.rstrip("/") and _glob_match(rel_path, pattern):
-                return True
-        return False
+        any_part, slashed = _exclusion(tuple(self.exclude + self.extend_exclude), given if skip else "")
+        if any_part is not None and any(any_part(p) for p in parts[skip:]):
+            return True
+        return any(_glob_match(rel_path, pattern) for pattern in slashed)
 
     def is_hot_path(self, function_name: str) -> bool:
         return any(fnmatch.fnmatchcase(function_name, p) for p in self.hot_path_functions)
@@ -118,6 +115,19 @@ def _matches_any(selectors: tuple[str, ...], code: str, name: str) -> bool:
         if s == "ALL" or s == name or (s.startswith("KC") and code.startswith(s)):
             return True
     return False
+
+
+@lru_cache(maxsize=64)
+def _exclusion(patterns: tuple[str, ...], given: str):
+    """For ``Config.is_excluded``: one compiled matcher for a path part against every pattern that
+    applies (those matching ``given``, a folder named on the command line, do not), and the
+    patterns with a ``/`` in them, matched against the whole path."""
+    active = [p for p in patterns if not (given and _glob_match(given, p))]
+    if not active:
+        return None, ()
+    any_part = re.compile("|".join(f"(?:{fnmatch.translate(os.path.normcase(p))})" for p in active)).match
+    return (lambda part: any_part(os.path.normcase(part)) is not None), tuple(
+        p for p in active if "/" in p.rstrip("/"))
 
 
 def _glob_match(rel_path: str, pattern: str) -> bool:

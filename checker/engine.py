@@ -84,11 +84,33 @@ def _walk(folder: Path, config: Config, root: Path) -> list[Path]:
     return found
 
 
-def _rel(path: Path, root: Path) -> str:
+def _rel(path: Path, root: Path, resolved: bool = False) -> str:
+    """``path`` relative to ``root``, forward slashes (``resolved``: ``path`` is resolved already)."""
+    path = path if resolved else path.resolve()
+    text, base = str(path), str(root)
+    if text.startswith(base) and text[len(base):len(base) + 1] == os.sep:
+        return Path(text[len(base) + 1:]).as_posix()
     try:
-        return path.resolve().relative_to(root).as_posix()
+        return path.relative_to(root).as_posix()
     except ValueError:
-        return Path(os.path.relpath(path.resolve(), root)).as_posix()
+        return Path(os.path.relpath(path, root)).as_posix()
+
+
+def _resolver():
+    """``Path.resolve`` for many files, each folder resolved once: a file that is not a link
+    resolves to its folder's resolved path plus its name."""
+    folders: dict[str, str] = {}
+
+    def resolve(path: Path) -> Path:
+        if os.path.islink(path):
+            return path.resolve()
+        parent = os.path.dirname(os.path.abspath(path))
+        real = folders.get(parent)
+        if real is None:
+            real = folders[parent] = str(Path(parent).resolve())
+        return Path(real, path.name)
+
+    return resolve
 
 
 def discover(paths: list[str], explicit_config: Path | None = None, force_exclude: bool = False) -> tuple[list[Job], list[str]]:
@@ -97,6 +119,7 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
     problems: list[str] = []
     seen: set[str] = set()
     report_root: Path | None = None  # one root for every reported path, so they all resolve against it
+    resolve = _resolver()
     for raw in paths or ["."]:
         path = Path(raw)
         if not path.exists():
@@ -116,7 +139,7 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
             files, explicit = [path], True
         for f in files:
             try:
-                resolved = f.resolve()
+                resolved = resolve(f)
             except (OSError, RuntimeError):  # a symlink loop
                 problems.append(f"{f}: cannot resolve (symlink loop?)")
                 continue
@@ -129,10 +152,10 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
             seen.add(key)
             config = config_for(resolved.parent, explicit_config)
             base = config.root if config.source else root
-            config_rel = _rel(resolved, base)
+            config_rel = _rel(resolved, base, resolved=True)
             if (not explicit or force_exclude) and config.is_excluded(config_rel, _rel(path, base) if given else ""):
                 continue
-            jobs.append(Job(str(f), _rel(resolved, report_root), config, config_rel, str(report_root)))
+            jobs.append(Job(str(f), _rel(resolved, report_root, resolved=True), config, config_rel, str(report_root)))
     return jobs, problems
 
 
