@@ -15,45 +15,68 @@ REFERENCE_BUFFER = re.compile(r"(^|_)(ref|reference|expected|expect|baseline|gol
 
 
 class UnpoisonedOutput(Rule):
-    """An output buffer from `torch.empty` compared without being poisoned first.
+    """An unpoisoned `torch.empty` output compared where memory could already hold the answer.
 
     ## What it does
     In test and benchmark code, finds a buffer allocated with `torch.empty`, `torch.empty_like`,
     `torch.empty_strided` or `.new_empty`, handed to a call that writes it (the kernel under
     test, or its wrapper), and later compared, with no fill before the call: no
-    `.fill_(float("nan"))` or other non-zero fill, no `.copy_`, no random fill. Buffers written
-    by a `torch.*` operator (`out=` of a library op writes every element) are not reported, and
-    neither are the reference's own outputs (`ref_out`, `expected`, `baseline`): an element the
-    reference leaves unwritten makes the check fail, it cannot hide a kernel bug. Tests on
-    stand-ins (`monkeypatch`, `Mock`, `patch`) check dispatch, not a kernel's writes, and are left
-    alone.
+    `.fill_(float("nan"))` or other non-zero fill, no `.copy_`, no random fill. It reports such a
+    buffer only when something in the test could have left the expected answer in the memory the
+    buffer gets, so that a write the kernel misses can pass; the message says which:
+
+    - the buffer is compared with another unpoisoned `torch.empty` buffer written by the same
+      computation (the same function, its `torch.compile`d or `functools.partial` form, or the
+      same op called a slice at a time): if the kernel writes nothing, both keep what the
+      allocator handed out (zeros in a fresh segment) and agree;
+    - it is allocated and written inside a loop whose passes compute the same answer (inputs made
+      outside the loop or drawn after re-seeding with the same seed, arguments that do not follow
+      the loop variables): the block freed by the previous pass holds that answer;
+    - the same computation ran before the allocation and its returned result was dropped (a
+      warm-up): its freed block can be the one the buffer gets;
+    - an index map or id tensor that reaches the kernel marks entries with `-1` (`ids[0] = -1`,
+      `.masked_fill(m, -1)`, `torch.where(m, ids, -1)`, `torch.tensor([0, -1, 1])`): unrouted
+      tokens and experts of another rank have zero rows in the expected output;
+    - a tensor of `torch.zeros` is data for both the kernel and the reference (not a workspace,
+      cache, index or other buffer the name says is scratch or layout): the answer is zeros;
+    - the test is parametrized with a size of 0 (`kv_len=0`, `num_tokens=0`).
+
+    A buffer handed to several writing calls (an eager run, a graph capture, replays) is left
+    alone: a fill at allocation guards the first write only. With none of these, the kernel runs
+    on inputs nothing else computed the answer from into freed memory (its first run on fresh
+    random inputs, or an earlier result the test keeps alive), and an element it misses fails the
+    comparison. Buffers written by a `torch.*` operator (`out=` of a library op writes every
+    element) are not reported, and neither are the reference's own outputs (`ref_out`,
+    `expected`, `baseline`). Tests on stand-ins (`monkeypatch`, `Mock`, `patch`) check dispatch,
+    not a kernel's writes, and are left alone.
 
     ## Why is this bad?
-    `torch.empty` does not clear memory. The caching allocator hands back the block that the
-    reference (or the previous test case) just freed, so the buffer often already holds the
-    right answer. A kernel that writes nothing, skips the tail block or masks off a row passes.
-    Fill outputs with NaN (a sentinel for integers) before each call, so that anything left
-    unwritten fails the comparison.
+    `torch.empty` does not clear memory. The caching allocator hands back the block that a warm-up,
+    the previous pass of a loop or the previous test case just freed, and a fresh segment is
+    zeros, so when the expected answer is zeros or was computed before, the buffer often already
+    holds it. A kernel that writes nothing, skips the tail block or masks off a row passes. Fill
+    outputs with NaN (a sentinel for integers) before each call, so that anything left unwritten
+    fails the comparison.
 
     ## Example
     ```python
-    out = torch.empty_like(x)
-    ops.rms_norm(out, x, weight, eps)
-    torch.testing.assert_close(out, ref)
+    actual = torch.empty((m, k), device="cuda", dtype=dtype)
+    ops.moe_sum(x, actual, topk_ids, expert_map)  # expert_map holds -1 for remote experts
+    torch.testing.assert_close(actual, expected)
     ```
 
     ## Use instead
     ```python
-    out = torch.empty_like(x).fill_(float("nan"))
-    ops.rms_norm(out, x, weight, eps)
-    torch.testing.assert_close(out, ref)
+    actual = torch.full((m, k), float("nan"), device="cuda", dtype=dtype)
+    ops.moe_sum(x, actual, topk_ids, expert_map)
+    torch.testing.assert_close(actual, expected)
     ```
     """
 
     CODE = "KC405"
     NAME = "unpoisoned-output"
-    MESSAGE = ("{name} comes from {factory}(), is written by {writer}() and compared without being poisoned: "
-               "stale memory can hold the right answer; fill it with NaN first")
+    MESSAGE = ("{name} comes from {factory}(), is written by {writer}() and compared without being poisoned, "
+               "and {why}: a missed write can pass; fill it with NaN first")
     SEVERITY = "warning"
     KNOWLEDGE = ("verification/poisoned-outputs", "verification/nan-never-passes")
     VALID = [
@@ -62,20 +85,10 @@ import torch
 def test_norm(x, w):
     out = torch.empty_like(x)
     out.fill_(float("nan"))
-    rms_norm(out, x, w, 1e-6)
-    torch.testing.assert_close(out, ref(x, w))
+    for _ in range(3):
+        rms_norm(out, x, w, 1e-6)
+        torch.testing.assert_close(out, ref(x, w))
 """,
-        """
-import torch
-def test_norm(x, w):
-    out = torch.full_like(x, float("nan"))
-    rms_norm(out, x, w, 1e-6)
-    ref = torch.empty_like(x)
-    torch.mul(x, w, out=ref)
-    torch.testing.assert_close(out, ref)
-""",
-    ]
-    INVALID = [
         """
 import torch
 def test_norm(x, w):
@@ -83,13 +96,23 @@ def test_norm(x, w):
     rms_norm(out, x, w, 1e-6)
     torch.testing.assert_close(out, ref(x, w))
 """,
+    ]
+    INVALID = [
         """
 import torch
-def test_quant(x):
-    q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-    s = torch.empty(x.shape[0], 1, device=x.device)
-    per_token_quant(x, out=q, scales=s)
-    torch.testing.assert_close(s, ref_scales(x))
+def test_norm(x, w):
+    rms_norm_out(x, w, 1e-6)
+    out = torch.empty_like(x)
+    rms_norm_out(x, w, 1e-6, out=out)
+    torch.testing.assert_close(out, ref(x, w))
+""",
+        """
+import torch
+def test_sum(x, ids):
+    expert_map = torch.tensor([0, -1, 1, -1], device="cuda")
+    out = torch.empty(x.shape[0], x.shape[-1], device=x.device)
+    moe_sum(x, out, ids, expert_map)
+    torch.testing.assert_close(out, ref_sum(x, ids, expert_map))
 """,
     ]
     PREFILTER = (r"empty",)
@@ -144,17 +167,18 @@ def test_quant(x):
         model = self.model
         if mocked(model, fn):
             return  # a dispatch test on stand-ins (monkeypatch, Mock): no kernel output to poison
-        buffers: dict[str, tuple[cst.Call, str]] = {}
+        buffers: dict[str, tuple[cst.Assign, str]] = {}
         for node in nodes_under(fn.body):
             if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
                 factory = self._empty(node.value)
                 if factory:
-                    buffers[node.targets[0].target.value] = (node.value, factory)
+                    buffers[node.targets[0].target.value] = (node, factory)
         if not buffers:
             return
+        aliases = _compiled_aliases(model, fn)
         poisoned: set[str] = set()
-        written: dict[str, str] = {}
-        compared: set[str] = set()
+        written: dict[str, list[tuple[cst.Call, str]]] = {}
+        compared: dict[str, list[cst.Call]] = {}
         for call in calls(model, fn.body, depth=0):
             func = call.func
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in buffers:
@@ -166,22 +190,29 @@ def test_quant(x):
                 continue
             name = model.call_name(call) or ""
             if is_compare(model, call):
-                compared |= passed
-            elif not name.startswith("torch.") or name.startswith("torch.ops."):
                 for b in passed:
-                    launched = func.value if isinstance(func, cst.Subscript) else func  # kernel[grid](...)
-                    written.setdefault(b, name or model.dotted(launched) or "a call")
+                    compared.setdefault(b, []).append(call)
+            elif not name.startswith("torch.") or name.startswith("torch.ops."):
+                launched = func.value if isinstance(func, cst.Subscript) else func  # kernel[grid](...)
+                shown = name or model.dotted(launched) or "a call"
+                for b in passed:
+                    written.setdefault(b, []).append((call, shown))
         for node in nodes_under(fn.body):  # out[...] = ... writes it too
             if isinstance(node, cst.Assign):
                 for t in node.targets:
                     if isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name):
                         poisoned.add(t.target.value.value)
+        evidence = _Evidence(self, fn, buffers, poisoned, written, compared, aliases)
         for b in buffers:
             if REFERENCE_BUFFER.search(b):
                 continue  # the reference's own output: stale memory there fails the check, it hides nothing
             if b in written and b in compared and b not in poisoned:
-                call, factory = buffers[b]
-                self.report(call, name=b, factory=factory, writer=last(written[b]) or written[b])
+                why = evidence.why(b)
+                if why is None:
+                    continue  # nothing in the test could have left its answer in the block: a missed write fails
+                assign, factory = buffers[b]
+                writer = written[b][0][1]
+                self.report(assign.value, name=b, factory=factory, writer=last(writer) or writer, why=why)
 
     def _empty(self, value: cst.CSTNode) -> str | None:
         """``torch.empty`` (or ``.new_empty``) when ``value`` allocates without a fill."""
@@ -215,3 +246,291 @@ def _empty_call(facts, value: ast.AST) -> bool:
 def _arg_values(call: ast.Call) -> list[ast.AST]:
     """Every argument's value, positional (``*x`` as ``x``) and keyword (``**x`` as ``x``)."""
     return [a.value if type(a) is ast.Starred else a for a in call.args] + [k.value for k in call.keywords]
+
+
+ZERO_FACTORIES = {"torch.zeros", "torch.zeros_like"}
+# a zero tensor under such a name is scratch or metadata (written by the kernel or describing the
+# layout), not data whose zeros carry into the answer
+NOT_DATA = re.compile(r"cache|workspace|buf|out|lse|acc|count|indptr|loc|offset|len|table|ind|ids|idx|map|mask|"
+                      r"state|scale|sem|flag|lock|signal|barrier|meta|ptr|slot|pos|tmp|temp|scratch", re.IGNORECASE)
+SIZE_PARAM = re.compile(r"^(m|n|k|bs|batch|tokens|seqlen)$|(^|_)(len|lens|length|tokens|size|count|rows|seqlen|batch)$"
+                        r"|^(num|n)_", re.IGNORECASE)
+LOOPS = (cst.For, cst.While)
+RANDOM_DRAWS = {"randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm", "normal_",
+                "uniform_",
+                "random_", "normal", "bernoulli", "multinomial", "exponential_", "cauchy_", "log_normal_"}
+SEEDS = {"manual_seed", "seed", "set_random_seed", "seed_everything", "manual_seed_all", "set_seed"}
+
+
+def _minus_one(node: cst.CSTNode) -> bool:
+    return (isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus)
+            and isinstance(node.expression, cst.Integer) and node.expression.evaluated_value == 1)
+
+
+def _base(node: cst.CSTNode) -> str | None:
+    """``out`` for ``out``, ``out[i]`` or ``out.view(...)[...]``."""
+    while isinstance(node, (cst.Subscript, cst.Attribute, cst.Call)):
+        node = node.func if isinstance(node, cst.Call) else node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def _is_zero(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Integer) and node.evaluated_value == 0
+
+
+def _compiled_aliases(model, fn: cst.FunctionDef) -> dict[str, str]:
+    """``g = torch.compile(f)`` (or ``functools.partial(f, ...)``) in ``fn``: ``{"g": "f"}``, so that a
+    call of ``g`` counts as the same computation as a call of ``f``."""
+    out: dict[str, str] = {}
+    for node in nodes_under(fn.body):
+        if (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+                and isinstance(node.value, cst.Call) and node.value.args
+                and last(model.call_name(node.value)) in ("compile", "partial")):
+            inner = model.qualname(node.value.args[0].value) or model.dotted(node.value.args[0].value)
+            if inner:
+                out[node.targets[0].target.value] = inner
+    return out
+
+
+class _Evidence:
+    """What in the test could leave the compared answer in the block an unwritten buffer gets."""
+
+    def __init__(self, rule, fn, buffers, poisoned, written, compared, aliases) -> None:
+        self.rule, self.model, self.fn = rule, rule.model, fn
+        self.buffers, self.poisoned, self.written, self.compared = buffers, poisoned, written, compared
+        self.aliases = aliases
+        self.order = {id(n): i for i, n in enumerate(nodes_under(fn.body))}
+        self.own_calls = calls(self.model, fn.body, depth=0)
+        self.sliced: dict[str, set[str]] = {}  # buffers written a slice at a time: ops.f(out_ref[i], ...)
+        for call in self.own_calls:
+            for a in call.args:
+                if isinstance(a.value, cst.Subscript) and _base(a.value) in buffers:
+                    self.sliced.setdefault(_base(a.value), set()).add(self.key(call))
+
+    def key(self, call: cst.Call) -> str:
+        model = self.model
+        func = call.func.value if isinstance(call.func, cst.Subscript) else call.func
+        name = model.call_name(call) or model.dotted(func) or ""
+        return self.aliases.get(name, name)
+
+    def why(self, b: str) -> str | None:
+        if len(self.written[b]) > 1:
+            # written by several calls (eager run, capture, replay): a fill at allocation guards the first only
+            return None
+        for reason in (self._paired, self._loop, self._warmed_up, self._sentinel, self._zero_input, self._empty_case):
+            found = reason(b)
+            if found:
+                return found
+        return None
+
+    def _paired(self, b: str) -> str | None:
+        """Compared with another unpoisoned ``torch.empty`` buffer written by the same computation:
+        a write both runs miss leaves both holding what the allocator handed out (zeros in a fresh
+        segment), so they agree."""
+        keys = {self.key(c) for c, _ in self.written[b]}
+        for cmp in self.compared[b]:
+            for a in cmp.args:
+                p = a.value.value if isinstance(a.value, cst.Name) else None
+                if not p or p == b or p not in self.buffers or p in self.poisoned:
+                    continue
+                if len(self.written.get(p, ())) == 1 and keys & {self.key(c) for c, _ in self.written[p]}:
+                    writer = last(self.written[p][0][1]) or self.written[p][0][1]
+                elif p not in self.written and self.sliced.get(p) and self.sliced[p] <= keys:
+                    writer = last(min(self.sliced[p])) or min(self.sliced[p])
+                else:
+                    continue
+                return (f"the {p} it is compared with is also an unpoisoned buffer written by {writer}(), "
+                            "so a write both runs miss leaves the same stale or zeroed memory in both")
+        return None
+
+    def _loop(self, b: str) -> str | None:
+        """Allocated and written in the same loop, on inputs that repeat from pass to pass (made
+        outside the loop, or drawn after re-seeding with the same seed): the previous pass's buffer
+        of the same size, freed when the name is rebound, held this kernel's answer. Fresh random
+        inputs each pass leave another answer there, and a missed write fails."""
+        assign = self.buffers[b][0]
+        around = [n for n in self.model.ancestors(assign) if isinstance(n, LOOPS)]
+        for loop in around:  # innermost first
+            if not any(loop is n for call, _ in self.written[b] for n in self.model.ancestors(call)):
+                continue
+            if self._fresh_draws(loop) or self._varies(loop, b):
+                return None
+            shown = self.written[b][0][1]
+            return (f"it is allocated and written by {last(shown) or shown}() inside a loop on repeating inputs, "
+                    "where the block freed by the previous pass can hold the same answer")
+        return None
+
+    def _varies(self, loop: cst.CSTNode, b: str) -> bool:
+        """The kernel's arguments follow the loop's variables (another shape, another slice each
+        pass), so the previous pass computed another answer."""
+        bound = {n.value for inner in nodes_under(loop) if isinstance(inner, cst.For)
+                 for n in nodes_under(inner.target) if isinstance(n, cst.Name)}
+        for _ in range(2):
+            for node in nodes_under(loop.body):
+                if isinstance(node, cst.Assign) and any(
+                        isinstance(n, cst.Name) and n.value in bound for n in nodes_under(node.value)):
+                    bound |= {n.value for t in node.targets for n in nodes_under(t.target) if isinstance(n, cst.Name)}
+        bound.discard(b)
+        return any(isinstance(n, cst.Name) and n.value in bound
+                   for call, _ in self.written[b] for a in call.args for n in nodes_under(a.value))
+
+    def _fresh_draws(self, loop: cst.CSTNode) -> bool:
+        """The loop draws random inputs with no re-seeding by a value that stays the same each pass."""
+        bound = {n.value for inner in nodes_under(loop) if isinstance(inner, cst.For)
+                 for n in nodes_under(inner.target) if isinstance(n, cst.Name)}
+        draws = reseeded = False
+        for node in nodes_under(loop.body):
+            if not isinstance(node, cst.Call):
+                continue
+            name = last(self.model.call_name(node) or self.model.dotted(node.func))
+            if name in RANDOM_DRAWS:
+                draws = True
+            elif name in SEEDS and not any(isinstance(n, cst.Name) and n.value in bound
+                                           for a in node.args for n in nodes_under(a.value)):
+                reseeded = True
+        return draws and not reseeded
+
+    def _warmed_up(self, b: str) -> str | None:
+        """The same computation ran before the allocation and its result was dropped (a warm-up that
+        returns its output, not one writing a buffer of the test's that stays alive): the block it
+        wrote is free, and the allocator may hand it to this buffer."""
+        at = self.order.get(id(self.buffers[b][0]), -1)
+        keys = {self.key(c) for c, _ in self.written[b]}
+        for call in self.own_calls:
+            if self.order.get(id(call), at) >= at or self.key(call) not in keys:
+                continue
+            if isinstance(self.model.parent(call), cst.Expr) and not any(
+                    _base(a.value) in self.buffers for a in call.args):
+                return (f"{last(self.key(call)) or self.key(call)}() already ran before it was allocated and its "
+                        "result was dropped, so the freed block can hold the answer")
+        return None
+
+    def _sentinel(self, b: str) -> str | None:
+        """-1 marks entries the kernel skips (unrouted tokens, experts of another rank): their
+        expected rows are zeros, which fresh memory holds. Only ids or maps that reach the kernel
+        count (``ids[0] = -1``, ``.masked_fill(m, -1)``, ``torch.where(m, ids, -1)``,
+        ``torch.tensor([0, -1, 1])``); ``torch.full(shape, -1)`` is a poisoned buffer, not a mark."""
+        marked: set[str] = set()
+        for node in nodes_under(self.fn.body):
+            if not isinstance(node, cst.Assign):
+                continue
+            if _minus_one(node.value):
+                for t in node.targets:
+                    base = t.target
+                    while isinstance(base, (cst.Subscript, cst.Attribute)):
+                        base = base.value
+                    if isinstance(base, cst.Name) and base is not t.target:
+                        marked.add(base.value)
+            elif (len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+                  and any(self._marks(n) for n in nodes_under(node.value))):
+                marked.add(node.targets[0].target.value)
+        reaching = self._reaching(b)
+        hit = sorted(marked & reaching)
+        if hit:
+            return (f"{hit[0]}, an input of the kernel, marks entries with -1 (unrouted tokens, experts of "
+                    "another rank), whose expected rows are zeros that fresh memory holds")
+        return None
+
+    def _marks(self, node: cst.CSTNode) -> bool:
+        if not isinstance(node, cst.Call):
+            return False
+        name = last(self.model.call_name(node) or self.model.dotted(node.func))
+        if name in ("masked_fill", "masked_fill_", "where"):
+            return any(_minus_one(a.value) for a in node.args[1:])
+        if name == "tensor" and node.args and isinstance(node.args[0].value, (cst.List, cst.Tuple)):
+            items = [e.value for e in node.args[0].value.elements]  # an index map: whole numbers only
+            return any(_minus_one(e) for e in items) and all(isinstance(e, cst.Integer) or _minus_one(e) for e in items)
+        return False
+
+    def _reaching(self, b: str) -> set[str]:
+        """Names under the arguments of ``b``'s writer calls, and the names the assignments of those
+        (a ``kwargs`` dict, a tuple of inputs) are built from, two steps back."""
+        names: set[str] = set()
+        for call, _ in self.written[b]:
+            for a in call.args:
+                names |= {n.value for n in nodes_under(a.value) if isinstance(n, cst.Name)}
+        for _ in range(2):
+            more: set[str] = set()
+            for node in nodes_under(self.fn.body):
+                if isinstance(node, cst.Assign) and any(isinstance(n, cst.Name) and n.value in names
+                                                        for t in node.targets for n in nodes_under(t.target)):
+                    more |= {n.value for n in nodes_under(node.value) if isinstance(n, cst.Name)}
+            if more <= names:
+                break
+            names |= more
+        return names
+
+    def _zero_input(self, b: str) -> str | None:
+        """A tensor of zeros handed to the kernel as data and to the reference as well: the answer
+        is (partly) zeros, which a fresh block holds."""
+        model = self.model
+        zeros: dict[str, int] = {}
+        for node in nodes_under(self.fn.body):
+            if (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+                    and isinstance(node.value, cst.Call) and model.call_name(node.value) in ZERO_FACTORIES
+                    and not NOT_DATA.search(node.targets[0].target.value)):
+                zeros[node.targets[0].target.value] = 0
+        if not zeros:
+            return None
+        for node in nodes_under(self.fn.body):  # written later: no longer zeros
+            if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value.endswith("_")):
+                base = node.func.value
+                while isinstance(base, (cst.Attribute, cst.Subscript, cst.Call)):
+                    base = base.func if isinstance(base, cst.Call) else base.value
+                if isinstance(base, cst.Name):
+                    zeros.pop(base.value, None)
+            elif isinstance(node, cst.Assign):
+                for t in node.targets:
+                    if isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name):
+                        zeros.pop(t.target.value.value, None)
+            elif isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value in ("out", "output"):
+                if isinstance(node.value, cst.Name):
+                    zeros.pop(node.value.value, None)
+        writers = {id(c) for c, _ in self.written[b]}
+        keys = {self.key(c) for c, _ in self.written[b]}
+        for z in zeros:
+            fed = other = False
+            for call in self.own_calls:
+                if not any(isinstance(a.value, cst.Name) and a.value.value == z for a in call.args):
+                    continue
+                if id(call) in writers:
+                    fed = True
+                elif self.key(call) not in keys:
+                    other = True
+            if fed and other:
+                return (f"{z} from torch.zeros() is an input of both the kernel and the reference, so the "
+                        "expected values are (partly) zeros, which fresh memory holds")
+        return None
+
+    def _empty_case(self, b: str) -> str | None:
+        """Parametrized with a size of 0 (``kv_len=0``, no tokens): the expected tensor is empty or
+        zeros in that case."""
+        for dec in self.fn.decorators:
+            call = dec.decorator
+            if not (isinstance(call, cst.Call) and last(self.model.dotted(call.func)) == "parametrize"
+                    and len(call.args) >= 2 and isinstance(call.args[0].value, cst.SimpleString)):
+                continue
+            names = [n.strip() for n in str(call.args[0].value.evaluated_value).split(",")]
+            values = self._literal(call.args[1].value)
+            for v in values:
+                row = [e.value for e in v.elements] if isinstance(v, (cst.Tuple, cst.List)) and len(names) > 1 else [v]
+                for name, value in zip(names, row):
+                    if SIZE_PARAM.search(name) and _is_zero(value):
+                        return f"it is parametrized with {name}=0, where the expected values are empty or zeros"
+        return None
+
+    def _literal(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """The elements of a list or tuple of cases (one or two concatenated, or a module constant)."""
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            return self._literal(node.left) + self._literal(node.right)
+        if isinstance(node, (cst.List, cst.Tuple)):
+            return [e.value for e in node.elements]
+        if isinstance(node, cst.Name):
+            for stmt in self.rule.context.module.body:
+                if isinstance(stmt, cst.SimpleStatementLine):
+                    for s in stmt.body:
+                        target = s.targets[0].target if isinstance(s, cst.Assign) and len(s.targets) == 1 else None
+                        if isinstance(target, cst.Name) and target.value == node.value:
+                            return self._literal(s.value)
+        return []
