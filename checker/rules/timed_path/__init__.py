@@ -564,17 +564,36 @@ def _error_branch(model, block: cst.CSTNode) -> bool:
 
 def _fills_cache(model, node: cst.If) -> bool:
     """``if _handles.get(dev) is None: _handles[dev] = create(); print(...)``: a branch that fills
-    the cache its test reads runs once per key, not on every step."""
+    the cache its test reads runs once per key, not on every step. So does a lazy first-call
+    set-up: ``if self.step_index is None: self._init_step_index(t)``, where the test reads a
+    property and the branch (or a method of the class it calls) sets the attribute behind it
+    (``self._step_index``)."""
     from kcheck.model import walk
 
     tested = {model.dotted(n) for n in walk(node.test) if isinstance(n, (cst.Name, cst.Attribute))}
     tested.discard(None)
-    for n in walk(node.body):
-        if isinstance(n, cst.Assign):
-            for t in n.targets:
-                target = t.target.value if isinstance(t.target, cst.Subscript) else t.target
-                if isinstance(target, (cst.Name, cst.Attribute)) and model.dotted(target) in tested:
-                    return True
+    # ``self.step_index`` is read through a property whose state is ``self._step_index``
+    tested |= {f"{head}._{attr}" for head, _, attr in (t.rpartition(".") for t in tested)
+               if head and not attr.startswith("_")}
+    if _assigns(model, node.body, tested):
+        return True
+    # a method of the class called in the branch that sets what the test reads (one level down)
+    return any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and isinstance(n.func.value, cst.Name)
+               and n.func.value.value in ("self", "cls") and (target := model.callee(n)) is not None
+               and _assigns(model, target.body, tested) for n in walk(node.body))
+
+
+def _assigns(model, body: cst.CSTNode, tested: set[str]) -> bool:
+    """Whether ``body`` assigns (or subscript-assigns) one of the ``tested`` names."""
+    from kcheck.model import walk
+
+    for n in walk(body):
+        targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target] if isinstance(
+            n, cst.AnnAssign) else []
+        for target in targets:
+            target = target.value if isinstance(target, cst.Subscript) else target
+            if isinstance(target, (cst.Name, cst.Attribute)) and model.dotted(target) in tested:
+                return True
     return False
 
 

@@ -36,11 +36,29 @@ class HostSyncInHotPath(Rule):
       n.item()`);
     - a sync off the normal step: in an `except` handler, under a debug switch
       (`if envs.TRACE_X.get():`, `if self.debug:`, after `if not <switch>: return`), or in a
-      branch that fills the cache its test reads (`if key not in cache: cache[key] = ...`);
+      branch that fills the cache its test reads (`if key not in cache: cache[key] = ...`), at any
+      depth below the hot path (a helper called there is not entered); the same holds for a
+      helper called under another backend's test or in a `with gpu_sync_allowed():` block;
     - a sync under a test for another backend (`if is_npu(): cu_seqlens = cu_seqlens.to("cpu")`,
       `if not _is_cuda: return self._forward_impl(...)`, `if x.device.type == "mps":`): what that
       backend's op requires, another backend's own sync (`torch.mps.synchronize()`), and the
       hot paths that are another backend's slot (`forward_xpu`, `forward_npu`);
+    - on a value the function shows lives on the host: a parameter annotated as a NumPy array
+      (`cu_num_tokens: np.ndarray`), a name bound to a NumPy call, `.tolist()`, `.cpu()` or a
+      tensor built without a device, an expression of such values only (`torch.where(torch.eq(
+      token_ids_cpu, tok))`), or an op that keeps its input's device whose result is bound to a
+      CPU-named name (`docs_cpu = torch.where(mask)[0]`);
+    - a sync that runs once, not per step: a lazy first-call set-up (`if self.step_index is None:
+      self._init_step_index(t)`, where the branch or the method it calls sets `self._step_index`),
+      and the set-up of a hot path that hands its step loop to a helper (`decode()` ending in
+      `return self.decode_regular(...)`, whose body loops `for step in ...`): only what that
+      helper reaches is reported;
+    - in a multimodal encoder (a class named for a vision or audio tower, its attention or patch
+      embeddings, or the projector, resampler or patch merger after it: `*Vision*`, `*ViT*`,
+      `*Audio*`, `*Projector`, `*Resampler`, ...), in a language model's helpers named for
+      multimodal inputs (`_process_image_input`, `_execute_mm_encoder`), and in a model zoo's
+      `encoders/` folder (a generation pipeline's text and image encoders): they run once per
+      image, clip or prompt, not on every decode step; nor in a tokenizer's `decode`;
     - in the step of a debugging tool's class (`*Dumper`, `*Debugger`, `*Profiler`);
     - a wait on a CUDA event (`self.prepare_inputs_event.synchronize()`): it waits only for the
       work recorded before the event, usually the previous step's, not for the whole queue;
@@ -145,6 +163,8 @@ def decode_step(model, tokens):
         if MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path) or REFERENCE_PATH.search(model.path) \
                 or SHIPPED_EXAMPLE.search(model.path):
             return  # a test's "decode step", a debugging tool's step(), a reference, a problem's sample submission
+        if ENCODER_PATH.search(model.path):
+            return  # a pipeline's text and image encoders: once per request, before the denoising loop
         if "keep_on_cpu" in self.context.source:
             model.__dict__["_kept_on_cpu"] = _kept_on_cpu(original_node)
         for region, call, via in _hot_calls(model):
@@ -180,14 +200,52 @@ def _hot_calls(model):
     through the function calling itself is left out (it is reported where it is written)."""
     seen: set[int] = set()
     for region in model.timed_regions:
-        if region.kind != "hot-path" or _off_cuda_slot(model, region.function):
+        function = region.function
+        if region.kind != "hot-path" or _off_cuda_slot(model, function) or _once_per_input(model, function):
             continue
         roots = [n for n in region.nodes if id(n) not in region.exempt]
-        for call, via in model.calls_in(roots, follow=lambda site: not off_the_step(model, site)):
+        loops = _step_loop_helpers(model, region.function)
+        follow = lambda site: not (  # noqa: E731 - a helper called off the step, or only for images, is not entered
+            off_the_step(model, site) or _allowed(model, site) or MULTIMODAL_HELPER.search(_called_name(model, site)))
+        for call, via in model.calls_in(roots, follow=follow):
             if id(call) in seen or (via is not None and _recursive(model, via, region.function)):
                 continue
+            if loops and (via is None or id(model.callee(via)) not in loops):
+                continue  # a driver's own set-up around the step loop it hands to a helper: once per request
             seen.add(id(call))
             yield region, call, via
+
+
+# The loop over generation or denoising steps: ``for step in range(max_new_tokens)``,
+# ``for i, t in enumerate(timesteps)``.
+STEP_LOOP = re.compile(r"(^|_)steps?($|_)|timesteps", re.I)
+
+
+def _step_loop(model, node: cst.CSTNode) -> bool:
+    """Whether ``node`` holds a loop over steps (not counting nested functions): its target or what
+    it iterates is named for steps."""
+    def named(part: cst.CSTNode) -> bool:
+        return any(isinstance(x, cst.Name) and STEP_LOOP.search(x.value) or isinstance(x, cst.Attribute)
+                   and STEP_LOOP.search(x.attr.value) for x in walk(part))
+
+    return any(isinstance(n, cst.For) and (named(n.target) or named(n.iter)) for n in walk(node, into_scopes=False))
+
+
+def _step_loop_helpers(model, function) -> set[int]:
+    """A hot path that runs once per request and hands its step loop to a same-module helper
+    (``decode()`` ending in ``return self.decode_regular(...)``, whose body is ``for step in
+    range(self.max_new_tokens):``): the ids of those helpers. Only what they reach runs per step;
+    the driver's own set-up and its other helpers run once per request. Empty when the hot path
+    has its own step loop or calls no such helper."""
+    if not isinstance(function, cst.FunctionDef) or _step_loop(model, function.body):
+        return set()
+    found: set[int] = set()
+    for n in walk(function.body, into_scopes=False):
+        if isinstance(n, cst.Call) and not _in_loop(model, n, function):
+            target = model.callee(n)
+            if target is not None and target is not function and _step_loop(model, target.body):
+                found.add(id(target))
+    return found
 
 
 def _recursive(model, via: cst.Call, function) -> bool:
@@ -265,6 +323,8 @@ def _cpu_named(model, call: cst.Call) -> bool:
     """A sync whose tensor is named for the host (``seq_lens_cpu.tolist()``, ``host_lens.tolist()``,
     ``(ids_cpu == tag).nonzero()``, a NumPy ``starts_np``): by the serving engines' naming rule it
     already lives there."""
+    if _host_operand(model, call):
+        return True
     receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
     if receiver is None:
         return False
@@ -287,6 +347,144 @@ def _kept_on_cpu(module: cst.Module) -> set[str]:
             kept.add(name)
             kept.add(re.sub(r"^(image|video|audio|vision)_", "", name))
     return kept
+
+
+# -- multimodal encoders: they run once per image, clip or prompt, not on every step ------------
+
+# A class that is a multimodal encoder or a piece of one: a vision or audio tower, its attention
+# and patch embeddings, the projector, resampler or patch merger between it and the language
+# model. It runs in the step that brings a new image or clip (once per input), not in every
+# decode step; a tokenizer's ``decode`` turns ids into text and is no model step at all.
+MULTIMODAL_CLASS = re.compile(
+    r"Vision|Visual|Vi[Tt](?![a-z])|Audio|Speech|Whisper\w*Encoder|Siglip|CLIP|Image(Encoder|Embed)"
+    r"|Resampler|Projector|Merger|Abstractor|Tokenizer")
+# A helper of the language model's forward that runs only for multimodal inputs
+# (``self._execute_mm_encoder(...)``, ``self.get_image_features(...)``, ``self.encode_images(...)``).
+MULTIMODAL_HELPER = re.compile(r"(^|_)(mm|multimodal|images?|videos?|audios?|vision|visual|pixels?)(_|$)")
+# A model zoo's ``encoders/`` folder (a diffusion pipeline's text and image encoders).
+ENCODER_PATH = re.compile(r"(^|/)encoders/[^/]+\.py$")
+
+
+def _once_per_input(model, function) -> bool:
+    """Whether a hot path is a method of a multimodal encoder class (``MULTIMODAL_CLASS``)."""
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    owner = model.context_of(function).split(".")
+    return len(owner) >= 2 and bool(MULTIMODAL_CLASS.search(owner[-2]))
+
+
+def _called_name(model, call: cst.Call) -> str:
+    return (model.dotted(call.func) or "").split(".")[-1]
+
+
+# -- values that live on the host ----------------------------------------------------------------
+
+# Parameters annotated as NumPy arrays or Python scalars (not containers: a list may hold device
+# tensors, ``states: list[dict]`` whose ``states[0]["finished"]`` is one).
+HOST_ANNOTATION = re.compile(r"^(np|numpy)\.(nd)?array$|NDArray|^(int|float|bool)$")
+# Ops whose result lives where their input does: ``idx_cpu = torch.where(mask)[0]`` says the mask
+# was on the host (unlike ``.cpu()`` or ``.tolist()``, whose result is on the host whatever the input).
+SAME_DEVICE_SYNCS = {"torch.where", "torch.nonzero", "torch.repeat_interleave", "torch.unique",
+                     "torch.masked_select", "torch.unique_consecutive", "nonzero", "repeat_interleave", "unique",
+                     "masked_select", "unique_consecutive"}
+
+
+def _host_operand(model, call: cst.Call) -> bool:
+    """A sync whose tensor is a host value: the receiver or, for ``torch.where(x)`` and the like,
+    the first argument is built only from host values (``_host_names``), or the result of an op
+    that keeps its input's device is bound to a CPU-named name (``docs_cpu = torch.where(m)[0]``)."""
+    function = model.enclosing_function(call)
+    if function is None:
+        return False
+    host = _host_names(model, function)
+    func = call.func
+    name = model.call_name(call) or ""
+    if isinstance(func, cst.Attribute) and not name.startswith("torch."):
+        operand = func.value
+    else:
+        operand = next((a.value for a in call.args if a.keyword is None), None)
+    if operand is not None and _from_host(model, operand, host):
+        return True
+    if name in SAME_DEVICE_SYNCS or isinstance(func, cst.Attribute) and func.attr.value in SAME_DEVICE_SYNCS:
+        for anc in model.ancestors(call):
+            if isinstance(anc, (cst.Assign, cst.AnnAssign)):
+                targets = [t.target for t in anc.targets] if isinstance(anc, cst.Assign) else [anc.target]
+                return any(isinstance(n, cst.Name) and CPU_NAME.search(n.value) for t in targets for n in walk(t))
+            if isinstance(anc, (cst.BaseSuite, cst.FunctionDef, cst.Lambda)):
+                break
+    return False
+
+
+def _roots(model, node: cst.CSTNode) -> set[str] | None:
+    """The local names a tensor expression is computed from (``a[i] == b`` -> {a, b}), or None when
+    it also reads something else (an attribute, a call the rule does not know keeps the device)."""
+    if isinstance(node, cst.Name):
+        return set() if node.value in ("None", "True", "False") else {node.value}
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+        return set()
+    if isinstance(node, cst.Subscript):
+        return _roots(model, node.value)
+    if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)):
+        left, right = _roots(model, node.left), _roots(model, node.right)
+        return None if left is None or right is None else left | right
+    if isinstance(node, cst.Comparison):
+        parts = [_roots(model, node.left)] + [_roots(model, c.comparator) for c in node.comparisons]
+        return None if any(p is None for p in parts) else set().union(*parts)
+    if isinstance(node, cst.UnaryOperation):
+        return _roots(model, node.expression)
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return set()  # a constant of the module (``self.doc_token_id``) compared with a host tensor
+    if isinstance(node, cst.Call):
+        func = node.func
+        if any(a.keyword is not None and a.keyword.value == "device" for a in node.args) or isinstance(
+                func, cst.Attribute) and func.attr.value in ("to", "cuda", "pin_memory"):
+            return None  # may move it to the device
+        name = model.call_name(node) or ""
+        if isinstance(func, cst.Attribute) and not name.startswith("torch."):
+            return _roots(model, func.value)  # a method of the tensor (``ids.sum(-1)``)
+        if name.startswith("torch."):
+            parts = [_roots(model, a.value) for a in node.args if a.keyword is None]
+            return None if not parts or any(p is None for p in parts) else set().union(*parts)
+    return None
+
+
+def _from_host(model, node: cst.CSTNode, host: set[str]) -> bool:
+    roots = _roots(model, node)
+    return bool(roots) and all(r in host or CPU_NAME.search(r) for r in roots)
+
+
+def _host_names(model, function: cst.FunctionDef) -> set[str]:
+    """The names of ``function`` bound to host values: parameters annotated as NumPy arrays or
+    Python scalars, names assigned from NumPy calls, ``.tolist()``/``.numpy()``/``.cpu()``, a tensor
+    built without a device (``torch.tensor(lens)``), or an expression of host values only
+    (``doc_match = torch.eq(token_ids_cpu, self.doc_token_id)``)."""
+    cache = model.__dict__.setdefault("_host_names", {})
+    found = cache.get(id(function))
+    if found is not None:
+        return found
+    host = set(model.cpu_names.get(id(function), ()))
+    params = function.params
+    for p in [*params.posonly_params, *params.params, *params.kwonly_params]:
+        if p.annotation is not None and HOST_ANNOTATION.search(
+                cst.Module([]).code_for_node(p.annotation.annotation).strip()):
+            host.add(p.name.value)
+    for node in walk(function.body, into_scopes=False):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            target, value = node.targets[0].target.value, node.value
+        elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.value is not None:
+            target, value = node.target.value, node.value
+        else:
+            continue
+        if isinstance(value, cst.Call) and (
+                (model.call_name(value) or "").startswith("numpy.") or model.is_cpu_factory(value)
+                or isinstance(value.func, cst.Attribute) and value.func.attr.value in ("tolist", "numpy", "cpu")):
+            host.add(target)
+        elif _from_host(model, value, host):
+            host.add(target)
+        else:
+            host.discard(target)  # rebound to something else
+    cache[id(function)] = host
+    return host
 
 
 # ``grid_thw``: vLLM declares the multimodal grid sizes keep_on_cpu and SGLang keeps them on the
