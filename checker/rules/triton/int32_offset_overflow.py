@@ -68,7 +68,9 @@ class Int32OffsetOverflow(Rule):
 
     Left alone: products with a block size (a `tl.constexpr`, or a parameter named like one,
     which KC504 reports), with a literal, with head, expert, top-k, group and tile counts or ids
-    (`head * stride_h`, `pid_h`, `i_hv`), strides of per-row statistics (`rstd`, `mean`, `lse`),
+    (`head * stride_h`, `pid_h`, `i_hv`), with a remainder by a compile-time constant
+    (`slot = token % PAGE_SIZE`, a slot inside a page, unless the launches pass a whole tensor's
+    `numel()` for the other factor, which makes it an index of whole slices), strides of per-row statistics (`rstd`, `mean`, `lse`),
     index tables and rotary tables; offsets into block-sized buffers (`*partial*`, `scratch`,
     `workspace`, `lock`) and into routing, index and scale tables (`gating_output`,
     `router_logits`, `topk_ids`, block tables, `slot_mapping`, positions, sequence lengths,
@@ -204,6 +206,23 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         def wide(expr) -> bool:
             return any(is_tl_attr(model, n, "int64", "uint64") for n in nodes_under(expr))
 
+        bounded: set[str] = set()  # names whose latest value is a remainder by a compile-time constant
+
+        def below_constant(expr) -> bool:
+            """``x % PAGE_SIZE`` with a compile-time modulus (a ``tl.constexpr`` or a literal), or a
+            name holding one: the remainder stays below the constant, a small index like a head id."""
+            if isinstance(expr, cst.Name):
+                return expr.value in bounded
+            if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Modulo)):
+                return False
+            right = expr.right
+            return isinstance(right, cst.Integer) or (isinstance(right, cst.Name) and right.value in k.constexprs)
+
+        def whole_slices(other) -> bool:
+            """The other factor is a whole tensor's element count at launch (``x.numel() // n``): a
+            small index times it addresses whole slices, so it still spans the tensor."""
+            return any("numel" in launched.get(x, ()) for x in names_in(other) & runtime)
+
         def is_pid(expr) -> bool:
             found = False
             for n in nodes_under(expr):
@@ -305,16 +324,24 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                                                                              or one_token_batch(x))}
                         small_index = any(SMALL.search(x) for x in names_in(pid_side))  # a head or expert id
                         if big and is_pid(pid_side) and not wide(other) and not small_index:
+                            if below_constant(pid_side) and not whole_slices(other):
+                                break  # slot * stride_slot with slot = token % PAGE_SIZE: inside one page
                             if report and evidence(n, pid_side, other, big):
                                 self.report(n, pid=_text(pid_side), other=_text(other))
                             break
 
         def walk(report: bool) -> None:
             pids.clear()
+            bounded.clear()
             for node in nodes_under(k.fn.body):
                 if isinstance(node, cst.SimpleStatementLine):
                     check(node, report)
                     for name, stmt in assignments(node):
+                        if not isinstance(stmt, cst.AugAssign) and below_constant(stmt.value) \
+                                and not isinstance(stmt.value, cst.Name):
+                            bounded.add(name)
+                        else:
+                            bounded.discard(name)
                         if is_pid(stmt.value) or (isinstance(stmt, cst.AugAssign) and name in pids):
                             pids.add(name)
                             ever_pids.add(name)

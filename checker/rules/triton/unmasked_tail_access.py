@@ -51,7 +51,14 @@ class UnmaskedTailAccess(Rule):
     rows exactly BLOCK wide. Scratch buffers the launcher allocates in whole blocks (a pointer
     parameter named `*partial*`, `scratch`, `workspace`, `Mp`) and tiles addressed as
     `t * TILE + tl.arange(0, TILE)` in a `tl.static_range(NUM_TILES)` loop over compile-time
-    constants are whole too.
+    constants are whole too. So are two paged-cache accesses: a read inside one cache page whose
+    id the kernel loaded from a table (`cache + page * stride_page + tl.arange(0, BLOCK) * stride_pos`,
+    the block's offsets not shifted by a tile start), since pages are allocated whole; and a
+    page-table lookup one entry per page (`tl.load(block_table + offs // PAGE_SIZE)`) whose page
+    ids, and every address computed from them here or in the module's jit helpers they are passed
+    to, reach only masked loads and stores: the lanes past the sequence read the padding of the
+    table's row and their ids are never dereferenced. A block parameter the launches pass by
+    position counts for the divisibility check as one passed by keyword.
 
     ## Why is this bad?
     When the size is not a multiple of the block (4,097 tokens, a hidden size of 5,120 under a
@@ -273,10 +280,21 @@ def fill(out, val, n):
             if not (isinstance(func, cst.Subscript) and self.model.dotted(func.value) == k.name):
                 continue
             launches += 1
+            order = list(k.params)
+            positional = 0
             for a in site.call.args:
+                if a.star:
+                    if a.keyword is None:
+                        positional = len(order)  # ``*args``: the positions after it are unknown
+                    continue
                 if a.keyword is not None:
-                    value = self.model.dotted(a.value) or getattr(a.value, "value", None)
-                    passed.setdefault(a.keyword.value, set()).add(value)
+                    name = a.keyword.value
+                elif positional < len(order):
+                    name, positional = order[positional], positional + 1
+                else:
+                    continue
+                value = self.model.dotted(a.value) or getattr(a.value, "value", None)
+                passed.setdefault(name, set()).add(value)
         exact = {name for name, values in passed.items()
                  if launches and len(values) == 1 and None not in values and values <= self._divisors}
         self._row_blocks = {name for name, values in passed.items() if launches and self._whole_rows(k, values)}
@@ -329,6 +347,8 @@ def fill(out, val, n):
     def _check(self, k) -> None:
         """One pass in source order: the offsets a name carries are those of its latest assignment."""
         tainted: dict[str, str] = {}  # name -> the BLOCK bound its offsets come from
+        self._bare: set[str] = set()  # names whose latest value is a bare ``tl.arange(0, BLOCK)``
+        self._loaded: set[str] = set()  # names whose latest value is read by ``tl.load`` (page ids)
         for node in nodes_under(k.fn.body):
             if not isinstance(node, cst.SimpleStatementLine):
                 continue
@@ -338,6 +358,13 @@ def fill(out, val, n):
                 if self._report and isinstance(sub, cst.Call) and tl_op(self.model, sub) in ("load", "store"):
                     self._access(sub, k, tainted)
             for name, stmt in assignments(node):
+                fresh = not isinstance(stmt, cst.AugAssign)
+                self._bare.discard(name)
+                self._loaded.discard(name)
+                if fresh and tl_op(self.model, stmt.value) == "arange":
+                    self._bare.add(name)
+                if fresh and self._is_load(stmt.value):
+                    self._loaded.add(name)
                 bound = self._bound(stmt.value, tainted)
                 if bound is not None:
                     tainted[name] = bound
@@ -351,7 +378,10 @@ def fill(out, val, n):
             return
         pointer = arg(call, 0, "pointer")
         bound = self._bound(pointer, tainted) if pointer is not None else None
-        if bound in self._exact or (op == "load" and self._padded_index_list(call, pointer, k)):
+        if bound in self._exact or (op == "load" and (self._padded_index_list(call, pointer, k)
+                                                      or self._page_table_lookup(call, pointer, k, tainted))):
+            return
+        if bound is not None and self._page_local(pointer, tainted):
             return
         if bound is not None and (self._scratch(pointer, k) or self._static_tiles(call, pointer, bound, k)):
             return
@@ -411,6 +441,104 @@ def fill(out, val, n):
         targets = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
         loaded = {t.value for t in targets if isinstance(t, cst.Name)}
         return any(isinstance(n, cst.Comparison) and names_in(n) & loaded for n in nodes_under(k.fn.body))
+
+    def _is_load(self, expr: cst.CSTNode) -> bool:
+        """``tl.load(...)``, or ``tl.load(...).to(...)``: a value read from memory."""
+        while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and \
+                expr.func.attr.value in ("to", "cast") and isinstance(expr.func.value, cst.Call):
+            expr = expr.func.value
+        return tl_op(self.model, expr) == "load"
+
+    def _page_local(self, pointer: cst.CSTNode, tainted: dict[str, str]) -> bool:
+        """``cache + page * stride_page + tl.arange(0, BLOCK) * stride_pos`` with ``page`` read from
+        a table (``page = tl.load(block_table + blk)``) and the block's offsets the bare arange, not
+        shifted by a tile start: the access stays inside one page of a paged cache, and pages are
+        allocated whole. (A row base from a program id, ``row * n_cols + cols``, is no page: a row
+        can be narrower than the block.)"""
+        paged = any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply) and any(
+            (isinstance(side, cst.Name) and side.value in self._loaded) or self._is_load(side)
+            for side in (n.left, n.right)) for n in nodes_under(pointer))
+        if not paged:
+            return False
+        for n in nodes_under(pointer):
+            if isinstance(n, cst.Name) and n.value in tainted and n.value not in self._bare:
+                return False  # offsets shifted by a start (``pos = i + off_k``) can leave the page
+        return True
+
+    def _page_table_lookup(self, call: cst.Call, pointer: cst.CSTNode, k, tainted: dict[str, str]) -> bool:
+        """``page = tl.load(block_table + row + offs // PAGE_SIZE)``: a page table read one entry per
+        page (the offsets divided down by the page size), whose values address only masked loads
+        and stores. The lanes past the sequence read the padding of the table's row (sized for the
+        longest sequence), and the page ids they get are never dereferenced unmasked."""
+        if not INDEX_LIST.search(" ".join(names_in(pointer) & set(k.params))):
+            return False
+        exprs, seen = [pointer], set()
+        for expr in exprs:  # the pointer and the values of the offset names it reads (l_blk = offs // PAGE)
+            for n in names_in(expr) & set(tainted) - seen:
+                seen.add(n)
+                exprs.extend(value for name, value, _ in k.assigns if name == n)
+        if not any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.FloorDivide)
+                   and self._bounds(n.left, tainted) for e in exprs for n in nodes_under(e)):
+            return False
+        stmt = self.model.parent(call)
+        while stmt is not None and not isinstance(stmt, (cst.Assign, cst.SimpleStatementLine)):
+            stmt = self.model.parent(stmt)
+        if not isinstance(stmt, cst.Assign) or not all(isinstance(t.target, cst.Name) for t in stmt.targets):
+            return False
+        return self._masked_uses(k, {t.target.value for t in stmt.targets}, call, depth=2)
+
+    def _masked_uses(self, k, ids: set[str], skip: cst.Call | None, depth: int) -> bool:
+        """Whether the values of ``ids`` (page ids), and every address the kernel computes from
+        them, reach only masked loads and stores, here or in the module's jit helpers they are
+        passed to (``depth`` levels down)."""
+        ids = set(ids)
+        changed = True
+        while changed:  # every address computed from the page ids, in any order (loaded values are data)
+            changed = False
+            for name, value, _ in k.assigns:
+                if name not in ids and self._addresses(value) & ids:
+                    ids.add(name)
+                    changed = True
+        for n in nodes_under(k.fn.body):
+            if not isinstance(n, cst.Call) or n is skip:
+                continue
+            op = tl_op(self.model, n)
+            if not any(self._addresses(a.value) & ids for a in n.args):
+                continue
+            if op in ("load", "store"):
+                mask = arg(n, 1 if op == "load" else 2, "mask")
+                if (mask is None or is_none(mask)) and arg(n, 99, "boundary_check") is None \
+                        and self._addresses(arg(n, 0, "pointer") or n) & ids:
+                    return False  # a page id dereferenced unmasked
+            elif op is None and not (isinstance(n.func, cst.Attribute) and n.func.attr.value in ("to", "cast")):
+                helper = next((h for h in kernels(self.model) if isinstance(n.func, cst.Name)
+                               and h.name == n.func.value), None)
+                if helper is None or depth == 0:
+                    return False  # handed to a function this rule does not read
+                order, passed, i = list(helper.params), set(), 0
+                for a in n.args:
+                    if a.star:
+                        return False
+                    name = a.keyword.value if a.keyword is not None else (order[i] if i < len(order) else None)
+                    i += a.keyword is None
+                    if name is not None and self._addresses(a.value) & ids:
+                        passed.add(name)
+                if not self._masked_uses(helper, passed, None, depth - 1):
+                    return False
+        return True
+
+    def _addresses(self, expr: cst.CSTNode) -> set[str]:
+        """The names ``expr`` reads outside ``tl.load`` calls (what a load returns is data)."""
+        out: set[str] = set()
+        stack = [expr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Call) and tl_op(self.model, node) == "load":
+                continue
+            if isinstance(node, cst.Name):
+                out.add(node.value)
+            stack.extend(children(node))
+        return out
 
     def _guarded(self, call: cst.Call, k) -> bool:
         """Inside an ``if`` on a constexpr parameter (an unmasked fast path chosen at launch)."""
