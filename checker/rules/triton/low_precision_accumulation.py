@@ -5,6 +5,7 @@ import re
 
 import libcst as cst
 
+from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
     TRITON_TEXT, arg, ast_arg, dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, nodes_under, tl_op,
@@ -21,6 +22,23 @@ INT_POINTER = re.compile(r"idx|ids|cnt|index|indices|offset|count|len|mask|pos|e
 F32_POINTER = re.compile(r"part|scratch|segm|acc|lse|sum|max|den|mean|rstd|var|stat|scale|amax|fp32|f32|float32",
                          re.IGNORECASE)
 LOW_TEXT = re.compile(r"bfloat16|float16|\bhalf\b|bf16|fp16")
+# A kernel whose docstring or comments say it reproduces 16-bit arithmetic on purpose (a reference
+# for bf16 atomics, a bit-exact model of another kernel's rounding).
+ON_PURPOSE = re.compile(
+    r"bit[- ]?(?:exact|wise|comparable|identical|for[- ]bit)"
+    r"|(?:match|mirror|reproduc|emulat|mimic)\w*\b[^.]{0,80}?\b(?:atomic|bf16|bfloat16|fp16|float16|half)",
+    re.IGNORECASE)
+# A comment at the end of a reduction's line that gives its type as FP32 (``# [N] fp32``): the
+# buffer's type is set where the rule cannot see it (a cache allocated in another module).
+FP32_COMMENT = re.compile(r"\b(?:fp32|f32|float32)\b", re.IGNORECASE)
+# Host calls that allocate a tensor; ``dtype=`` says its element type.
+TORCH_ALLOC = {"empty", "zeros", "ones", "full", "empty_strided", "randn", "rand", "tensor", "arange",
+               "empty_like", "zeros_like", "ones_like", "full_like", "randn_like", "rand_like"}
+WIDE_TORCH = {"torch.float32", "torch.float", "torch.float64", "torch.double"}
+# Tensor methods that keep the receiver's element type.
+SAME_DTYPE = {"view", "reshape", "contiguous", "flatten", "transpose", "permute", "squeeze", "unsqueeze",
+              "expand", "narrow", "clone", "detach", "t", "zero_", "fill_", "view_as", "reshape_as", "to",
+              "cuda", "as_strided", "select", "unflatten", "movedim"}
 F32, LOADED, LOWP = "fp32", "loaded", "low"
 
 
@@ -34,8 +52,13 @@ class LowPrecisionAccumulation(Rule):
     `tl.sum` over values loaded from memory and never cast to `tl.float32`, in a module that
     handles FP16/BF16 data. Loads that are integers (`other=-1`, pointers named for ids, counts,
     offsets) or from buffers kernels keep in FP32 (pointers named for partials, scratch, sums,
-    maxima, statistics, scales) do not count, and neither do values cast to 16 bits explicitly
-    (`(x * x).to(tl.bfloat16)`: a kernel that reproduces a BF16 reference on purpose). Values
+    maxima, statistics, scales, or a pointer for which every launch of the kernel in the module
+    passes a tensor the host allocates in `torch.float32`, directly, through a helper's
+    parameter or through an attribute its class sets up) do not count, and neither do values cast to 16 bits explicitly
+    (`(x * x).to(tl.bfloat16)`: a kernel that reproduces a BF16 reference on purpose), nor a
+    16-bit accumulator every term of which is cast to 16 bits first, nor a kernel whose
+    docstring or comments say it models 16-bit rounding on purpose (bit-exact with, or mirroring,
+    bf16 atomics). Values
     that meet an FP32 accumulator or running maximum (`tl.zeros(..., dtype=tl.float32)`) are
     FP32 by promotion, and a sum masked by an equality (`tl.sum(tl.where(offs == j, x, 0))`)
     selects one element and is exact. `tl.dot` without `out_dtype` accumulates in FP32 and is fine.
@@ -121,6 +144,7 @@ def k(a, b):
 """,
     ]
     PREFILTER = (TRITON_TEXT, r"zeros|full|dot|sum")
+    _wide: set[str] = set()  # the current kernel's parameters launched with float32 buffers
 
     @classmethod
     def gate(cls, summary, config) -> bool:
@@ -162,6 +186,9 @@ def k(a, b):
     def leave_Module(self, original_node: cst.Module) -> None:
         low_text = bool(LOW_TEXT.search(self.context.source))
         for k in kernels(self.model):
+            if ON_PURPOSE.search(cst.Module([]).code_for_node(k.fn)):
+                continue  # says it models 16-bit rounding (bf16 atomics, a bit-exact twin) on purpose
+            self._wide = self._wide_params(k)
             self._accumulators(k)
             self._dots(k)
             if low_text:
@@ -176,6 +203,8 @@ def k(a, b):
         text = self.model.dotted(node) or ""
         if INT_POINTER.search(text.split(".")[0]):
             return False  # typed like ids or counts: an integer accumulator
+        if text.split(".")[0] in self._wide:
+            return False  # the element type of a buffer every launch allocates in float32
         return text.endswith(".dtype.element_ty") or text.endswith(".dtype")
 
     def _accumulators(self, k) -> None:
@@ -185,9 +214,17 @@ def k(a, b):
                 index = 1 if tl_op(self.model, value) == "zeros" else 2
                 if self._low_dtype(arg(value, index, "dtype")):
                     created[name] = value
+        updates: dict[str, list] = {}
         for name, value, stmt in k.assigns:
             if name in created and self._updates(name, value, stmt, k):
-                self.report(created.pop(name), what=f"{name} is created in a 16-bit type and accumulated into")
+                updates.setdefault(name, []).append((self._addend(name, value, stmt, k), stmt))
+        selectors = _selector_names(k)
+        for name, addends in updates.items():
+            if all(self._cast_low(a, k) for a, _ in addends):
+                continue  # every term is cast to 16 bits first: the kernel models 16-bit adds on purpose
+            if all(self._selects_once(a, stmt, selectors) for a, stmt in addends):
+                continue  # each element gets one nonzero term over the loop: the adds are exact
+            self.report(created.pop(name), what=f"{name} is created in a 16-bit type and accumulated into")
         for call in k.calls(self.model, "dot"):
             acc = arg(call, 2, "acc")
             if isinstance(acc, cst.Name) and acc.value in created:
@@ -198,6 +235,133 @@ def k(a, b):
             return True
         return isinstance(value, cst.BinaryOperation) and any(
             isinstance(side, cst.Name) and side.value == name for side in (value.left, value.right))
+
+    def _addend(self, name, value, stmt, k):
+        """What an update adds to the accumulator: ``v`` of ``acc += v`` or ``acc = acc + v``."""
+        if id(stmt) in k.augmented or not isinstance(value, cst.BinaryOperation):
+            return value
+        left = isinstance(value.left, cst.Name) and value.left.value == name
+        return value.right if left else value.left
+
+    def _selects_once(self, addend, stmt, selectors: set[str]) -> bool:
+        """The term added in a loop is masked by an equality that the loop variable picks
+        (``tl.load(p, mask=axis_masks[axis])`` with ``h_mask = (pairs % 3) == 1``,
+        ``tl.where(expert == e, x, 0)``): each element receives one nonzero term in all."""
+        loop = next((a for a in self.model.ancestors(stmt) if isinstance(a, cst.For)), None)
+        if loop is None or not self._selects(addend, selectors):
+            return False
+        variables = {n.value for n in nodes_under(loop.target) if isinstance(n, cst.Name)}
+        return any(isinstance(n, cst.Name) and n.value in variables for n in nodes_under(addend))
+
+    def _cast_low(self, expr, k, depth: int = 3) -> bool:
+        """``x.to(tl.bfloat16)``/``tl.cast(x, tl.float16)``, directly or through a name every
+        assignment of which is one."""
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "to" and expr.args:
+                return is_tl_attr(self.model, expr.args[0].value, *LOW)
+            if tl_op(self.model, expr) == "cast":
+                target = arg(expr, 1, "dtype")
+                return target is not None and is_tl_attr(self.model, target, *LOW)
+            return False
+        if isinstance(expr, cst.Name) and depth > 0:
+            values = [v for n, v, _ in k.assigns if n == expr.value]
+            return bool(values) and all(self._cast_low(v, k, depth - 1) for v in values)
+        return False
+
+    # -- what the host passes -------------------------------------------------------------------
+
+    def _wide_params(self, k) -> set[str]:
+        """The kernel's parameters for which every launch of it in this module (one at least)
+        passes a tensor the host allocates in float32 or float64 (``torch.empty(...,
+        dtype=torch.float32)``, ``.float()``, ``torch.empty_like`` of such a tensor), directly or
+        through a parameter of the launching function that its callers here fill that way: split-K
+        partials, fp32 scratch."""
+        model = self.model
+        order = list(k.params)
+        seen: dict[str, list[bool]] = {}
+        for site in model.launch_sites.values():
+            func = site.call.func
+            if not (isinstance(func, cst.Subscript) and model.dotted(func.value) == k.name):
+                continue
+            host = model.enclosing_function(site.call)
+            passed, positional = {}, []
+            for a in site.call.args:
+                if a.star:
+                    break  # ``*x.stride()``: the positions after it are unknown
+                if a.keyword is None:
+                    positional.append(a.value)
+            passed.update(zip(order, positional))
+            passed.update({a.keyword.value: a.value for a in site.call.args if a.keyword is not None})
+            for name in order:
+                value = passed.get(name)
+                seen.setdefault(name, []).append(value is not None and self._host_wide(value, host, 2, set()))
+        return {name for name, wide in seen.items() if wide and all(wide)}
+
+    def _host_wide(self, expr, fn, depth: int, visiting: set) -> bool:
+        model = self.model
+        if isinstance(expr, cst.Subscript):
+            return self._host_wide(expr.value, fn, depth, visiting)
+        if isinstance(expr, cst.Call):
+            name = model.call_name(expr) or ""
+            func = expr.func
+            if name.startswith("torch.") and name[len("torch."):] in TORCH_ALLOC:
+                dtype = arg(expr, 99, "dtype")
+                if dtype is not None:
+                    return model.qualname(dtype) in WIDE_TORCH
+                source = arg(expr, 0, "input") if name.endswith("_like") else None
+                return source is not None and self._host_wide(source, fn, depth, visiting)
+            if not isinstance(func, cst.Attribute):
+                return False
+            method = func.attr.value
+            if method in ("float", "double"):
+                return True
+            if method in ("new_empty", "new_zeros", "new_ones", "new_full"):
+                dtype = arg(expr, 99, "dtype")
+                return model.qualname(dtype) in WIDE_TORCH if dtype is not None else \
+                    self._host_wide(func.value, fn, depth, visiting)
+            dtypes = [a.value for a in expr.args if (model.qualname(a.value) or "").startswith("torch.")
+                      and (a.keyword is None or a.keyword.value == "dtype")
+                      and (model.qualname(a.value) or "").split(".")[-1] in _TORCH_DTYPES]
+            if method in ("to", "view", "type") and dtypes:
+                return model.qualname(dtypes[-1]) in WIDE_TORCH
+            if method == "to" and any((model.dotted(a.value) or "").endswith("dtype") for a in expr.args):
+                return False  # x.to(y.dtype): whatever y holds
+            if method in SAME_DTYPE:
+                return self._host_wide(func.value, fn, depth, visiting)
+            return False
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self" \
+                and fn is not None:
+            owner = next((a for a in model.ancestors(fn) if isinstance(a, cst.ClassDef)), None)
+            key = (id(owner), expr.attr.value)
+            if owner is None or key in visiting:
+                return owner is not None
+            visiting = visiting | {key}
+            sources = [(v, model.enclosing_function(v)) for v in _self_assigns(owner, expr.attr.value)]
+            return bool(sources) and all(self._host_wide(v, f, depth, visiting) for v, f in sources)
+        if isinstance(expr, cst.Name) and fn is not None:
+            key = (id(fn), expr.value)
+            if key in visiting:
+                return True  # ``x = x.view(...)``: decided by x's other sources
+            visiting = visiting | {key}
+            sources = [v for target, v in _host_assigns(fn) if target == expr.value]
+            params = _param_names(fn)
+            if expr.value in params:
+                if depth <= 0:
+                    return False
+                index = params.index(expr.value)
+                callers = model.callers(fn)
+                if not callers:
+                    return False
+                for call in callers:
+                    shift = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, cst.Attribute) else 0
+                    value = arg(call, index - shift, expr.value)
+                    if value is None or not self._host_wide(value, model.enclosing_function(call), depth - 1, visiting):
+                        return False
+            if not all(self._host_wide(v, fn, depth, visiting) for v in sources):
+                return False
+            return bool(sources) or expr.value in params
+        return False
 
     def _dots(self, k) -> None:
         for call in k.calls(self.model, "dot"):
@@ -237,6 +401,8 @@ def k(a, b):
                         return None  # a local pointer named for ids or counts
                     if any(F32_POINTER.search(n) for n in named):
                         return F32  # partial sums, maxima, statistics and scales are kept in fp32
+                    if bases & self._wide:
+                        return F32  # every launch passes a buffer allocated in float32
                     return None if any(INT_POINTER.search(n) for n in bases) else LOADED
                 if op == "cast":
                     return kind(cst.Call(cst.Attribute(expr.args[0].value, cst.Name("to")), [expr.args[1]])) \
@@ -252,6 +418,8 @@ def k(a, b):
                     return combine(a.value for a in expr.args)
                 return None
             if isinstance(expr, cst.BinaryOperation):
+                if isinstance(expr.operator, cst.FloorDivide):
+                    return None  # Triton's // takes integers only: counts, group numbers
                 return combine((expr.left, expr.right))
             if isinstance(expr, cst.UnaryOperation):
                 return kind(expr.expression)
@@ -269,7 +437,10 @@ def k(a, b):
 
         for node in nodes_under(k.fn.body):
             if isinstance(node, cst.SimpleStatementLine):
-                for sub in nodes_under(node):
+                comment = node.trailing_whitespace.comment
+                # ``s = tl.sum(kv * w, axis=0)  # [BLOCK] fp32``: the line's own type annotation
+                stated = comment is not None and bool(FP32_COMMENT.search(comment.value))
+                for sub in nodes_under(node) if not stated else ():
                     if isinstance(sub, cst.Call) and tl_op(model, sub) == "sum" and arg(sub, 99, "dtype") is None:
                         values = arg(sub, 0, "input")
                         if values is not None and self._selects(values, selectors):
@@ -281,6 +452,49 @@ def k(a, b):
                         kinds[stmt.targets[0].target.value] = kind(stmt.value)
                         if _equality(stmt.value):
                             selectors.add(stmt.targets[0].target.value)
+
+
+_TORCH_DTYPES = {"float32", "float", "float64", "double", "float16", "half", "bfloat16", "int8", "uint8", "int16",
+                 "int32", "int64", "int", "long", "bool", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz"}
+
+
+def _host_assigns(fn: cst.FunctionDef) -> list[tuple[str, cst.BaseExpression]]:
+    """(name, value) for every ``name = value`` in a host function's own body."""
+    out = []
+    for node in walk(fn.body, into_scopes=False):
+        if isinstance(node, cst.Assign):
+            out += [(t.target.value, node.value) for t in node.targets if isinstance(t.target, cst.Name)]
+        elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.value is not None:
+            out.append((node.target.value, node.value))
+    return out
+
+
+def _selector_names(k) -> set[str]:
+    """Names the kernel assigns from an equality mask (``h = (pairs % 3) == 1``), or from such
+    names (``t = ~(h | w)``, ``masks = (t, h, w)``)."""
+    found: set[str] = set()
+    for _ in range(3):
+        for name, value, _stmt in k.assigns:
+            if _equality(value) or any(isinstance(n, cst.Name) and n.value in found for n in nodes_under(value)):
+                found.add(name)
+    return found
+
+
+def _self_assigns(owner: cst.ClassDef, attr: str) -> list[cst.BaseExpression]:
+    """The values every method of a class assigns to ``self.<attr>``."""
+    out = []
+    for node in walk(owner.body):
+        if isinstance(node, (cst.Assign, cst.AnnAssign)) and node.value is not None:
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            if any(isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self"
+                   and t.attr.value == attr for t in targets):
+                out.append(node.value)
+    return out
+
+
+def _param_names(fn: cst.FunctionDef) -> list[str]:
+    ps = fn.params
+    return [p.name.value for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]]
 
 
 def _equality(expr) -> bool:
