@@ -33,7 +33,11 @@ class LowPrecisionReference(Rule):
     FP16/BF16 itself, or a call site in the module passes a tensor its caller created or cast with
     `dtype=torch.bfloat16`, `dtype=dtype`, `.half()`, `.to(dtype)`, or under
     `torch.set_default_dtype(dtype)`; a reference never called in
-    the module, or fed only helper-built or default-FP32 tensors, is not judged) without ever upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
+    the module, or fed only helper-built or default-FP32 tensors, is not judged; a call counts
+    only where it reaches this function: `self.m(...)` reaches the method of its own class, and
+    a name several functions or methods of the module define is no evidence for any of them; a
+    cast back to a variable read off a tensor's own `.dtype` restores the input's type and says
+    nothing about it) without ever upcasting (the name marks them as verification code wherever they live): no `.float()`, `.double()`, `.to(torch.float32)` or `dtype=torch.float32` in the
     function (a parameter default such as `work_dtype=torch.float32` counts), and not every call
     site in the module passes upcast inputs (`x.float()`, or a name the caller derived from one).
     Fakes handed to `monkeypatch.setattr` or `patch` are stand-ins, not references, and are
@@ -176,6 +180,8 @@ def check(dtype):
         for site in nodes_under(module, nested=True):
             if not (isinstance(site, cst.Call) and last(self.model.dotted(site.func)) == name):
                 continue
+            if not self._reaches(site, fn):
+                continue  # another class's method of the same name
             caller = self.model.enclosing_function(site)
             low: set[str] = set()
             if caller is not None and any(
@@ -201,7 +207,13 @@ def check(dtype):
 
     def _low(self, root: cst.CSTNode) -> bool:
         """A 16-bit cast or creation: ``.half()``, ``.bfloat16()``, ``.to(torch.bfloat16)``,
-        ``dtype=torch.float16``, or ``dtype=dtype``/``.to(dtype)`` with a dtype variable."""
+        ``dtype=torch.float16``, or ``dtype=dtype``/``.to(dtype)`` with a dtype variable. A variable
+        the function assigns from a tensor's own ``.dtype`` (``orig = x.dtype ... .to(orig)``)
+        restores the input's type and says nothing about what it is."""
+        fn = root if isinstance(root, cst.FunctionDef) else self.model.enclosing_function(root)
+        own = {t.target.value for n in nodes_under(fn.body) if isinstance(n, cst.Assign)
+               and isinstance(n.value, cst.Attribute) and n.value.attr.value == "dtype"
+               for t in n.targets if isinstance(t.target, cst.Name)} if fn is not None else set()
         for n in nodes_under(root):
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("half", "bfloat16"):
                 return True
@@ -211,9 +223,19 @@ def check(dtype):
                     if not (is_to or (a.keyword is not None and a.keyword.value == "dtype")):
                         continue
                     text = self.model.dotted(a.value) or ""
-                    if LOW_TEXT.search(text) or (isinstance(a.value, cst.Name) and "dtype" in a.value.value.lower()):
+                    if LOW_TEXT.search(text) or (isinstance(a.value, cst.Name) and "dtype" in a.value.value.lower()
+                                                 and a.value.value not in own):
                         return True
         return False
+
+    def _reaches(self, site: cst.Call, fn: cst.FunctionDef) -> bool:
+        """Whether a call of ``fn``'s name may run ``fn``: ``self.m(...)`` runs the method of the
+        caller's own class (or its same-module bases), and any other call of a name that several
+        functions or methods of the module define is ambiguous and counts for none of them."""
+        func = site.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+            return self.model.callee(site) is fn
+        return len(self.model.functions.get(fn.name.value, [])) <= 1 or self.model.callee(site) is fn
 
     def _stand_in(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
         """The function is handed to ``monkeypatch.setattr``/``patch``: a fake that replaces code
