@@ -11,6 +11,12 @@ from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, nodes_un
 
 SPEEDUP = re.compile(r"speed[- _]?up|\d?x faster|faster than|times faster", re.IGNORECASE)
 CHECKERS = ("assert", "verify", "check", "validate", "compare", "test_")
+# Words of a function's name (split at underscores) that say it checks results wherever they stand:
+# ``sanity_check_outputs``, ``run_correctness_check``, ``_verify``. Not ``compare``: ``compare_backends``
+# in a benchmark compares timings.
+CHECK_PARTS = {"assert", "verify", "check", "checks", "validate", "correctness", "sanity"}
+PRINTED_MESSAGE = ("a speed-up is reported but this file's comparison of the candidate's output is only printed, "
+                   "never acted on: a microbenchmark can reject a kernel, never accept one (fail on a mismatch)")
 NOT_OUTPUT_CHECKS = ("is_available", "is_cuda", "shape", "dtype", "device", "is_contiguous", "version")
 
 
@@ -21,9 +27,11 @@ class SpeedupWithoutCheck(Rule):
     In test and benchmark code, finds a reported speed-up (a printed, logged or stored string
     saying "speedup", "speed-up", "x faster", or a variable named `*speedup*`) in a module that
     never checks the candidate's result: no `assert_close`/`allclose`/`isclose`/`torch.equal`,
-    no call to a `verify*`/`check*`/`assert*`/`compare*` function, and no `assert` on values
-    (asserts on shapes, dtypes, devices and availability do not count, nor do comparisons that
-    are only printed).
+    no call to a `verify*`/`check*`/`assert*`/`compare*` function or one with `check`, `verify`,
+    `validate`, `correctness` or `sanity` among the words of its name (`sanity_check_outputs`),
+    and no `assert` on values (asserts on shapes, dtypes, devices and availability do not count).
+    A check whose outcome only warns still counts: it is there and runs. Comparisons that are
+    only printed (`print(torch.allclose(a, b))`) decide nothing; the report then says so.
 
     ## Why is this bad?
     A kernel bug produces fluent, plausible, wrong output at a very good latency: a kernel that
@@ -106,7 +114,8 @@ def benchmark(fn, baseline, x):
         return _gate_claim(summary.tree, whole)
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        if self._checks_output(original_node):
+        checked = self._checks_output(original_node)
+        if checked is True:
             return
         scope = Scope(self)
         for node in nodes_under(original_node, nested=True):
@@ -120,7 +129,7 @@ def benchmark(fn, baseline, x):
             elif isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
                 claim = "speedup" in node.target.value.lower()
             if claim and scope.covers(node):
-                self.report(self._statement(node))
+                self.report(self._statement(node), PRINTED_MESSAGE if checked == "printed" else None)
                 return
 
     def _statement(self, node: cst.CSTNode) -> cst.CSTNode:
@@ -129,19 +138,32 @@ def benchmark(fn, baseline, x):
                 return anc.body[0]
         return node
 
-    def _checks_output(self, module: cst.Module) -> bool:
+    def _checks_output(self, module: cst.Module) -> bool | str:
+        """True when the module checks the candidate's output: a comparison (``assert_close``,
+        ``allclose``...) or a call of a function named for checking (``check*``, ``verify*``,
+        ``sanity_check_outputs``) whose result is not only printed, or an ``assert`` on values.
+        A check that warns counts (``if not sanity_check(...): print("WARN")``): it is there and
+        runs. ``"printed"`` when the only comparisons are printed (``print(torch.allclose(a, b))``)."""
         model = self.model
+        printed = False
         for n in nodes_under(module, nested=True):
             if isinstance(n, cst.Call):
-                checks = is_compare(model, n, COMPARES) or last(model.dotted(n.func)).lower().startswith(CHECKERS)
+                name = last(model.dotted(n.func)).lower()
+                checks = is_compare(model, n, COMPARES) or name.startswith(CHECKERS) or _check_name(name)
                 if checks and not any(isinstance(a, cst.Call) and model.log_kind(a) for a in model.ancestors(n)):
-                    return True  # a comparison that is only printed checks nothing
+                    return True
+                printed = printed or checks  # a comparison that is only printed decides nothing
             elif isinstance(n, cst.Assert):
                 words = {x.value for x in nodes_under(n.test) if isinstance(x, cst.Name)}
                 words |= {x.attr.value for x in nodes_under(n.test) if isinstance(x, cst.Attribute)}
                 if not any(w.startswith(NOT_OUTPUT_CHECKS) for w in words):
                     return True
-        return False
+        return "printed" if printed else False
+
+
+def _check_name(name: str) -> bool:
+    """A function named for checking results by one word of its name (``sanity_check_outputs``)."""
+    return not CHECK_PARTS.isdisjoint(name.lower().split("_"))
 
 
 # -- gate -----------------------------------------------------------------------------------------
