@@ -80,12 +80,21 @@ KERNEL_CALL = re.compile(
     re.IGNORECASE)
 
 
+# Methods that move or convert a tensor or module (``model.cuda()``, ``x.to("cuda")``), never a kernel.
+PLACEMENT = {"cuda", "cpu", "to", "eval", "train", "float", "half", "bfloat16", "double", "contiguous",
+             "requires_grad_"}
+
+
 def kernel_call(model, call: cst.Call) -> bool:
-    """A kernel launch or dispatch (as the model found them), or a call into kernel code by name."""
+    """A kernel launch or dispatch (as the model found them), or a call into kernel code by name.
+    Only the called name counts: in ``HFModel().cuda().eval()`` the receivers are calls of their
+    own (judged when met), and ``.cuda()`` places a module or tensor on the device."""
     if id(call) in model.launch_sites:
         return True
     name = model.call_name(call) or model.dotted(call.func) or ""
-    return not name.startswith("torch.") and bool(KERNEL_CALL.search(name))
+    if name.startswith("torch.") or last(name) in PLACEMENT:
+        return False
+    return bool(KERNEL_CALL.search(name.rsplit("().", 1)[-1]))
 
 
 MOCKS = {"monkeypatch", "mocker", "Mock", "MagicMock", "AsyncMock", "patch", "SimpleNamespace", "create_autospec"}

@@ -39,9 +39,10 @@ class LooseTolerance(Rule):
     Not judged: tests of quantised outputs (FP8, INT8, FP4, block-scaled, a test or a call named for
     quantisation, a quick all-reduce that compresses its payload); tests that run no kernel (no
     launch and no call into kernel code in the test or its helpers: end-to-end model and server
-    outputs); and a comparison with a comment that gives the reason for its tolerance, on it or
-    just above it ("bf16 accumulation", "loose: rounding noise"): the tolerance was widened on
-    purpose, as this rule asks.
+    outputs, such as an fp32 engine's logits against the Hugging Face model's, where `.cuda()`
+    only places the reference model on the device); and a comparison with a comment that gives
+    the reason for its tolerance, on it or just above it ("bf16 accumulation", "loose: rounding
+    noise"): the tolerance was widened on purpose, as this rule asks.
 
     ## Why is this bad?
     A tolerance is the check. `atol=1.0` on BF16 values of magnitude about one accepts any
