@@ -35,11 +35,13 @@ class UnpoisonedOutput(Rule):
     - the same computation ran before the allocation and its returned result was dropped (a
       warm-up): its freed block can be the one the buffer gets;
     - an index map or id tensor that reaches the kernel marks entries with `-1` (`ids[0] = -1`,
-      `.masked_fill(m, -1)`, `torch.where(m, ids, -1)`, `torch.tensor([0, -1, 1])`): unrouted
-      tokens and experts of another rank have zero rows in the expected output;
+      `.masked_fill(m, -1)`, `torch.where(m, ids, -1)`, `torch.tensor([0, -1, 1])`), or part of a
+      data input is set to 0 (`x[0, :32] = 0`): unrouted tokens, experts of another rank and
+      zeroed rows have zeros in the expected output;
     - a tensor of `torch.zeros` is data for both the kernel and the reference (not a workspace,
       cache, index or other buffer the name says is scratch or layout): the answer is zeros;
-    - the test is parametrized with a size of 0 (`kv_len=0`, `num_tokens=0`).
+    - the test is parametrized with a size of 0 that the buffer's own shape does not name
+      (`kv_len=0` for an output of `qo_len` rows); a buffer that size makes empty hides nothing.
 
     A buffer handed to several writing calls (an eager run, a graph capture, replays) is left
     alone: a fill at allocation guards the first write only. With none of these, the kernel runs
@@ -252,7 +254,8 @@ ZERO_FACTORIES = {"torch.zeros", "torch.zeros_like"}
 # a zero tensor under such a name is scratch or metadata (written by the kernel or describing the
 # layout), not data whose zeros carry into the answer
 NOT_DATA = re.compile(r"cache|workspace|buf|out|lse|acc|count|indptr|loc|offset|len|table|ind|ids|idx|map|mask|"
-                      r"state|scale|sem|flag|lock|signal|barrier|meta|ptr|slot|pos|tmp|temp|scratch", re.IGNORECASE)
+                      r"(^|_)state$|scale|sem|flag|lock|signal|barrier|meta|ptr|slot|pos|tmp|temp|scratch",
+                      re.IGNORECASE)
 SIZE_PARAM = re.compile(r"^(m|n|k|bs|batch|tokens|seqlen)$|(^|_)(len|lens|length|tokens|size|count|rows|seqlen|batch)$"
                         r"|^(num|n)_", re.IGNORECASE)
 LOOPS = (cst.For, cst.While)
@@ -406,29 +409,32 @@ class _Evidence:
         return None
 
     def _sentinel(self, b: str) -> str | None:
-        """-1 marks entries the kernel skips (unrouted tokens, experts of another rank): their
-        expected rows are zeros, which fresh memory holds. Only ids or maps that reach the kernel
-        count (``ids[0] = -1``, ``.masked_fill(m, -1)``, ``torch.where(m, ids, -1)``,
-        ``torch.tensor([0, -1, 1])``); ``torch.full(shape, -1)`` is a poisoned buffer, not a mark."""
+        """-1 marks entries the kernel skips (unrouted tokens, experts of another rank), and a data
+        row set to 0 gives a zero row: either way the expected rows are zeros, which fresh memory
+        holds. Only tensors that reach the kernel count (``ids[0] = -1``, ``.masked_fill(m, -1)``,
+        ``torch.where(m, ids, -1)``, ``torch.tensor([0, -1, 1])``, ``x[0] = 0`` on a tensor whose name
+        says data, not an offset or index); ``torch.full(shape, -1)`` is a poisoned buffer, not a
+        mark."""
         marked: set[str] = set()
         for node in nodes_under(self.fn.body):
             if not isinstance(node, cst.Assign):
                 continue
-            if _minus_one(node.value):
+            if _minus_one(node.value) or _is_zero(node.value):
                 for t in node.targets:
                     base = t.target
                     while isinstance(base, (cst.Subscript, cst.Attribute)):
                         base = base.value
-                    if isinstance(base, cst.Name) and base is not t.target:
-                        marked.add(base.value)
+                    if isinstance(base, cst.Name) and base is not t.target and (
+                            _minus_one(node.value) or not NOT_DATA.search(base.value)):
+                        marked.add(base.value)  # ids[0] = -1, or a data row set to 0: x[0] = 0
             elif (len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
                   and any(self._marks(n) for n in nodes_under(node.value))):
                 marked.add(node.targets[0].target.value)
         reaching = self._reaching(b)
         hit = sorted(marked & reaching)
         if hit:
-            return (f"{hit[0]}, an input of the kernel, marks entries with -1 (unrouted tokens, experts of "
-                    "another rank), whose expected rows are zeros that fresh memory holds")
+            return (f"{hit[0]}, an input of the kernel, has entries set to -1 or 0 (unrouted tokens, experts "
+                    "of another rank, zeroed rows), whose expected rows are zeros that fresh memory holds")
         return None
 
     def _marks(self, node: cst.CSTNode) -> bool:
@@ -504,8 +510,10 @@ class _Evidence:
         return None
 
     def _empty_case(self, b: str) -> str | None:
-        """Parametrized with a size of 0 (``kv_len=0``, no tokens): the expected tensor is empty or
-        zeros in that case."""
+        """Parametrized with a size of 0 that the buffer's own shape does not name (``kv_len=0``
+        with an output of ``qo_len`` rows): the expected values are zeros in that case. A buffer
+        sized by that parameter is empty there, and an empty buffer hides nothing."""
+        shape = {n.value for n in nodes_under(self.buffers[b][0].value) if isinstance(n, cst.Name)}
         for dec in self.fn.decorators:
             call = dec.decorator
             if not (isinstance(call, cst.Call) and last(self.model.dotted(call.func)) == "parametrize"
@@ -516,7 +524,8 @@ class _Evidence:
             for v in values:
                 row = [e.value for e in v.elements] if isinstance(v, (cst.Tuple, cst.List)) and len(names) > 1 else [v]
                 for name, value in zip(names, row):
-                    if SIZE_PARAM.search(name) and _is_zero(value):
+                    # a size of the buffer itself makes it empty: nothing to miss
+                    if SIZE_PARAM.search(name) and _is_zero(value) and name not in shape:
                         return f"it is parametrized with {name}=0, where the expected values are empty or zeros"
         return None
 
