@@ -5,7 +5,7 @@ import re
 
 import libcst as cst
 
-from kcheck.model import walk
+from kcheck.model import children, walk
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
     TRITON_TEXT, arg, ast_arg, dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, nodes_under, tl_op,
@@ -18,9 +18,10 @@ WIDE = ("float32", "float64")
 INT_POINTER = re.compile(r"idx|ids|cnt|index|indices|offset|count|len|mask|pos|expert|table|slot|seq|parent",
                          re.IGNORECASE)
 # Pointers to buffers kernels keep in fp32: split-K partials, scratch, running sums and maxima,
-# normalisation statistics, scales.
-F32_POINTER = re.compile(r"part|scratch|segm|acc|lse|sum|max|den|mean|rstd|var|stat|scale|amax|fp32|f32|float32",
-                         re.IGNORECASE)
+# denominators, normalisation statistics, scales. ``den`` only as a word of the name: ``hidden``
+# is the activations.
+F32_POINTER = re.compile(r"part|scratch|segm|acc|lse|sum|max|denom|(?:^|_)den(?:_|$)|mean|rstd|var|stat|scale|amax"
+                         r"|fp32|f32|float32", re.IGNORECASE)
 LOW_TEXT = re.compile(r"bfloat16|float16|\bhalf\b|bf16|fp16")
 # A kernel whose docstring or comments say it reproduces 16-bit arithmetic on purpose (a reference
 # for bf16 atomics, a bit-exact model of another kernel's rounding).
@@ -28,6 +29,8 @@ ON_PURPOSE = re.compile(
     r"bit[- ]?(?:exact|wise|comparable|identical|for[- ]bit)"
     r"|(?:match|mirror|reproduc|emulat|mimic)\w*\b[^.]{0,80}?\b(?:atomic|bf16|bfloat16|fp16|float16|half)",
     re.IGNORECASE)
+# Parameters named for sizes and strides, not buffers (``max_seq_len``, ``state_stride``).
+SIZE_NAME = re.compile(r"len|size|stride|num|dim|count|^n_|_n$", re.IGNORECASE)
 # A comment at the end of a reduction's line that gives its type as FP32 (``# [N] fp32``): the
 # buffer's type is set where the rule cannot see it (a cache allocated in another module).
 FP32_COMMENT = re.compile(r"\b(?:fp32|f32|float32)\b", re.IGNORECASE)
@@ -52,7 +55,8 @@ class LowPrecisionAccumulation(Rule):
     `tl.sum` over values loaded from memory and never cast to `tl.float32`, in a module that
     handles FP16/BF16 data. Loads that are integers (`other=-1`, pointers named for ids, counts,
     offsets) or from buffers kernels keep in FP32 (pointers named for partials, scratch, sums,
-    maxima, statistics, scales, or a pointer for which every launch of the kernel in the module
+    maxima, statistics, scales, also through a local row pointer such as `row = state_ptr +
+    slot * stride`, or a pointer for which every launch of the kernel in the module
     passes a tensor the host allocates in `torch.float32`, directly, through a helper's
     parameter or through an attribute its class sets up) do not count, and neither do values cast to 16 bits explicitly
     (`(x * x).to(tl.bfloat16)`: a kernel that reproduces a BF16 reference on purpose), nor a
@@ -243,6 +247,32 @@ def k(a, b):
         left = isinstance(value.left, cst.Name) and value.left.value == name
         return value.right if left else value.left
 
+    def _buffers(self, pointer, k) -> set[str]:
+        """The kernel's runtime parameters a pointer expression is built from, through the local
+        names it uses (``row = state_ptr + slot * stride``) but not through loads (an index
+        loaded from a block table is not the buffer)."""
+        assigned: dict[str, list] = {}
+        for name, value, _stmt in k.assigns:
+            assigned.setdefault(name, []).append(value)
+        found: set[str] = set()
+        seen: set[str] = set()
+        todo = [pointer]
+        while todo:
+            stack = [todo.pop()]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, cst.Call) and tl_op(self.model, node) == "load":
+                    continue
+                if isinstance(node, cst.Name):
+                    if node.value in k.params:
+                        found.add(node.value)
+                    elif node.value in assigned and node.value not in seen and len(seen) < 32:
+                        seen.add(node.value)
+                        todo.extend(assigned[node.value])
+                    continue
+                stack.extend(children(node))
+        return found - k.constexprs
+
     def _selects_once(self, addend, stmt, selectors: set[str]) -> bool:
         """The term added in a loop is masked by an equality that the loop variable picks
         (``tl.load(p, mask=axis_masks[axis])`` with ``h_mask = (pairs % 3) == 1``,
@@ -401,8 +431,11 @@ def k(a, b):
                         return None  # a local pointer named for ids or counts
                     if any(F32_POINTER.search(n) for n in named):
                         return F32  # partial sums, maxima, statistics and scales are kept in fp32
-                    if bases & self._wide:
+                    buffers = self._buffers(pointer, k) if pointer is not None else set()
+                    if buffers & self._wide:
                         return F32  # every launch passes a buffer allocated in float32
+                    if any(F32_POINTER.search(n) and not SIZE_NAME.search(n) for n in buffers - bases):
+                        return F32  # row = state_ptr + slot * stride; tl.load(row + d): the buffer is named
                     return None if any(INT_POINTER.search(n) for n in bases) else LOADED
                 if op == "cast":
                     return kind(cst.Call(cst.Attribute(expr.args[0].value, cst.Name("to")), [expr.args[1]])) \
