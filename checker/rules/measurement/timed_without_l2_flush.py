@@ -5,6 +5,7 @@ import re
 
 import libcst as cst
 
+from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     MEASUREMENT_CALLS, TIMER_TEXT, Scope, benchmark_code, device_timing, nodes_under, own_nodes, reads_back,
@@ -51,7 +52,9 @@ class TimedWithoutL2Flush(Rule):
     layer's weights and are not reported either. Nor is a benchmark of host overhead, by its
     module's or timing function's docstring ("the overhead of API logging", "launch overhead"):
     it times the same device work with and without a host-side feature, and L2 is as warm on
-    both sides of the difference it reports.
+    both sides of the difference it reports. Nor is a serving engine's runtime autotuner (a
+    module named `*autotun*.py` outside test and benchmark paths), which ranks candidates timed
+    alike on live inputs, in the cache state they will run in, and reports no figure.
     `triton.testing.do_bench` flushes L2 itself and is not reported. This rule is a preview:
     it sees sizes only where the file spells them out (not a kernel whose inputs are small but
     whose output is hundreds of MB, nor shapes built from a table of cases), so it reports at
@@ -181,6 +184,8 @@ def bench(fn, x, iters=100):
             return  # the file allocates a tensor larger than L2 at its default shapes: flushing changes little
         if HOST_OVERHEAD.search(original_node.get_docstring() or ""):
             return  # measures a host-side cost: the same device work, warm L2 on both sides of the difference
+        if AUTOTUNER.search(model.path) and not MEASUREMENT_PATH.search(model.path):
+            return  # a runtime autotuner ranks candidates timed alike on live inputs; no figure is reported
         for region in model.timed_regions:
             if not device_timing(region) or not scope.covers(region.nodes[0]):
                 continue
@@ -395,6 +400,11 @@ HOST_OVERHEAD = re.compile(
     r"[\w\s-]{0,30}\boverhead|\boverhead\b[\w\s-]{0,20}\b(?:of|from|in|on)\b[\w\s-]{0,20}"
     r"\b(?:host|cpu|python|launch|logging|log|decorator|wrapper|api|dispatch|hook|tracing|instrumentation)\b",
     re.IGNORECASE)
+
+# A module of serving code named for autotuning (``layers/attention/autotune.py``): it times
+# candidate implementations on the live inputs to pick one, each under the same cache state, which
+# is the state they will run in; it reports no figure.
+AUTOTUNER = re.compile(r"(^|/)[^/]*autotun[^/]*\.py$", re.IGNORECASE)
 
 # Collectives and point-to-point transfers: their cost is the interconnect, not L2 hits.
 COLLECTIVE = re.compile(r"all_?reduce|all_?gather|all_?to_?all|reduce_?scatter|broadcast|\bsend|\brecv|a2a|barrier"
