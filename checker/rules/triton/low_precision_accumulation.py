@@ -408,9 +408,12 @@ def k(a, b):
         model = self.model
         kinds: dict[str, str | None] = {}
 
+        carried = _float_carried(k.fn)
+
         def kind(expr) -> str | None:
             if isinstance(expr, cst.Name):
-                return kinds.get(expr.value)
+                got = kinds.get(expr.value)
+                return F32 if got is None and expr.value in carried else got
             if isinstance(expr, cst.Call):
                 func = expr.func
                 if isinstance(func, cst.Attribute) and func.attr.value == "to" and expr.args:
@@ -485,6 +488,34 @@ def k(a, b):
                         kinds[stmt.targets[0].target.value] = kind(stmt.value)
                         if _equality(stmt.value):
                             selectors.add(stmt.targets[0].target.value)
+
+
+def _float_carried(fn: cst.FunctionDef) -> set[str]:
+    """Names a kernel binds to a Python float (``m = -float("inf")``, ``acc = 0.0``) and assigns
+    again inside a loop: Triton makes such a loop-carried value an fp32 tensor, so what meets it in
+    the loop (``tl.maximum(x, m)``, ``x - m``) is promoted to fp32."""
+    floats: set[str] = set()
+    in_loops: set[str] = set()
+    for node in nodes_under(fn.body):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) \
+                and _float_literal(node.value):
+            floats.add(node.targets[0].target.value)
+        elif isinstance(node, (cst.For, cst.While)):
+            for sub in nodes_under(node.body):
+                if isinstance(sub, cst.Assign):
+                    in_loops.update(t.target.value for t in sub.targets if isinstance(t.target, cst.Name))
+                elif isinstance(sub, cst.AugAssign) and isinstance(sub.target, cst.Name):
+                    in_loops.add(sub.target.value)
+    return floats & in_loops
+
+
+def _float_literal(expr) -> bool:
+    """``0.0``, ``-1e30``, ``float("inf")``, ``-float("inf")``."""
+    if isinstance(expr, cst.UnaryOperation):
+        expr = expr.expression
+    if isinstance(expr, cst.Float):
+        return True
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "float"
 
 
 _TORCH_DTYPES = {"float32", "float", "float64", "double", "float16", "half", "bfloat16", "int8", "uint8", "int16",
