@@ -189,8 +189,10 @@ def k(a, b):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         low_text = bool(LOW_TEXT.search(self.context.source))
+        self._assigns: dict[int, dict[str, list]] = {}  # per host function: name -> values assigned
+        on_purpose = bool(ON_PURPOSE.search(self.context.source))  # the file says so somewhere: which kernel?
         for k in kernels(self.model):
-            if ON_PURPOSE.search(cst.Module([]).code_for_node(k.fn)):
+            if on_purpose and ON_PURPOSE.search(cst.Module([]).code_for_node(k.fn)):
                 continue  # says it models 16-bit rounding (bf16 atomics, a bit-exact twin) on purpose
             self._wide = self._wide_params(k)
             self._accumulators(k)
@@ -374,7 +376,12 @@ def k(a, b):
             if key in visiting:
                 return True  # ``x = x.view(...)``: decided by x's other sources
             visiting = visiting | {key}
-            sources = [v for target, v in _host_assigns(fn) if target == expr.value]
+            assigns = self._assigns.get(id(fn))
+            if assigns is None:
+                assigns = self._assigns[id(fn)] = {}
+                for target, v in _host_assigns(fn):
+                    assigns.setdefault(target, []).append(v)
+            sources = assigns.get(expr.value, [])
             params = _param_names(fn)
             if expr.value in params:
                 if depth <= 0:
