@@ -211,9 +211,7 @@ def check(dtype):
         the function assigns from a tensor's own ``.dtype`` (``orig = x.dtype ... .to(orig)``)
         restores the input's type and says nothing about what it is."""
         fn = root if isinstance(root, cst.FunctionDef) else self.model.enclosing_function(root)
-        own = {t.target.value for n in nodes_under(fn.body) if isinstance(n, cst.Assign)
-               and isinstance(n.value, cst.Attribute) and n.value.attr.value == "dtype"
-               for t in n.targets if isinstance(t.target, cst.Name)} if fn is not None else set()
+        own = self._dtype_copies(fn)
         for n in nodes_under(root):
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("half", "bfloat16"):
                 return True
@@ -227,6 +225,17 @@ def check(dtype):
                                                  and a.value.value not in own):
                         return True
         return False
+
+    def _dtype_copies(self, fn: cst.FunctionDef | None) -> set[str]:
+        """The names ``fn`` assigns from a tensor's ``.dtype`` (once per function)."""
+        if fn is None:
+            return set()
+        cache = self.__dict__.setdefault("_dtype_cache", {})
+        if id(fn) not in cache:
+            cache[id(fn)] = {t.target.value for n in nodes_under(fn.body) if isinstance(n, cst.Assign)
+                             and isinstance(n.value, cst.Attribute) and n.value.attr.value == "dtype"
+                             for t in n.targets if isinstance(t.target, cst.Name)}
+        return cache[id(fn)]
 
     def _reaches(self, site: cst.Call, fn: cst.FunctionDef) -> bool:
         """Whether a call of ``fn``'s name may run ``fn``: ``self.m(...)`` runs the method of the
