@@ -57,8 +57,15 @@ class HostSyncInHotPath(Rule):
       embeddings, or the projector, resampler or patch merger after it: `*Vision*`, `*ViT*`,
       `*Audio*`, `*Projector`, `*Resampler`, ...), in a language model's helpers named for
       multimodal inputs (`_process_image_input`, `_execute_mm_encoder`), and in a model zoo's
-      `encoders/` folder (a generation pipeline's text and image encoders): they run once per
-      image, clip or prompt, not on every decode step; nor in a tokenizer's `decode`;
+      `encoders/` folder (a generation pipeline's text and image encoders), in a pipeline's
+      encoding stage or text encoder (`*EncodingStage`, `*EncodeStage`, `*TextEncoder`), and in a
+      module whose file name has a word naming a vision encoder (`moonvit.py`, `intern_vit.py`,
+      `siglip2.py`, `clip.py`, `vision_tower.py`): they run once per image, clip or prompt, not on
+      every decode step; nor in a tokenizer's `decode`. A class named for the language model
+      (`*ForConditionalGeneration`, `*ForCausalLM`, `*LLMModel`) is reported even there;
+    - in a method of a class whose bases are not torch modules in a module that imports no torch,
+      CuPy or JAX (TensorRT-LLM's legacy `tensorrt_llm.layers`): its `forward` defines a TensorRT
+      network once, at engine build time, and handles NumPy weights, not device tensors;
     - in the step of a debugging tool's class (`*Dumper`, `*Debugger`, `*Profiler`);
     - a wait on a CUDA event (`self.prepare_inputs_event.synchronize()`): it waits only for the
       work recorded before the event, usually the previous step's, not for the whole queue;
@@ -201,7 +208,8 @@ def _hot_calls(model):
     seen: set[int] = set()
     for region in model.timed_regions:
         function = region.function
-        if region.kind != "hot-path" or _off_cuda_slot(model, function) or _once_per_input(model, function):
+        if region.kind != "hot-path" or _off_cuda_slot(model, function) or _once_per_input(model, function) \
+                or _graph_definition(model, function):
             continue
         roots = [n for n in region.nodes if id(n) not in region.exempt]
         loops = _step_loop_helpers(model, region.function)
@@ -363,14 +371,63 @@ MULTIMODAL_CLASS = re.compile(
 MULTIMODAL_HELPER = re.compile(r"(^|_)(mm|multimodal|images?|videos?|audios?|vision|visual|pixels?)(_|$)")
 # A model zoo's ``encoders/`` folder (a diffusion pipeline's text and image encoders).
 ENCODER_PATH = re.compile(r"(^|/)encoders/[^/]+\.py$")
+# A generation pipeline's prompt or condition encoding: a stage named for encoding
+# (``QwenImageEncodingStage``, ``SanaTextEncodingStage``, ``Flux3ImageTextEncodeStage``) or a text or
+# prompt encoder (``UMT5TextEncoder``). It runs once per request, before the denoising loop; its
+# loops go over prompts, images and guidance branches, not over steps. (Not any ``*Encoding``:
+# ``RotaryPositionalEncoding`` runs in every decode step.)
+ENCODING_CLASS = re.compile(r"Encod(e|ing|er)\w*Stage$|(Text|Prompt)Encod(er|ing)")
+# A module named for a vision encoder, by a word of its file name: ``moonvit.py``, ``intern_vit.py``,
+# ``siglip2.py``, ``clip.py``, ``vision.py``, ``vision_tower.py``. Everything in it is a piece of the
+# tower (its positional embeddings, MLPs, MoE blocks), run once per image. Not ``visual``
+# (``visual_embedding.py`` holds a diffusion transformer's patch and timestep embeddings, run every
+# denoising step), nor ``audio``/``whisper`` (``whisper.py`` holds the decoder, ``qwen2_audio.py``
+# the language model, ``mova_audio_dit.py`` a denoising transformer).
+VISION_MODULE_WORD = re.compile(r"^(\w*vit|siglip\d*|clip|vision)$")
+# The language model of a multimodal model, which runs every decode step even when its class or
+# file is named for vision (``Cohere2VisionForConditionalGeneration``, ``Granite4VisionLLMModel``).
+LANGUAGE_MODEL_CLASS = re.compile(r"ForCausalLM|ForConditionalGeneration|LanguageModel|LLM|LMHead")
 
 
 def _once_per_input(model, function) -> bool:
-    """Whether a hot path is a method of a multimodal encoder class (``MULTIMODAL_CLASS``)."""
+    """Whether a hot path runs once per image, clip or prompt rather than per step: a method of a
+    multimodal encoder class (``MULTIMODAL_CLASS``) or of a pipeline's encoding stage or text
+    encoder (``ENCODING_CLASS``), or a hot path in a module named for a vision encoder
+    (``VISION_MODULE_WORD``); not a method of the language model (``LANGUAGE_MODEL_CLASS``)."""
     if not isinstance(function, cst.FunctionDef):
         return False
     owner = model.context_of(function).split(".")
-    return len(owner) >= 2 and bool(MULTIMODAL_CLASS.search(owner[-2]))
+    cls = owner[-2] if len(owner) >= 2 else ""
+    if LANGUAGE_MODEL_CLASS.search(cls):
+        return False
+    if cls and (MULTIMODAL_CLASS.search(cls) or ENCODING_CLASS.search(cls)):
+        return True
+    stem = re.sub(r"\.py$", "", model.path.replace("\\", "/").rsplit("/", 1)[-1]).lower()
+    return any(VISION_MODULE_WORD.match(word) for word in stem.split("_"))
+
+
+# -- graph definition: a legacy TensorRT layer's forward builds the engine once ------------------
+
+# Libraries whose values live on a device: a module that imports none of them handles no device
+# tensors of its own.
+DEVICE_LIBRARIES = {"torch", "cupy", "jax", "jaxlib"}
+
+
+def _graph_definition(model, function) -> bool:
+    """A method of a class whose bases are not torch modules, in a module that imports no torch,
+    CuPy or JAX (TensorRT-LLM's ``tensorrt_llm.layers``: ``class FusedGatedMLP(Module)`` with
+    ``Module`` its own network-definition base): its ``forward`` adds layers to a TensorRT network
+    once, when the engine is built, and its ``.item()`` reads a NumPy weight (``raw_value``), not a
+    device tensor. A class without bases is left alone (it may wrap a torch model by duck typing)."""
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    if any((name or "").split(".")[0] in DEVICE_LIBRARIES for name in model.imports.values()):
+        return False
+    owner = model.context_of(function).split(".")
+    node = model.classes.get(owner[-2]) if len(owner) >= 2 else None
+    if not isinstance(node, cst.ClassDef) or not node.bases:
+        return False
+    return not any((model.qualname(b.value) or "").split(".")[0] in DEVICE_LIBRARIES for b in node.bases)
 
 
 def _called_name(model, call: cst.Call) -> str:
