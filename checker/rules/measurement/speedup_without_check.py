@@ -5,7 +5,7 @@ import re
 
 import libcst as cst
 
-from kcheck.model import LOG_METHODS, MEASUREMENT_FUNCTION
+from kcheck.model import LOG_METHODS, MEASUREMENT_FUNCTION, children, walk
 from kcheck.rule import Rule
 from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, nodes_under, timing
 
@@ -32,6 +32,16 @@ class SpeedupWithoutCheck(Rule):
     and no `assert` on values (asserts on shapes, dtypes, devices and availability do not count).
     A check whose outcome only warns still counts: it is there and runs. Comparisons that are
     only printed (`print(torch.allclose(a, b))`) decide nothing; the report then says so.
+
+    Comparisons written by hand count too, in the code the script runs (its own `__main__` or
+    argparse path and the same-module functions it reaches): an error metric of the output
+    against a reference, such as `(out - ref).abs().max()`, a mean relative error, a norm of the
+    difference, a cosine similarity (or DeepGEMM's `calc_diff`), counts even when it is only
+    printed or stored: it measures how far the candidate is from the truth beside its speed,
+    which is how a lossy (FP8, quantised) kernel is judged. An exact comparison (`(out == ref).all()`, rows whose
+    index sets differ) counts when its outcome is acted on (asserted, raised on, made to exit,
+    returned, or tested by an `if` that fails or warns), and gets the printed-only report when it
+    is only printed.
 
     ## Why is this bad?
     A kernel bug produces fluent, plausible, wrong output at a very good latency: a kernel that
@@ -76,6 +86,17 @@ def bench(x, w):
 def describe(a, b):
     return f"speedup {a / b:.2f}x"
 """,
+        """
+import torch
+from triton.testing import do_bench
+def bench(x):
+    ref = all_reduce_bf16(x).float()
+    err = (all_reduce_fp8(x).float() - ref).abs()
+    print(f"max abs err {err.max().item():.4f}, mean rel err {(err / ref.abs().clamp(min=1e-2)).mean().item():.4f}")
+    t_ref = do_bench(lambda: all_reduce_bf16(x))
+    t_new = do_bench(lambda: all_reduce_fp8(x))
+    print(f"speedup: {t_ref / t_new:.2f}x")
+""",
     ]
     INVALID = [
         """
@@ -117,8 +138,20 @@ def benchmark(fn, baseline, x):
         checked = self._checks_output(original_node)
         if checked is True:
             return
+        claim = self._claim(original_node)
+        if claim is None:
+            return
+        compared = HandWritten(self.model, original_node, claim).outcome()
+        if compared is True:
+            return
+        printed = checked == "printed" or compared == "printed"
+        self.report(self._statement(claim), PRINTED_MESSAGE if printed else None)
+
+    def _claim(self, module: cst.Module) -> cst.CSTNode | None:
+        """The first reported speed-up in measurement code: a string saying so (not a docstring)
+        or an assignment to a ``*speedup*`` name."""
         scope = Scope(self)
-        for node in nodes_under(original_node, nested=True):
+        for node in nodes_under(module, nested=True):
             claim = False
             if isinstance(node, cst.SimpleString):
                 if isinstance(self.model.parent(node), cst.Expr):
@@ -129,8 +162,8 @@ def benchmark(fn, baseline, x):
             elif isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
                 claim = "speedup" in node.target.value.lower()
             if claim and scope.covers(node):
-                self.report(self._statement(node), PRINTED_MESSAGE if checked == "printed" else None)
-                return
+                return node
+        return None
 
     def _statement(self, node: cst.CSTNode) -> cst.CSTNode:
         for anc in self.model.ancestors(node):
@@ -164,6 +197,389 @@ def benchmark(fn, baseline, x):
 def _check_name(name: str) -> bool:
     """A function named for checking results by one word of its name (``sanity_check_outputs``)."""
     return not CHECK_PARTS.isdisjoint(name.lower().split("_"))
+
+
+# -- hand-written comparisons ----------------------------------------------------------------------
+
+# Methods (``err.max()``) and torch functions (``torch.mean(err)``) that reduce an error tensor to a figure.
+ERROR_REDUCTIONS = {"max", "amax", "mean", "sum", "norm", "median", "quantile"}
+# Norms of a difference (``(out - ref).norm()``, ``torch.linalg.norm(out - ref)``) and distances.
+NORMS = {"norm", "vector_norm", "matrix_norm", "dist"}
+# Graded similarity or error of two tensors under library names: torch's cosine similarity, and
+# DeepGEMM's ``calc_diff`` (1 - a cosine-style similarity, vendored by vLLM and SGLang).
+METRIC_CALLS = {"cosine_similarity", "CosineSimilarity", "calc_diff"}
+# Reductions of an element-wise equality to a verdict or a count (``(out == ref).all()``).
+VERDICT_REDUCTIONS = {"all", "any", "sum", "mean", "count_nonzero", "nonzero"}
+# Methods that convert or reshape a value without changing what it compares.
+CASTS = {"float", "double", "half", "bfloat16", "int", "long", "to", "view", "reshape", "flatten", "contiguous",
+         "cpu", "detach", "squeeze", "item", "tolist", "numpy"}
+# Calls that end the run (the last part of the name): acting on a comparison.
+EXITS = {"exit", "_exit", "quit", "fail", "abort"}
+TENSOR_ABS = {"torch.abs", "numpy.abs", "np.abs", "torch.absolute", "numpy.absolute"}
+LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+class HandWritten:
+    """Comparisons of a candidate's output with a reference written out by hand, in the code the
+    benchmark runs: the module's own code (its ``__main__``/argparse path included), the functions
+    holding the claim, ``test*`` functions, and every same-module function or method those reach by
+    name (``run_error_analysis``, a ``cosine`` helper, passed as a value or called).
+
+    Two kinds, judged differently:
+
+    - an error metric: a graded figure of how far the output is from the reference, such as the
+      absolute or relative difference reduced to a number (``(out - ref).abs().max()``,
+      ``abs_err[mask] / ref.abs()`` then ``.mean()``), a norm of the difference, a cosine
+      similarity or DeepGEMM's ``calc_diff``. It counts as a check wherever it goes, printed included: it measures the
+      candidate's accuracy on the same inputs next to its speed, which is how a lossy kernel (an
+      FP8 collective, a quantised MoE) is judged, where no pass/fail threshold fits every input,
+      and a broken kernel shows as a large error beside its speed-up.
+    - an exact comparison: an element-wise ``==``/``!=`` of two computed values reduced to a verdict
+      or a count (``(out == ref).all()``, ``(a != b).sum()``), or paired items of two computed
+      collections compared (``sum(1 for a, b in zip(ref, got) if a != b)``, ``len(a ^ b)``). It
+      counts when its outcome is acted on: asserted, raised on, made to end the run, returned, or
+      tested by an ``if``/``while`` that raises, returns, exits or warns (through the names it is
+      stored in). A verdict only printed decides nothing, and the report says so (``"printed"``).
+
+    Differences of a value and its own reduction (``x - x.mean()``), and anything in a lambda (the
+    timed callable), are not comparisons."""
+
+    def __init__(self, model, module: cst.Module, claim: cst.CSTNode) -> None:
+        self.model = model
+        self.module = module
+        self.claim = claim
+
+    def outcome(self) -> bool | str:
+        scopes = self._reached()
+        exact: list[tuple[cst.CSTNode, cst.CSTNode]] = []
+        for scope in scopes:
+            if self._metric_in(scope, exact):
+                return True
+        if not exact:
+            return False
+        return True if self._acted(exact, scopes) else "printed"
+
+    # -- which code runs --------------------------------------------------------------------------
+
+    def _reached(self) -> list[cst.CSTNode]:
+        """The module and the functions its code reaches by name (see the class docstring). With
+        no reference to a same-module function at module level (no entry point: functions run
+        from elsewhere), every function is an entry point."""
+        model = self.model
+        defs = [n for n in walk(self.module) if isinstance(n, cst.FunctionDef)]
+        by_name: dict[str, list[cst.FunctionDef]] = {}
+        methods: dict[str, list[cst.FunctionDef]] = {}  # class name -> its methods
+        for d in defs:
+            by_name.setdefault(d.name.value, []).append(d)
+            owner = model.parent(model.parent(d)) if model.parent(d) is not None else None
+            if isinstance(owner, cst.ClassDef):
+                methods.setdefault(owner.name.value, []).append(d)
+        reached: list[cst.CSTNode] = [self.module]
+        seen = {id(self.module)}
+
+        def add(fn) -> None:
+            if id(fn) not in seen:
+                seen.add(id(fn))
+                reached.append(fn)
+
+        module_names = {n.value for n, _ in _own(self.module) if self._reference(n)}
+        if module_names.isdisjoint(by_name) and module_names.isdisjoint(methods):
+            for d in defs:
+                add(d)
+        for d in defs:
+            if d.name.value.lower().startswith("test"):
+                add(d)
+        for anc in model.ancestors(self.claim):
+            if isinstance(anc, cst.FunctionDef):
+                add(anc)
+        i = 0
+        while i < len(reached):
+            for n, _ in _own(reached[i]):
+                if self._reference(n):
+                    for fn in by_name.get(n.value, []) + methods.get(n.value, []):
+                        add(fn)
+            i += 1
+        return reached
+
+    def _reference(self, node: cst.CSTNode) -> bool:
+        """A name that may refer to a function or class: not the name a ``def`` or ``class`` binds."""
+        if not isinstance(node, cst.Name):
+            return False
+        parent = self.model.parent(node)
+        return not (isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is node)
+
+    # -- error metrics and exact comparisons --------------------------------------------------------
+
+    def _metric_in(self, scope: cst.CSTNode, exact: list) -> bool:
+        """Whether ``scope`` computes an error metric; collects its exact comparisons into ``exact``
+        as (node to follow, scope)."""
+        diffs: set[str] = set()  # names holding a difference of two values
+        errors: set[str] = set()  # names holding an error tensor (an absolute difference, or from one)
+        computed: set[str] = set()  # names holding a computed value (assigned from a call's result)
+        pairs: set[frozenset] = set()  # two names that iterate two computed collections side by side
+        for node, in_lambda in _own(scope):
+            if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and node.value is not None:
+                targets = _targets(node)
+                if self._difference(node.value, diffs):
+                    diffs |= targets
+                elif self._error_tensor(node.value, diffs, errors):
+                    errors |= targets
+                if any(isinstance(n, cst.Call) for n in walk(node.value)):
+                    computed |= targets
+            elif isinstance(node, cst.For):
+                pairs |= self._zip_pair(node, computed)
+            elif isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+                loop = node.for_in  # before the element, which is written first: [a != b for a, b in ...]
+                while loop is not None:
+                    pairs |= self._zip_pair(loop, computed)
+                    loop = loop.inner_for_in
+            if in_lambda:
+                continue
+            if isinstance(node, cst.Call) and self._metric(node, diffs, errors):
+                return True
+            if isinstance(node, cst.Comparison):
+                follow = self._exact(node, computed, pairs)
+                if follow is not None:
+                    exact.append((follow, scope))
+            elif (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitXor)
+                  and _names(node.left, node.right) in pairs):
+                exact.append((node, scope))  # the symmetric difference of paired sets
+        return False
+
+    def _difference(self, node: cst.CSTNode, diffs: set[str]) -> bool:
+        """``out - ref`` (through casts), two values that are not literals, nor a value and its own
+        reduction (``x - x.mean()``); or a name holding one."""
+        node = _strip(node)
+        if isinstance(node, cst.Name):
+            return node.value in diffs
+        if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract)):
+            return False
+        left, right = node.left, node.right
+        if _literal(left) or _literal(right):
+            return False
+        a, b = _root(left), _root(right)
+        return a is None or b is None or a != b
+
+    def _error_tensor(self, expr: cst.CSTNode, diffs: set[str], errors: set[str]) -> bool:
+        """An expression built on an absolute difference of tensors (``(out - ref).abs()``,
+        ``torch.abs(d)``, ``abs_err[mask] / ref.abs()``) or on a name holding one."""
+        for n in walk(expr, into_scopes=False):
+            if isinstance(n, cst.Name) and n.value in errors:
+                return True
+            if isinstance(n, cst.Call):
+                func = n.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "abs" and not n.args:
+                    if self._difference(func.value, diffs):
+                        return True
+                elif (self.model.call_name(n) in TENSOR_ABS and n.args
+                      and self._difference(n.args[0].value, diffs)):
+                    return True  # not the builtin abs(): on host floats (timings) it measures no output
+        return False
+
+    def _metric(self, call: cst.Call, diffs: set[str], errors: set[str]) -> bool:
+        func = call.func
+        name = self.model.call_name(call) or ""
+        if last(name) in METRIC_CALLS:
+            return True
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method in NORMS and self._difference(func.value, diffs):
+                return True
+            if method in ERROR_REDUCTIONS and self._error_tensor(func.value, diffs, errors):
+                return True
+        if not name.startswith(("torch.", "numpy.", "np.")) or not call.args:
+            return False
+        first = call.args[0].value
+        if last(name) == "dist":
+            return len(call.args) > 1 and not _literal(first) and not _literal(call.args[1].value)
+        if last(name) in NORMS and self._difference(first, diffs):
+            return True
+        return last(name) in ERROR_REDUCTIONS and self._error_tensor(first, diffs, errors)
+
+    def _zip_pair(self, node: cst.For | cst.CompFor, computed: set[str]) -> set[frozenset]:
+        """The two loop names of ``for a, b in zip(xs, ys)`` where ``xs`` and ``ys`` are computed
+        (as a one-pair set; empty when the loop is not such)."""
+        it = node.iter
+        target = node.target
+        if not (isinstance(it, cst.Call) and self.model.dotted(it.func) == "zip" and len(it.args) == 2
+                and isinstance(target, cst.Tuple) and len(target.elements) == 2):
+            return set()
+        if not all(_root(a.value) in computed for a in it.args):
+            return set()
+        pair = _names(*(e.value for e in target.elements))
+        return {pair} if pair else set()
+
+    def _exact(self, node: cst.Comparison, computed: set[str], pairs: set[frozenset]) -> cst.CSTNode | None:
+        """The node whose use decides an exact comparison (the comparison, or the reduction of an
+        element-wise one), or None when ``node`` compares no two computed values."""
+        if len(node.comparisons) != 1 or not isinstance(node.comparisons[0].operator, (cst.Equal, cst.NotEqual)):
+            return None
+        left, right = node.left, node.comparisons[0].comparator
+        if _literal(left) or _literal(right):
+            return None
+        if _names(left, right) in pairs:
+            return node
+        a, b = _root(left), _root(right)
+        if a is None or b is None or a == b or a not in computed or b not in computed:
+            return None
+        model = self.model
+        cur: cst.CSTNode = node
+        while True:  # up through casts to a reduction: (out == ref).float().mean(), torch.all(out == ref)
+            parent = model.parent(cur)
+            if isinstance(parent, cst.Attribute) and parent.value is cur:
+                call = model.parent(parent)
+                if not (isinstance(call, cst.Call) and call.func is parent):
+                    return None
+                if parent.attr.value in VERDICT_REDUCTIONS:
+                    return call
+                if parent.attr.value not in CASTS:
+                    return None
+                cur = call
+            elif isinstance(parent, cst.Arg):
+                call = model.parent(parent)
+                if isinstance(call, cst.Call) and last(model.call_name(call)) in VERDICT_REDUCTIONS:
+                    return call
+                return None
+            else:
+                return None
+
+    # -- is a comparison acted on ----------------------------------------------------------------
+
+    def _acted(self, exact: list, scopes: list[cst.CSTNode]) -> bool:
+        """Whether some exact comparison's outcome is acted on (see the class docstring), following
+        the names it is stored in and the calls of a function that returns it."""
+        todo = list(exact)
+        followed: set[tuple[int, str]] = set()
+        while todo:
+            node, scope = todo.pop()
+            outcome = self._climb(node, scope)
+            if outcome is True:
+                return True
+            if isinstance(outcome, cst.FunctionDef):  # returned: follow the calls of the function
+                fname = outcome.name.value
+                for s in scopes:
+                    for n, _ in _own(s):
+                        if isinstance(n, cst.Call) and last(self.model.dotted(n.func)) == fname:
+                            todo.append((n, s))
+                continue
+            for name in outcome or ():
+                if (id(scope), name) in followed:
+                    continue
+                followed.add((id(scope), name))
+                for n, _ in _own(scope):
+                    if isinstance(n, cst.Name) and n.value == name and not self._binds(n):
+                        todo.append((n, scope))
+        return False
+
+    def _climb(self, node: cst.CSTNode, scope: cst.CSTNode):
+        """Where the value of ``node`` goes: True when it is acted on, the function when it is
+        returned, else the names it is stored in (possibly none: printed, or dropped)."""
+        model = self.model
+        child = node
+        for anc in model.ancestors(node):
+            if anc is scope or isinstance(anc, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return set()
+            if isinstance(anc, (cst.If, cst.While)):
+                if anc.test is not child:
+                    return set()
+                return True if self._acts(anc) else _assigned(anc)
+            if isinstance(anc, (cst.Assert, cst.Raise)):
+                return True
+            if isinstance(anc, cst.Return):
+                return model.enclosing_function(anc) or set()
+            if isinstance(anc, cst.Call):
+                if model.log_kind(anc):
+                    return set()  # printed
+                if last(model.dotted(anc.func)) in EXITS:
+                    return True
+            if isinstance(anc, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                return _targets(anc) if anc.value is child else set()
+            if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return set()
+            child = anc
+        return set()
+
+    def _acts(self, branch: cst.If | cst.While) -> bool:
+        """The ``if``/``while`` raises, returns, asserts, exits or warns in one of its branches."""
+        for n in walk(branch, into_scopes=False):
+            if isinstance(n, (cst.Raise, cst.Return, cst.Assert)):
+                return True
+            if isinstance(n, cst.Call) and n is not branch.test and (
+                    self.model.log_kind(n) or last(self.model.dotted(n.func)) in EXITS):
+                return True
+        return False
+
+    def _binds(self, name: cst.Name) -> bool:
+        parent = self.model.parent(name)
+        return (isinstance(parent, cst.AssignTarget) or isinstance(parent, cst.Param)
+                or (isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is name))
+
+
+def _own(root: cst.CSTNode):
+    """``(node, in_lambda)`` for the code of ``root`` (a module or function) in source order: class
+    bodies are entered (they run where they stand), other functions are not."""
+    stack = [(root, False)]
+    while stack:
+        node, in_lambda = stack.pop()
+        yield node, in_lambda
+        if node is not root and isinstance(node, cst.FunctionDef):
+            continue
+        inner = in_lambda or isinstance(node, cst.Lambda)
+        stack.extend((c, inner) for c in reversed(children(node)))
+
+
+def _targets(stmt) -> set[str]:
+    """The plain names an assignment binds (tuple targets included)."""
+    roots = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
+    out: set[str] = set()
+    for r in roots:
+        for n in walk(r):
+            if isinstance(n, cst.Name) and not isinstance(r, (cst.Attribute, cst.Subscript)):
+                out.add(n.value)
+    return out
+
+
+def _assigned(block: cst.CSTNode) -> set[str]:
+    out: set[str] = set()
+    for n in walk(block, into_scopes=False):
+        if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            out |= _targets(n)
+    return out
+
+
+def _strip(node: cst.CSTNode) -> cst.CSTNode:
+    """``node`` without trailing conversions (``(a - b).float()`` -> ``a - b``)."""
+    while (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+           and node.func.attr.value in CASTS):
+        node = node.func.value
+    return node
+
+
+def _root(node: cst.CSTNode) -> str | None:
+    """The leftmost name of an attribute, subscript or call chain (``out[0].float()`` -> ``out``)."""
+    while True:
+        if isinstance(node, cst.Name):
+            return node.value
+        if isinstance(node, cst.Attribute):
+            node = node.value
+        elif isinstance(node, cst.Subscript):
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            node = node.func.value
+        else:
+            return None
+
+
+def _literal(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    return isinstance(node, LITERALS) or (isinstance(node, cst.Name) and node.value in ("None", "True", "False"))
+
+
+def _names(*nodes: cst.CSTNode) -> frozenset | None:
+    if all(isinstance(n, cst.Name) for n in nodes) and len({n.value for n in nodes}) == len(nodes):
+        return frozenset(n.value for n in nodes)
+    return None
 
 
 # -- gate -----------------------------------------------------------------------------------------
