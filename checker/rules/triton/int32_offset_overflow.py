@@ -42,6 +42,14 @@ SMALL_KERNEL = re.compile(r"routing|router|gating|_gate_?kernel|topk|top_k|sampl
                           re.IGNORECASE)
 # Files of speculative decoding, sampling and decode-step state updates: per-request tensors.
 SMALL_FILE = re.compile(r"speculative|sampling|sampler|/spec|state_update", re.IGNORECASE)
+# The number of query tokens each request brings to a decode step: a program id over requests
+# times it (``rows = request * DECODE_QUERY_LEN + q``) indexes the rows of a decode batch.
+DECODE_QUERY = re.compile(r"decode_?(query_?|q_?)?len(gth)?$|(query|queries|tokens)_per_req(uest)?$", re.IGNORECASE)
+# Names of a model's low-rank latent width (MLA's q_lora_rank and kv_lora_rank)...
+LATENT_WIDTH = re.compile(r"lora_rank|low_?rank|latent_(dim|size|rank|width)", re.IGNORECASE)
+# ...and a docstring saying the kernels serve multi-head latent attention, whose norms (q_a, kv_a)
+# run over those latents.
+LATENT_DOC = re.compile(r"\bMLA\b|multi-head latent attention|lora_rank", re.IGNORECASE)
 
 
 class Int32OffsetOverflow(Rule):
@@ -62,13 +70,17 @@ class Int32OffsetOverflow(Rule):
     - a batch stride beside a sequence stride and a head stride (`stride_vb`, `stride_vt`,
       `stride_vh`): each batch entry holds a sequence of per-head vectors;
     - a normalisation kernel (`norm` in its name) that loads a per-feature weight
-      (`tl.load(W + cols)`): its rows are hidden vectors, tokens x hidden in all;
+      (`tl.load(W + cols)`): its rows are hidden vectors, tokens x hidden in all, unless the
+      file shows they are a model's low-rank latent (the launches pass a `kv_lora_rank`-like
+      width, or the module's or kernel's docstring says it serves multi-head latent attention);
     - the same program id cast to `tl.int64` for the same dimension of a sibling tensor
       (`pid_n.to(tl.int64) * stride_qn` beside `pid_n * stride_on`).
 
     Left alone: products with a block size (a `tl.constexpr`, or a parameter named like one,
     which KC504 reports), with a literal, with head, expert, top-k, group and tile counts or ids
-    (`head * stride_h`, `pid_h`, `i_hv`), with a remainder by a compile-time constant
+    (`head * stride_h`, `pid_h`, `i_hv`), with a row of a decode batch (`rows = request *
+    DECODE_QUERY_LEN + q`: requests times the query tokens each brings to the step, whatever
+    the row width), with a remainder by a compile-time constant
     (`slot = token % PAGE_SIZE`, a slot inside a page, unless the launches pass a whole tensor's
     `numel()` for the other factor, which makes it an index of whole slices), strides of per-row statistics (`rstd`, `mean`, `lse`),
     index tables and rotary tables; offsets into block-sized buffers (`*partial*`, `scratch`,
@@ -322,7 +334,8 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                     for pid_side, other in ((n.left, n.right), (n.right, n.left)):
                         big = {x for x in names_in(other) & runtime if not (SMALL.search(x) or META_PARAM.search(x)
                                                                              or one_token_batch(x))}
-                        small_index = any(SMALL.search(x) for x in names_in(pid_side))  # a head or expert id
+                        small_index = any(SMALL.search(x) for x in names_in(pid_side)) \
+                            or decode_rows(pid_side)  # a head or expert id, or a row of a decode batch
                         if big and is_pid(pid_side) and not wide(other) and not small_index:
                             if below_constant(pid_side) and not whole_slices(other):
                                 break  # slot * stride_slot with slot = token % PAGE_SIZE: inside one page
@@ -330,9 +343,22 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                                 self.report(n, pid=_text(pid_side), other=_text(other))
                             break
 
+        def decode_rows(expr) -> bool:
+            """``request * DECODE_QUERY_LEN + q``, or a name holding one: a row of a decode batch,
+            requests times the query tokens each brings to the step (bounded by the engine's
+            request cap), not a row over all tokens."""
+            if names_in(expr) & decode_batch:
+                return True
+            return any(isinstance(m, cst.BinaryOperation) and isinstance(m.operator, cst.Multiply)
+                       and any(DECODE_QUERY.search(x) for x in names_in(m) & params)
+                       for m in nodes_under(expr))
+
+        decode_batch: set[str] = set()  # names holding a decode-batch row
+
         def walk(report: bool) -> None:
             pids.clear()
             bounded.clear()
+            decode_batch.clear()
             for node in nodes_under(k.fn.body):
                 if isinstance(node, cst.SimpleStatementLine):
                     check(node, report)
@@ -349,15 +375,20 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                                    and any(SEQUENCE.search(x) for x in names_in(m) & runtime)
                                    for m in nodes_under(stmt.value)):
                                 scaled.add(name)  # batch * seq_len + t: a row of a whole batch of sequences
+                            if decode_rows(stmt.value) or (isinstance(stmt, cst.AugAssign) and name in decode_batch):
+                                decode_batch.add(name)
+                            else:
+                                decode_batch.discard(name)
                         else:
                             pids.discard(name)
+                            decode_batch.discard(name)
                 elif isinstance(node, (cst.If, cst.While)):
                     check(node.test, report)
                 elif isinstance(node, cst.For):
                     check(node.iter, report)
 
         walk(report=False)
-        feature_rows = self._feature_rows(k)
+        feature_rows = self._feature_rows(k) and not self._latent_rows(k)
         # pid -> the strides it multiplies after a cast to int64 (``pid_n.to(tl.int64) * stride_qn``)
         widened: dict[str, set[str]] = {}
         for n in nodes_under(k.fn.body):
@@ -390,6 +421,17 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                 if a.keyword is not None:
                     out.setdefault(a.keyword.value, set()).update(names_in(a.value))
         return out
+
+    def _latent_rows(self, k) -> bool:
+        """The file shows a norm kernel's rows are a model's low-rank latent (hundreds to ~1.5k
+        values: MLA's q_lora_rank, kv_lora_rank), not hidden states: the module's launches pass a
+        latent width (``kv_lora_rank``), or the module's or the kernel's docstring says the kernels
+        serve multi-head latent attention. Such rows reach 2^31 only with millions of tokens in one
+        forward, past a serving step's token budget and the model's context length."""
+        if any(LATENT_WIDTH.search(w) for words in self._launch_args(k).values() for w in words):
+            return True
+        docs = (self.context.module.get_docstring(), k.fn.get_docstring())
+        return any(d and LATENT_DOC.search(d) for d in docs)
 
     def _feature_rows(self, k) -> bool:
         """A normalisation kernel (``norm`` in its name) that loads a per-feature weight
