@@ -28,20 +28,32 @@ class UnpoisonedOutput(Rule):
     - the buffer is compared with another unpoisoned `torch.empty` buffer written by the same
       computation (the same function, its `torch.compile`d or `functools.partial` form, or the
       same op called a slice at a time): if the kernel writes nothing, both keep what the
-      allocator handed out (zeros in a fresh segment) and agree;
+      allocator handed out (zeros in a fresh segment) and agree. Not when the test asserts that
+      the two differ (`assert not torch.allclose(a, b)`), nor when some function of the module
+      compares that op's output with an independent reference (a reference implementation's
+      result, a ground truth, a constant other than zeros): a write both runs miss fails there,
+      and one that a single run misses fails here;
     - it is allocated and written inside a loop whose passes compute the same answer (inputs made
       outside the loop or drawn after re-seeding with the same seed, arguments that do not follow
       the loop variables): the block freed by the previous pass holds that answer;
     - the same computation ran before the allocation and its returned result was dropped (a
       warm-up): its freed block can be the one the buffer gets;
     - an index map or id tensor that reaches the kernel marks entries with `-1` (`ids[0] = -1`,
-      `.masked_fill(m, -1)`, `torch.where(m, ids, -1)`, `torch.tensor([0, -1, 1])`), or part of a
-      data input is set to 0 (`x[0, :32] = 0`): unrouted tokens, experts of another rank and
-      zeroed rows have zeros in the expected output;
+      `.masked_fill(m, -1)`, `torch.where(m, ids, -1)`, `torch.tensor([0, -1, 1])`): unrouted
+      tokens and experts of another rank have zeros in the expected output. A `-1` written into
+      the expected tensor, or into the tensor the buffer is only shaped like, is no input; and a
+      data row set to 0 (`x[0] = 0`) is no evidence: what the reference makes of a zero row (a
+      scale with an epsilon floor, a statistic, a quantised code) is seldom zero;
     - a tensor of `torch.zeros` is data for both the kernel and the reference (not a workspace,
       cache, index or other buffer the name says is scratch or layout): the answer is zeros;
     - the test is parametrized with a size of 0 that the buffer's own shape does not name
-      (`kv_len=0` for an output of `qo_len` rows); a buffer that size makes empty hides nothing.
+      (`kv_len=0` for an output of `qo_len` rows); a buffer that size makes empty, directly or
+      through the tensor it is shaped like, hides nothing.
+
+    The last two hold for outputs linear in the inputs (`o = P @ V`), not for a normaliser or
+    statistic: a buffer whose name has the word `lse`, `max`, `amax`, `scale`, `sf`, `alpha`,
+    `norm`, `rstd`, `mean`, `var` (and the like) is not reported on them, since the log-sum-exp of
+    an empty row is -inf and of n zero scores log(n), and a scale of zeros keeps its floor.
 
     A buffer handed to several writing calls (an eager run, a graph capture, replays) is left
     alone: a fill at allocation guards the first write only. With none of these, the kernel runs
@@ -277,6 +289,25 @@ def _base(node: cst.CSTNode) -> str | None:
     return node.value if isinstance(node, cst.Name) else None
 
 
+def _target(node: cst.CSTNode) -> str | None:
+    """The name a one-target ``name = ...`` assigns, else None."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+        return node.targets[0].target.value
+    return None
+
+
+# An output that is a normaliser or a statistic of its inputs (log-sum-exp, a running max, a scale,
+# a norm, mean, variance): zero or empty inputs do not make it zero (the log-sum-exp of an empty row
+# is -inf, of n zero scores log(n); a scale has an epsilon floor), so zeros in memory fail for it.
+STATISTIC_WORDS = {"lse", "lses", "logsumexp", "softmax_lse", "max", "amax", "absmax", "min", "amin", "scale",
+                   "scales", "sf", "norm", "norms", "rstd", "std", "mean", "means", "var", "variance", "stat",
+                   "stats", "denom", "expsum", "sumexp", "logz", "alpha"}
+
+
+def _statistic(name: str) -> bool:
+    return any(w in STATISTIC_WORDS for w in re.split(r"[_\d]+", name.lower()) if w)
+
+
 def _is_zero(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Integer) and node.evaluated_value == 0
 
@@ -293,6 +324,104 @@ def _compiled_aliases(model, fn: cst.FunctionDef) -> dict[str, str]:
             if inner:
                 out[node.targets[0].target.value] = inner
     return out
+
+
+def _negated(model, call: cst.Call) -> bool:
+    """``not torch.allclose(a, b)``: the test asserts that the two differ."""
+    parent = model.parent(call)
+    return isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
+
+
+ZERO_REFERENCES = {"zeros", "zeros_like", "new_zeros"}
+
+
+def _independently_checked(rule) -> set[str]:
+    """The ops (by the key ``_Evidence.key`` gives their calls) whose output some function of the
+    module compares with an independent reference: a comparison (or a same-module helper that
+    compares) with one argument built from what a call of the op wrote or returned, and another
+    positional argument built from nothing that op wrote (a reference implementation's result, a
+    ground-truth object, a constant). Zeros are no such reference: fresh memory holds them.
+
+    Two unpoisoned runs of such an op compared with each other only have to catch a write one run
+    misses, and do: a write both miss is a write of the op's path, which the other comparison
+    catches."""
+    model = rule.model
+    cached = model.__dict__.get("_kc405_checked")
+    if cached is not None:
+        return cached
+    checked: set[str] = set()
+    defs = [fn for fns in model.functions.values() for fn in fns]
+    validators = {id(fn) for fn in defs
+                  if any(is_compare(model, c) for c in calls(model, fn.body, depth=1))}
+    for fn in defs:
+        aliases = _compiled_aliases(model, fn)
+        own = calls(model, fn.body, depth=0)
+        allocated = {_target(n) for n in nodes_under(fn.body)
+                     if _target(n) and isinstance(n.value, cst.Call) and _allocation(model, n.value)}
+        allocated -= {n.func.value.value for n in nodes_under(fn.body)  # cache.uniform_(lo, hi): data, an input
+                      if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+                      and isinstance(n.func.value, cst.Name) and n.func.attr.value in FILLS - {"fill_"}}
+        outputs: dict[str, set[str]] = {}  # name -> the ops that wrote or returned it
+        for call in own:
+            func = call.func.value if isinstance(call.func, cst.Subscript) else call.func
+            name = model.call_name(call) or model.dotted(func) or ""
+            key = aliases.get(name, name)
+            if not key or (key.startswith("torch.") and not key.startswith("torch.ops.")):
+                continue
+            for a in call.args:  # the buffers the test allocated and handed to it (whole or a slice)
+                base = _base(a.value)
+                if base in allocated:
+                    outputs.setdefault(base, set()).add(key)
+            parent = model.parent(call)
+            if isinstance(parent, cst.Assign):  # o, lse = op(...)
+                for t in parent.targets:
+                    for n in nodes_under(t.target):
+                        if isinstance(n, cst.Name):
+                            outputs.setdefault(n.value, set()).add(key)
+        if not outputs:
+            continue
+        for _ in range(2):  # sorted_vals, idx = torch.sort(topk_values): built from the op's output
+            for node in nodes_under(fn.body):
+                if not isinstance(node, cst.Assign) or (isinstance(node.value, cst.Call)
+                                                        and _allocation(model, node.value)):
+                    continue
+                came = set().union(*(outputs.get(n.value, set()) for n in nodes_under(node.value)
+                                     if isinstance(n, cst.Name)))
+                if came:
+                    for t in node.targets:
+                        for n in nodes_under(t.target):
+                            if isinstance(n, cst.Name):
+                                outputs.setdefault(n.value, set()).update(came)
+        for call in own:
+            target = model.callee(call)
+            if not (is_compare(model, call) or (target is not None and id(target) in validators)):
+                continue
+            args = [a for a in call.args if a.keyword is None]
+            came = [set().union(*(outputs.get(n.value, set()) for n in nodes_under(a.value)
+                                  if isinstance(n, cst.Name))) for a in args]
+            for i, ops in enumerate(came):
+                checked |= {op for op in ops if any(op not in came[j] and _reference(model, args[j].value)
+                                                     for j in range(len(args)) if j != i)}
+    model.__dict__["_kc405_checked"] = checked
+    return checked
+
+
+def _allocation(model, value: cst.Call) -> bool:
+    """``torch.empty/zeros/full/ones*(...)`` or ``x.new_*(...)``: a buffer the test allocates."""
+    name = last(model.call_name(value) or model.dotted(value.func))
+    return name in ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "full", "full_like", "ones",
+                    "ones_like", "new_empty", "new_zeros", "new_full", "new_ones")
+
+
+def _reference(model, node: cst.CSTNode) -> bool:
+    """An argument that can stand for an expected value: not a literal, not zeros."""
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.Name)) and not isinstance(node, cst.Name):
+        return False
+    if isinstance(node, cst.Name) and node.value in ("None", "True", "False"):
+        return False
+    if isinstance(node, cst.Call) and last(model.call_name(node) or model.dotted(node.func)) in ZERO_REFERENCES:
+        return False
+    return True
 
 
 class _Evidence:
@@ -331,7 +460,12 @@ class _Evidence:
         a write both runs miss leaves both holding what the allocator handed out (zeros in a fresh
         segment), so they agree."""
         keys = {self.key(c) for c, _ in self.written[b]}
+        checked = _independently_checked(self.rule)
+        if keys & checked:
+            return None  # the op's output is checked against a reference elsewhere: a write both runs miss fails there
         for cmp in self.compared[b]:
+            if _negated(self.model, cmp):
+                continue  # assert not allclose(a, b): two unwritten buffers agree, which fails it
             for a in cmp.args:
                 p = a.value.value if isinstance(a.value, cst.Name) else None
                 if not p or p == b or p not in self.buffers or p in self.poisoned:
@@ -409,32 +543,31 @@ class _Evidence:
         return None
 
     def _sentinel(self, b: str) -> str | None:
-        """-1 marks entries the kernel skips (unrouted tokens, experts of another rank), and a data
-        row set to 0 gives a zero row: either way the expected rows are zeros, which fresh memory
-        holds. Only tensors that reach the kernel count (``ids[0] = -1``, ``.masked_fill(m, -1)``,
-        ``torch.where(m, ids, -1)``, ``torch.tensor([0, -1, 1])``, ``x[0] = 0`` on a tensor whose name
-        says data, not an offset or index); ``torch.full(shape, -1)`` is a poisoned buffer, not a
-        mark."""
+        """-1 marks entries the kernel skips (unrouted tokens, experts of another rank), whose
+        expected rows are zeros, which fresh memory holds. Only tensors that reach the kernel count
+        (``ids[0] = -1``, ``.masked_fill(m, -1)``, ``torch.where(m, ids, -1)``,
+        ``torch.tensor([0, -1, 1])``); ``torch.full(shape, -1)`` is a poisoned buffer, not a mark.
+        A data row set to 0 (``x[0] = 0``) is no evidence: what the reference makes of a zero row
+        (a scale with an epsilon floor, a statistic, a quantised code) is seldom zero."""
         marked: set[str] = set()
         for node in nodes_under(self.fn.body):
             if not isinstance(node, cst.Assign):
                 continue
-            if _minus_one(node.value) or _is_zero(node.value):
+            if _minus_one(node.value):
                 for t in node.targets:
                     base = t.target
                     while isinstance(base, (cst.Subscript, cst.Attribute)):
                         base = base.value
-                    if isinstance(base, cst.Name) and base is not t.target and (
-                            _minus_one(node.value) or not NOT_DATA.search(base.value)):
-                        marked.add(base.value)  # ids[0] = -1, or a data row set to 0: x[0] = 0
+                    if isinstance(base, cst.Name) and base is not t.target:
+                        marked.add(base.value)  # ids[0] = -1
             elif (len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
                   and any(self._marks(n) for n in nodes_under(node.value))):
                 marked.add(node.targets[0].target.value)
         reaching = self._reaching(b)
         hit = sorted(marked & reaching)
         if hit:
-            return (f"{hit[0]}, an input of the kernel, has entries set to -1 or 0 (unrouted tokens, experts "
-                    "of another rank, zeroed rows), whose expected rows are zeros that fresh memory holds")
+            return (f"{hit[0]}, an input of the kernel, has entries set to -1 (unrouted tokens, experts "
+                    "of another rank), whose expected rows are zeros that fresh memory holds")
         return None
 
     def _marks(self, node: cst.CSTNode) -> bool:
@@ -458,6 +591,8 @@ class _Evidence:
         for _ in range(2):
             more: set[str] = set()
             for node in nodes_under(self.fn.body):
+                if node is self.buffers.get(_target(node), (None,))[0]:
+                    continue  # an output's own allocation: its shape source is no input of the kernel
                 if isinstance(node, cst.Assign) and any(isinstance(n, cst.Name) and n.value in names
                                                         for t in node.targets for n in nodes_under(t.target)):
                     more |= {n.value for n in nodes_under(node.value) if isinstance(n, cst.Name)}
@@ -468,7 +603,10 @@ class _Evidence:
 
     def _zero_input(self, b: str) -> str | None:
         """A tensor of zeros handed to the kernel as data and to the reference as well: the answer
-        is (partly) zeros, which a fresh block holds."""
+        is (partly) zeros, which a fresh block holds. Not for a normaliser or statistic output
+        (``lse``: the log-sum-exp of n zero scores is log(n); a scale of zeros keeps its floor)."""
+        if _statistic(b):
+            return None  # lse = log-sum-exp of zero scores is log(n); a scale of zeros has its floor
         model = self.model
         zeros: dict[str, int] = {}
         for node in nodes_under(self.fn.body):
@@ -495,6 +633,7 @@ class _Evidence:
                     zeros.pop(node.value.value, None)
         writers = {id(c) for c, _ in self.written[b]}
         keys = {self.key(c) for c, _ in self.written[b]}
+        hit: list[str] = []
         for z in zeros:
             fed = other = False
             for call in self.own_calls:
@@ -505,15 +644,25 @@ class _Evidence:
                 elif self.key(call) not in keys:
                     other = True
             if fed and other:
-                return (f"{z} from torch.zeros() is an input of both the kernel and the reference, so the "
-                        "expected values are (partly) zeros, which fresh memory holds")
+                hit.append(z)
+        if hit:
+            shown = ", ".join(hit)
+            return (f"{shown} from torch.zeros() {'is an input' if len(hit) == 1 else 'are inputs'} of both the "
+                    "kernel and the reference, so the expected values are (partly) zeros, which fresh memory holds")
         return None
 
     def _empty_case(self, b: str) -> str | None:
         """Parametrized with a size of 0 that the buffer's own shape does not name (``kv_len=0``
         with an output of ``qo_len`` rows): the expected values are zeros in that case. A buffer
-        sized by that parameter is empty there, and an empty buffer hides nothing."""
+        sized by that parameter (directly or through the tensor it is shaped like) is empty there,
+        and an empty buffer hides nothing; a normaliser output (``lse``) of an empty row is -inf."""
+        if _statistic(b):
+            return None  # the log-sum-exp of an empty row is -inf, a normaliser's floor is no zero
         shape = {n.value for n in nodes_under(self.buffers[b][0].value) if isinstance(n, cst.Name)}
+        for _ in range(2):  # torch.empty_like(topk_weights), topk_weights = torch.rand(num_tokens, 8): sized by it
+            for node in nodes_under(self.fn.body):
+                if _target(node) in shape and node is not self.buffers[b][0]:
+                    shape |= {n.value for n in nodes_under(node.value) if isinstance(n, cst.Name)}
         for dec in self.fn.decorators:
             call = dec.decorator
             if not (isinstance(call, cst.Call) and last(self.model.dotted(call.func)) == "parametrize"
@@ -526,7 +675,7 @@ class _Evidence:
                 for name, value in zip(names, row):
                     # a size of the buffer itself makes it empty: nothing to miss
                     if SIZE_PARAM.search(name) and _is_zero(value) and name not in shape:
-                        return f"it is parametrized with {name}=0, where the expected values are empty or zeros"
+                        return f"it is parametrized with {name}=0, where the expected values are zeros"
         return None
 
     def _literal(self, node: cst.CSTNode) -> list[cst.CSTNode]:
