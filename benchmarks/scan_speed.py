@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import compileall
 import json
 import os
 import resource
@@ -133,6 +134,15 @@ def ast_parse_all(paths: list[str]) -> float:
     return time.perf_counter() - start
 
 
+def clear_caches(tree: Path) -> None:
+    """Remove every result cache kcheck may have written in the tree (it writes one at the project
+    root, which for a tree without a configuration or a git checkout is the first file's folder)."""
+    from kcheck.engine import CACHE_DIR
+
+    for folder in [tree, *tree.rglob(CACHE_DIR)]:
+        shutil.rmtree(folder / CACHE_DIR if folder == tree else folder, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("tree")
@@ -144,9 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
     tree = Path(args.tree).resolve()
-    kcheck = [sys.executable, "-m", "kcheck.cli"] if shutil.which("kcheck") is None else ["kcheck"]
+    # the kcheck installed with this interpreter (a `kcheck` found first on PATH may be another install)
+    beside = Path(sys.executable).with_name("kcheck")
+    kcheck = [str(beside)] if beside.exists() else [sys.executable, "-m", "kcheck.cli"]
 
-    from kcheck.engine import CACHE_DIR, discover
+    from kcheck.engine import discover
+    from kcheck.paths import PACKAGE_DIR
+
+    # kcheck's own modules byte-compiled, as an installed package is: with PYTHONDONTWRITEBYTECODE
+    # set and an editable install, every run would otherwise compile them again (about 0.2 s)
+    compileall.compile_dir(str(PACKAGE_DIR), quiet=1)
 
     jobs, _ = discover([str(tree)])
     paths = [j.path for j in jobs]
@@ -154,20 +171,20 @@ def main(argv: list[str] | None = None) -> int:
     for p in paths:
         with open(p, "rb") as fh:
             lines += fh.read().count(b"\n")
-    shutil.rmtree(tree / CACHE_DIR, ignore_errors=True)
+    clear_caches(tree)
 
     load_before = os.getloadavg()
     base = [*kcheck, "check", "--exit-zero", "-q", "-o", "json", "-j", str(args.jobs)]
     cold = timed_run([*base, str(tree)])
     warm = timed_run([*base, str(tree)])
     same_cold_warm = cold["stdout"] == warm["stdout"]
-    shutil.rmtree(tree / CACHE_DIR, ignore_errors=True)
+    clear_caches(tree)
     if args.one_file:
         one = str(tree / args.one_file)
     else:
         one = sorted(paths, key=os.path.getsize)[len(paths) // 2]
     one_run = timed_run([*kcheck, "check", "--exit-zero", "-q", "--no-cache", one])
-    shutil.rmtree(tree / CACHE_DIR, ignore_errors=True)
+    clear_caches(tree)
 
     result = {
         "tree": args.name, "version": args.version, "files": len(paths), "lines": lines, "jobs": args.jobs,
@@ -197,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     crashed = [r for r in (cold, warm, one_run) if r["exit_code"] not in (0,)]
     for r in crashed:
         print(r["stderr"][-2000:], file=sys.stderr)
+    if crashed:  # a run that failed measured nothing: write no figures
+        print(f"kcheck failed ({' '.join(kcheck)}): no results written", file=sys.stderr)
+        return 1
     text = json.dumps(result, indent=1) + "\n"
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -514,7 +514,9 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
     result = ScanResult(files=len(jobs))
     cache_root = None
     if cache and shortcuts and jobs:
-        cache_root = cache_dir_for(jobs[0].config.root if jobs[0].config.source else project_root(Path(jobs[0].path).resolve().parent))
+        first = jobs[0]  # the configuration's folder, else the root discovery reported paths against
+        cache_root = cache_dir_for(first.config.root if first.config.source else Path(first.root) if first.root
+                                   else project_root(Path(first.path).resolve().parent))
     index = _StatIndex(cache_root) if cache_root else None
     known: dict[int, FileResult] = {}
     if index is not None:

@@ -107,6 +107,19 @@ def test_cache_hits_and_invalidation(tmp_path, monkeypatch):
     assert run().cached == 0  # another kcheck version, or edited rules, never read these results
 
 
+def test_cache_lives_at_the_scanned_root_without_a_configuration(tmp_path, monkeypatch):
+    # a tree with no configuration and no git checkout: the cache sits where the scan's paths are
+    # relative to, not in the folder of whichever file came first
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"pkg/sub/bench.py": BENCH, "pkg/zsub/other.py": "x = 1\n"})
+    config_for.cache_clear()
+    jobs, _ = discover(["pkg"])
+    scan(jobs, 1)
+    root = Path(jobs[0].root)
+    assert (root / ".kcheck_cache").is_dir()
+    assert not (tmp_path / "pkg" / "sub" / ".kcheck_cache").exists()
+
+
 def test_code_fingerprint_follows_the_package_sources(tmp_path, monkeypatch):
     from kcheck import paths
 
