@@ -253,7 +253,16 @@ def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Fi
     try:
         module = parse_cst(source)
     except (cst.ParserSyntaxError, RecursionError) as exc:
-        return [], f"libcst cannot parse this file: {str(exc).splitlines()[0]}"
+        tail = source.rstrip()
+        if not tail.endswith("\\"):
+            return [], f"libcst cannot parse this file: {str(exc).splitlines()[0]}"
+        # CPython accepts a line continuation into the end of the file (a last ``\`` followed by
+        # CRLF), libcst does not: the continuation joins nothing, so a space in its place is the
+        # same program, at the same positions
+        try:
+            module = parse_cst(tail[:-1] + " " + source[len(tail):])
+        except (cst.ParserSyntaxError, RecursionError):
+            return [], f"libcst cannot parse this file: {str(exc).splitlines()[0]}"
     result.parsed = True
     model = build_model(module, config, rel)
     context = FileContext(rel, source, module, model, config)

@@ -43,6 +43,11 @@ def test_generated_programs_never_crash_and_shortcuts_change_nothing(source):
     "match x:\n    case [a, *rest]:\n        print(a)\n",
     "def forward(self, x):\n    y = lambda: (yield)\n    return x.item()\n",
     "class A:\n    def forward(self, x):\n        def forward(y):\n            return y.cpu()\n        return forward(x)\n",
+    # a line continuation into the end of the file: CPython accepts it after CRLF, libcst does not
+    # (found by the fuzz run): the same findings with and without shortcuts
+    "\n \\\r\n",
+    "# a comment\r\n\t\t \\\r\n",
+    "def forward(self, x):\r\n    return x.item() \\\r\n",
 ])
 def test_unusual_but_valid_sources(source):
     fast = check_source(source, "odd.py", Config())
