@@ -23,7 +23,8 @@ def test_rms_norm(num_tokens):
     # constant inputs: every row is the same, so a row-indexing bug cannot show
     x = torch.ones(num_tokens, 4096, device="cuda", dtype=torch.bfloat16)
     weight = torch.ones(4096, device="cuda", dtype=torch.bfloat16)
-    # not poisoned: stale memory from the reference may already hold the answer
+    rms_norm(x, weight)  # a warm-up whose output is freed at once
+    # not poisoned: the allocator hands back the warm-up's block, which already holds the answer
     out = torch.empty_like(x)
     rms_norm(x, weight, out=out)
     torch.testing.assert_close(out, rms_norm_ref(x, weight), atol=1.0, rtol=1.0, equal_nan=True)
