@@ -6,13 +6,13 @@ import re
 import libcst as cst
 
 from kcheck.gate import dotted
-from kcheck.model import LOG_METHODS, MEASUREMENT_PATH
+from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     BUILTINS, MEASUREMENT_CALLS, TENSOR_FACTORIES, TIMER_TEXT, Scope, arg, code, device_timing, int_value, last,
     nodes_under, reads_back, region_root, timing, work_calls,
 )
-from kcheck.rules.timed_path import COMPILE_WORDS
+from kcheck.rules.timed_path import COMPILE_WORDS, LOG_WORDS
 
 
 BENCH_NAME = re.compile(r"^_?(bench|time|timeit|timing|measure|run_bench)", re.IGNORECASE)
@@ -263,11 +263,9 @@ def bench(x):
 
 # -- the gate's mirror of ``_warm`` -------------------------------------------------------------
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 # lasts that make a call something ``work_calls`` leaves out (a timer, a sync, logging, compiling,
 # building a tensor): a call under any of them is never taken for certain timed work
-_NOT_WORK = MEASUREMENT_CALLS | timing.SYNC_LASTS | LOG_METHODS | COMPILE_WORDS | TENSOR_FACTORIES | {
-    "print", "warn", "write", "pprint"}
+_NOT_WORK = MEASUREMENT_CALLS | timing.SYNC_LASTS | LOG_WORDS | COMPILE_WORDS | TENSOR_FACTORIES
 
 
 def _gate_warm(facts, fn) -> bool:
@@ -300,7 +298,7 @@ def _calls(roots, direct: bool):
     first = stack[0] if isinstance(roots, ast.AST) else None
     while stack:
         node = stack.pop()
-        if isinstance(node, _SCOPES) and node is not first:
+        if isinstance(node, timing.NESTED_SCOPES) and node is not first:
             continue
         if type(node) is ast.Call:
             yield node

@@ -26,7 +26,7 @@ HOST_TIMER_LASTS = {name.split(".")[-1] for name in HOST_TIMERS}
 TIMING_NAMES = HOST_TIMER_LASTS | {"record", "elapsed_time", "do_bench"}
 # the last part of every call ``ModuleModel.sync_kind`` may take for a host sync
 SYNC_LASTS = {name.split(".")[-1] for name in SYNC_FUNCTIONS} | set(SYNC_METHODS) | {"synchronize", "where", "to"}
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
 def gpu(summary) -> bool:
@@ -94,7 +94,7 @@ def identifiers(root: ast.AST, nested: bool) -> set[str]:
             out.add(node.arg)
         elif kind is ast.keyword and node.arg:
             out.add(node.arg)
-        elif isinstance(node, _SCOPES):
+        elif isinstance(node, NESTED_SCOPES):
             if node is not root and not nested:
                 continue
             if kind is not ast.Lambda:
