@@ -26,7 +26,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from kcheck.model import children, walk
+from kcheck.model import SCOPES_AND_LAMBDAS, subtree, walk
 
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 
@@ -143,13 +143,7 @@ def _kwarg(call: cst.Call, name: str) -> cst.CSTNode | None:
 
 def _walk(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Pre-order walk that does not enter nested functions, classes or lambdas."""
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        yield node
-        if node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        stack.extend(reversed(children(node)))
+    return subtree(root, SCOPES_AND_LAMBDAS)
 
 
 # -- finding claims and launches -----------------------------------------------------------------

@@ -273,7 +273,7 @@ def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Fi
         except Exception:  # noqa: BLE001 - a rule's bug is reported, the scan goes on
             result.errors.append(f"internal error: {rule.CODE} failed to start on {rel}:\n{traceback.format_exc()}")
     try:
-        _dispatch(visitors, module)
+        _dispatch(visitors, module, model)
     except Exception:  # noqa: BLE001
         result.errors.append(f"internal error while checking {rel}:\n{traceback.format_exc()}")
         return [], None
@@ -340,14 +340,12 @@ def _visitor_methods(cls: type) -> tuple[str, ...]:
     return _METHODS[cls]
 
 
-def _dispatch(visitors, module) -> None:
+def _dispatch(visitors, module, model) -> None:
     """Run every rule's ``visit_<Node>``/``leave_<Node>`` methods in one walk of the tree.
 
     libcst's own ``visit_batched`` rebuilds each node as it goes; the rules only read the tree,
-    so a plain walk over the node fields does the same job at a fraction of the cost.
+    so a run over the model's pre-order ``NodeIndex`` does the same job at a fraction of the cost.
     """
-    from kcheck.model import children
-
     enter: dict[str, list] = {}
     leave: dict[str, list] = {}
     for v in visitors:
@@ -363,18 +361,20 @@ def _dispatch(visitors, module) -> None:
         for fn in leave.get("Module", []):
             fn(module)
         return
-    stack: list[tuple[object, bool]] = [(module, False)]
-    while stack:
-        node, done = stack.pop()
-        name = type(node).__name__
-        if done:
-            for fn in leave.get(name, ()):
-                fn(node)
-            continue
-        for fn in enter.get(name, ()):
+    index = model.index
+    pending: list[tuple[int, object]] = []  # (index past the node's subtree, node) awaiting leave_*
+    for i, node in enumerate(index.order):
+        while pending and pending[-1][0] <= i:
+            done = pending.pop()[1]
+            for fn in leave.get(type(done).__name__, ()):
+                fn(done)
+        for fn in enter.get(type(node).__name__, ()):
             fn(node)
-        stack.append((node, True))
-        stack.extend((child, False) for child in reversed(children(node)))
+        pending.append((index.end[i], node))
+    while pending:
+        done = pending.pop()[1]
+        for fn in leave.get(type(done).__name__, ()):
+            fn(done)
 
 
 def _meta_findings(directives, rel, config, meta_on, lines) -> list[Finding]:

@@ -100,6 +100,7 @@ class ModuleModel:
     calls: list[cst.Call] = field(default_factory=list)  # every call, in source order
     withs: list[cst.With] = field(default_factory=list)
     _callers: dict[int, list[cst.Call]] | None = field(default=None, repr=False)
+    index: "NodeIndex | None" = field(default=None, repr=False)
 
     # -- names ---------------------------------------------------------------------------------
 
@@ -359,11 +360,63 @@ _NODE_TYPES = _all_node_types()
 def walk(root: cst.CSTNode, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
     """``root`` and every node under it, depth-first in source order. With ``into_scopes=False``
     nested function and class bodies are not entered (they do not run where they are defined)."""
+    return subtree(root, () if into_scopes else SCOPES)
+
+
+SCOPES = (cst.FunctionDef, cst.ClassDef)
+SCOPES_AND_LAMBDAS = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+class NodeIndex:
+    """Every node of one module in source (pre-)order, and for each the index just past its last
+    descendant. Rules walk the same subtrees many times over; with the index a walk is a run over
+    one list instead of a new traversal that asks every node for its children."""
+
+    __slots__ = ("order", "end", "at")
+
+    def __init__(self, order: list[cst.CSTNode], up: list[int]) -> None:
+        size = [1] * len(order)
+        for j in range(len(order) - 1, 0, -1):
+            size[up[j]] += size[j]
+        self.order = order
+        self.end = [i + n for i, n in enumerate(size)]
+        self.at = {id(n): i for i, n in enumerate(order)}
+
+    def under(self, i: int, skip: tuple[type, ...]) -> Iterator[cst.CSTNode]:
+        order, end = self.order, self.end
+        stop = end[i]
+        if not skip:
+            yield from order[i:stop]
+            return
+        yield order[i]
+        j = i + 1
+        while j < stop:
+            node = order[j]
+            yield node
+            j = end[j] if type(node) in skip else j + 1
+
+
+_INDEX: NodeIndex | None = None  # the module being checked (set by ``build_model``)
+
+
+def subtree(root: cst.CSTNode, skip: tuple[type, ...] = ()) -> Iterator[cst.CSTNode]:
+    """``root`` and every node under it in source order, not entering nodes whose type is in
+    ``skip`` (below ``root``). Served from the checked module's ``NodeIndex``; a node from any other
+    tree is traversed."""
+    index = _INDEX
+    if index is not None:
+        i = index.at.get(id(root))
+        if i is not None and index.order[i] is root:  # the index holds its nodes: ids are not reused
+            return index.under(i, skip)
+    return _traverse(root, skip)
+
+
+def _traverse(root: cst.CSTNode, skip: tuple[type, ...]) -> Iterator[cst.CSTNode]:
     stack = [root]
     while stack:
         node = stack.pop()
         yield node
-        if not into_scopes and node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        if node is not root and type(node) in skip:
             continue
         stack.extend(reversed(children(node)))
 
@@ -419,21 +472,27 @@ def _record_import(model: ModuleModel, node: cst.Import | cst.ImportFrom) -> Non
 
 def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
     """One pass over the tree (parents, imports, scopes, CPU-known names), then the regions and claims."""
+    global _INDEX
     model = ModuleModel(config=config, path=path)
     parents = model.parents
-    # (node, dotted scope, enclosing function)
-    stack: list[tuple[cst.CSTNode, str, cst.FunctionDef | None]] = [(module, "", None)]
+    order: list[cst.CSTNode] = []  # every node, pre-order
+    up: list[int] = []  # the index of each node's parent in ``order``
+    # (node, dotted scope, enclosing function, parent's index, whether to record its parent)
+    stack: list[tuple[cst.CSTNode, str, cst.FunctionDef | None, int, bool]] = [(module, "", None, 0, True)]
     # ``type(node) is`` rather than ``isinstance``: libcst nodes are ABCs, whose isinstance is slow,
     # and every class tested here is concrete (no subclasses)
     Import, ImportFrom, ClassDef, FunctionDef, Call, With, Assign = (
         cst.Import, cst.ImportFrom, cst.ClassDef, cst.FunctionDef, cst.Call, cst.With, cst.Assign)
     while stack:
-        node, scope, function = stack.pop()
+        node, scope, function, parent_at, linked = stack.pop()
+        at = len(order)
+        order.append(node)
+        up.append(parent_at)
         kind = type(node)
         if kind is Import or kind is ImportFrom:
             _record_import(model, node)
-            continue
-        if kind is ClassDef:
+            linked = False  # the names inside an import are not code: no parents, as before
+        elif kind is ClassDef:
             scope = f"{scope}.{node.name.value}" if scope else node.name.value
             model.classes[node.name.value] = node
             model.scope_names[id(node)] = scope
@@ -451,9 +510,11 @@ def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
                 names = model.cpu_names.setdefault(id(function), set())
                 names.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
         kids = children(node)
-        for child in kids:
-            parents[id(child)] = node
-        stack.extend([(child, scope, function) for child in reversed(kids)])
+        if linked:
+            for child in kids:
+                parents[id(child)] = node
+        stack.extend([(child, scope, function, at, linked) for child in reversed(kids)])
+    model.index = _INDEX = NodeIndex(order, up)
     _find_timed_regions(model, module)
     from kcheck.claims import find_claims
 

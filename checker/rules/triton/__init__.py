@@ -16,7 +16,7 @@ import libcst as cst
 
 from kcheck.claims import TRITON_DECORATORS
 from kcheck.gate import dotted, import_bindings, resolve
-from kcheck.model import children
+from kcheck.model import SCOPES_AND_LAMBDAS, subtree
 
 TRITON_TEXT = r"triton"
 KERNEL_NAMES = {"jit", "autotune", "heuristics"}
@@ -37,13 +37,7 @@ def kernel_gate(summary) -> bool:
 def nodes_under(root: cst.CSTNode, nested: bool = False) -> Iterator[cst.CSTNode]:
     """Every node under ``root`` (itself included), in source order; nested function, class and
     lambda bodies only when ``nested``."""
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        yield node
-        if not nested and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and node is not root:
-            continue
-        stack.extend(reversed(children(node)))
+    return subtree(root, () if nested else SCOPES_AND_LAMBDAS)
 
 
 def assignments(line: cst.SimpleStatementLine) -> Iterator[tuple[str, cst.BaseSmallStatement]]:
