@@ -1,0 +1,99 @@
+"""How close each reference kernel is to the memory traffic it has to move, at its own size.
+
+    python benchmarks/kernels_ceiling.py [--tokens 4096,16384] [--rounds 5] [--out ceiling.json]
+
+The results table compares every kernel with the datasheet bandwidth and with one large (2 GiB)
+device-to-device copy. Neither is the ceiling of a given op: HBM turns around between reads and
+writes, so the achievable rate depends on the read:write mix, and a shorter transfer pays its
+ramp-up and its last partial wave over fewer bytes. This script times, for each op and token
+count, the op itself and a plain torch op that moves the same bytes in the same mix, in the same
+process and interleaved over ``--rounds`` rounds (median of the rounds' medians):
+
+- read:write 1:1 (RMSNorm, fused add+RMSNorm, RoPE in place): ``dst.copy_(src)`` of half the bytes;
+- read:write 2:1 (SiLU-and-mul, FP8 quantization): ``torch.add(a, b, out=c)`` with ``c`` a third
+  of the bytes.
+
+Each is timed like the benchmark (harness ``Timer``: device events, L2 flushed by a read before
+each call). It also times copies of 64 MiB to 4 GiB, to show how the copy rate depends on size.
+The same-traffic op's rate is the figure to compare a kernel with; the datasheet share it
+reaches bounds what any kernel of that size and mix reaches with this timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+from kcheck.kernels import specs
+from kcheck.kernels.harness import DATASHEET_GBPS, Timer, environment
+
+# bytes read per byte written, by op (the weight, cos/sin rows and scales are under 1% and ignored)
+READS_PER_WRITE = {"rms_norm": 1, "fused_add_rms_norm": 1, "rotary_embedding": 1, "silu_and_mul": 2,
+                   "per_token_fp8_quant": 2}
+COPY_SIZES_MIB = (64, 256, 512, 1024, 2048, 4096)
+
+
+def same_traffic(nbytes: int, reads_per_write: int, device: torch.device):
+    """A torch op that reads ``reads_per_write`` bytes for every byte it writes, ``nbytes`` in all."""
+    unit = nbytes // (reads_per_write + 1) // 2  # bf16 elements written
+    if reads_per_write == 1:
+        src = torch.empty(unit, dtype=torch.bfloat16, device=device).uniform_()
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
+    a, b = (torch.empty(unit, dtype=torch.bfloat16, device=device).uniform_() for _ in range(2))
+    c = torch.empty_like(a)
+    return lambda: torch.add(a, b, out=c)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", default="4096,16384")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    timer = Timer(device)
+    sheet = DATASHEET_GBPS.get(torch.cuda.get_device_name(device))
+    tokens = [int(t) for t in args.tokens.split(",")]
+    cases: dict[str, tuple[int, callable]] = {}
+    for spec in specs():
+        for shape in spec.bench_shapes:
+            if shape["tokens"] not in tokens:
+                continue
+            gen = torch.Generator(device=device)
+            gen.manual_seed(shape["tokens"])
+            inputs = spec.make_inputs(shape, torch.bfloat16, device, gen)
+            nbytes = spec.bytes(shape, torch.bfloat16)
+            ratio = READS_PER_WRITE[spec.name]
+            cases[f"{spec.name} T={shape['tokens']}"] = (nbytes, lambda spec=spec, inputs=inputs: spec.impl(**inputs))
+            cases[f"{spec.name} T={shape['tokens']} same-traffic {ratio}:1"] = (nbytes, same_traffic(nbytes, ratio, device))
+    for mib in COPY_SIZES_MIB:
+        nbytes = 2 * (mib << 20)  # read plus written
+        cases[f"copy {mib} MiB"] = (nbytes, same_traffic(nbytes, 1, device))
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.rounds):
+        for name, (_, fn) in cases.items():
+            times[name].append(timer.median_us(fn))
+    rows = []
+    for name, (nbytes, _) in cases.items():
+        us = statistics.median(times[name])
+        gbps = nbytes / (us * 1e3)
+        rows.append({"case": name, "bytes": nbytes, "median_us": round(us, 2), "gbps": round(gbps, 1),
+                     "frac_datasheet": round(gbps / sheet, 4) if sheet else None,
+                     "spread_us": round(max(times[name]) - min(times[name]), 2)})
+        share = f"{gbps / sheet:6.1%}" if sheet else ""
+        print(f"{name:48s} {nbytes / 1e6:9.1f} MB {us:9.2f} us {gbps:7.0f} GB/s {share}  spread {rows[-1]['spread_us']:.2f}")
+    for row in rows:
+        if "same-traffic" in row["case"]:
+            op = next(r for r in rows if r["case"] == row["case"].split(" same-traffic")[0])
+            print(f"{op['case']:32s} at {row['median_us'] / op['median_us']:.3f} of its same-traffic op's speed")
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({**environment(), "rounds": args.rounds, "rows": rows}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
