@@ -153,7 +153,7 @@ def decode_step(model, tokens):
         rule does not excuse by its callee alone (a CPU-named tensor, another backend, an event)."""
         path = summary.path
         if MEASUREMENT_PATH.search(path) or DEBUG_PATH.search(path) or REFERENCE_PATH.search(path) \
-                or SHIPPED_EXAMPLE.search(path):
+                or SHIPPED_EXAMPLE.search(path) or ENCODER_PATH.search(path):
             return False
         view = file_view(summary)
         if SYNC_WORDS.isdisjoint(view.words):
@@ -161,7 +161,8 @@ def decode_step(model, tokens):
         tools = any(TOOL_CLASS.search(n) for n in summary.class_names | view.names)
         return any(
             not (OFF_CUDA_SLOT.search(summary.functions[i].name)
-                 or tools and view.exact and TOOL_CLASS.search(view.owner[i]))
+                 or tools and view.exact and TOOL_CLASS.search(view.owner[i])
+                 or view.exact and once_per_input(view.owner[i], path))
             and view.reaches(_per_step(view, i, calls), lambda c: view.classified("hot-sync", c))
             for _, i, calls in view.regions("hot-path", config))
 
@@ -390,19 +391,25 @@ LANGUAGE_MODEL_CLASS = re.compile(r"ForCausalLM|ForConditionalGeneration|Languag
 
 
 def _once_per_input(model, function) -> bool:
-    """Whether a hot path runs once per image, clip or prompt rather than per step: a method of a
-    multimodal encoder class (``MULTIMODAL_CLASS``) or of a pipeline's encoding stage or text
-    encoder (``ENCODING_CLASS``), or a hot path in a module named for a vision encoder
-    (``VISION_MODULE_WORD``); not a method of the language model (``LANGUAGE_MODEL_CLASS``)."""
+    """Whether a hot path runs once per image, clip or prompt rather than per step (see
+    ``once_per_input``)."""
     if not isinstance(function, cst.FunctionDef):
         return False
     owner = model.context_of(function).split(".")
-    cls = owner[-2] if len(owner) >= 2 else ""
-    if LANGUAGE_MODEL_CLASS.search(cls):
+    return once_per_input(owner[-2] if len(owner) >= 2 else "", model.path)
+
+
+def once_per_input(owner: str, path: str) -> bool:
+    """Whether a hot path written in ``owner`` (its class or function) in the module at ``path`` runs
+    once per image, clip or prompt: a method of a multimodal encoder class (``MULTIMODAL_CLASS``) or
+    of a pipeline's encoding stage or text encoder (``ENCODING_CLASS``), or a hot path in a module
+    named for a vision encoder (``VISION_MODULE_WORD``); not a method of the language model
+    (``LANGUAGE_MODEL_CLASS``). By names only, so the gate decides it as the rule does."""
+    if LANGUAGE_MODEL_CLASS.search(owner):
         return False
-    if cls and (MULTIMODAL_CLASS.search(cls) or ENCODING_CLASS.search(cls)):
+    if owner and (MULTIMODAL_CLASS.search(owner) or ENCODING_CLASS.search(owner)):
         return True
-    stem = re.sub(r"\.py$", "", model.path.replace("\\", "/").rsplit("/", 1)[-1]).lower()
+    stem = re.sub(r"\.py$", "", path.replace("\\", "/").rsplit("/", 1)[-1]).lower()
     return any(VISION_MODULE_WORD.match(word) for word in stem.split("_"))
 
 

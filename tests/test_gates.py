@@ -1,0 +1,63 @@
+"""The shortcuts' building blocks: the gates turn files away where their rule is silent, and the
+model's node index walks exactly what a fresh traversal walks."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from kcheck.config import Config
+from kcheck.engine import check_source, parse_cst
+from kcheck.gate import summarize
+from kcheck.model import SCOPES, SCOPES_AND_LAMBDAS, _traverse, build_model, subtree
+from kcheck.registry import find_rule
+
+HOT_SYNC = '''
+import torch
+
+class {cls}(torch.nn.Module):
+    def forward(self, x):
+        n = int(x.sum().item())
+        return x[:n]
+'''
+
+
+def _gate(code: str, source: str, path: str) -> bool:
+    summary = summarize(ast.parse(source))
+    summary.path = path
+    return find_rule(code).gate(summary, Config())
+
+
+@pytest.mark.parametrize(("cls", "path", "passes"), [
+    ("LlamaModel", "models/llama.py", True),  # a language model's step: the rule can fire
+    ("SiglipVisionTransformer", "models/llama.py", False),  # a vision tower: once per image
+    ("WhisperAudioEncoder", "models/llama.py", False),
+    ("QwenImageEncodingStage", "pipelines/qwen.py", False),  # a pipeline's encoding stage
+    ("PatchEmbed", "models/intern_vit.py", False),  # a module named for a vision encoder
+    ("Granite4VisionLLMModel", "models/vision.py", True),  # the language model, named for vision
+    ("TextModel", "pipelines/encoders/t5.py", False),  # a model zoo's encoders/ folder: once per request
+])
+def test_host_sync_gate_turns_away_what_runs_once_per_input(cls, path, passes):
+    source = HOT_SYNC.format(cls=cls)
+    assert _gate("KC203", source, path) is passes
+    # the gate turns away exactly what the rule is silent on here
+    found = [f for f in check_source(source, path, Config(), shortcuts=False).findings if f.code == "KC203"]
+    assert bool(found) is passes
+
+
+def _modules():
+    checker = Path(__file__).resolve().parent.parent / "checker"
+    return [checker / "engine.py", checker / "rules" / "triton" / "unmasked_tail_access.py"]
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: p.name)
+def test_node_index_walks_what_a_traversal_walks(path):
+    module = parse_cst(path.read_text())
+    model = build_model(module, Config(), path.name)
+    index = model.index
+    assert index.order[0] is module and len(index.order) == index.end[0]
+    for skip in ((), SCOPES, SCOPES_AND_LAMBDAS):
+        for node in index.order[::7]:  # a sample of subtrees, leaves and whole defs among them
+            assert [id(n) for n in subtree(node, skip)] == [id(n) for n in _traverse(node, skip)]
