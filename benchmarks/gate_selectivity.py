@@ -52,7 +52,7 @@ def selectivity(tree: str) -> tuple[dict, dict]:
         except (SyntaxError, ValueError, RecursionError):
             continue
         totals["ast_files"] += 1
-        summary.path = job.rel
+        summary.path, summary.source = job.rel, text
         gated = [r.CODE for r in wanted if r.gate(summary, job.config)]
         wants[job.rel] = set(gated)
         if gated:

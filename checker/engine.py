@@ -209,7 +209,7 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
         from kcheck.gate import summarize
 
         summary = summarize(tree)
-        summary.path = rel
+        summary.path, summary.source = rel, source
         rules = [r for r in rules if r.gate(summary, config)]
     lines = source.splitlines()
     raw: list[Finding] = []

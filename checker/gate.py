@@ -32,6 +32,7 @@ class Summary:
     base_names: set[str]  # last component of each base class
     imports: set[str]  # imported modules and names, dotted
     path: str = ""  # the file, relative to the project root
+    source: str | None = None  # the file's text, for gates that mirror a rule's test of it (None: unknown)
     tree: ast.Module | None = None  # the ast itself, for gates that look closer than names
     # every call, with the innermost function around it (None at module or class level)
     calls: list[tuple[ast.Call, FunctionSummary | None]] = field(default_factory=list)

@@ -26,7 +26,7 @@ class {cls}(torch.nn.Module):
 
 def _gate(code: str, source: str, path: str) -> bool:
     summary = summarize(ast.parse(source))
-    summary.path = path
+    summary.path, summary.source = path, source
     return find_rule(code).gate(summary, Config())
 
 
@@ -61,3 +61,28 @@ def test_node_index_walks_what_a_traversal_walks(path):
     for skip in ((), SCOPES, SCOPES_AND_LAMBDAS):
         for node in index.order[::7]:  # a sample of subtrees, leaves and whole defs among them
             assert [id(n) for n in subtree(node, skip)] == [id(n) for n in _traverse(node, skip)]
+
+
+SUM_KERNEL = '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def row_sum(x_ptr, out_ptr, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    tl.store(out_ptr, tl.sum(x, axis=0))
+
+def launch(x, out):{note}
+    row_sum[(1,)](x, out, N=x.shape[0])
+'''
+
+
+@pytest.mark.parametrize(("note", "passes"), [
+    ("", False),  # nothing in the file says the loads are 16-bit: the rule leaves tl.sum alone
+    ("\n    assert x.dtype == torch.bfloat16", True),  # bf16 data: a sum of loads in bf16 is reported
+])
+def test_low_precision_sum_gate_wants_a_16_bit_type_in_the_text(note, passes):
+    source = SUM_KERNEL.format(note=note)
+    assert _gate("KC503", source, "ops/row_sum.py") is passes
+    found = [f for f in check_source(source, "ops/row_sum.py", Config(), shortcuts=False).findings if f.code == "KC503"]
+    assert bool(found) is passes

@@ -156,11 +156,12 @@ def k(a, b):
         ``tl.zeros``/``tl.full`` whose dtype is 16-bit or a pointer's element type (``_low_dtype``)
         and then accumulated into (``+=``, ``acc = acc + ...``, ``tl.dot(a, b, acc)``); a
         ``tl.dot`` with a 16-bit ``out_dtype``; or a ``tl.sum`` without ``dtype`` whose values may
-        be 16-bit loads (``_GateKinds``; the rule also wants FP16/BF16 named somewhere in the
-        file's text, which the gate cannot see)."""
+        be 16-bit loads (``_GateKinds``) in a file whose text names FP16 or BF16 (``LOW_TEXT``), as
+        the rule wants for sums."""
         view = triton_gate_view(summary)
         if view is None:
             return True
+        low_text = summary.source is None or bool(LOW_TEXT.search(summary.source))
         for k in view.kernels:
             kinds = None
             low = set()  # names assigned a 16-bit zeros/full
@@ -179,7 +180,7 @@ def k(a, b):
                     out, acc = ast_arg(call, 99, "out_dtype"), ast_arg(call, 2, "acc")
                     if (out is not None and view.is_tl_attr(out, *LOW)) or (type(acc) is ast.Name and acc.id in low):
                         return True
-                else:
+                elif low_text:
                     values = ast_arg(call, 0, "input")
                     if ast_arg(call, 99, "dtype") is None and values is not None:
                         kinds = kinds or _GateKinds(view, k)
