@@ -4,7 +4,8 @@
   line of its own it covers the statement that follows. Rule names work as well as codes, and a
   code prefix (``KC2``) covers a family.
 - ``# kcheck: file-ignore[KC1] reason`` anywhere covers the whole file.
-- ``# noqa: KC201`` is honoured like a trailing ``kcheck: ignore``.
+- ``# noqa: KC201`` is honoured like a trailing ``kcheck: ignore``, also among other tools' codes
+  (``# noqa: E501, KC201``).
 - ``# kcheck: ignore`` with no list is a blanket suppression: it works, and KC903 reports it.
 
 Reasons are required by default (KC902); suppressions that hide nothing are KC901.
@@ -21,10 +22,14 @@ from dataclasses import dataclass, field
 DIRECTIVE = re.compile(
     r"#\s*kcheck\s*:\s*(?P<kind>ignore|file-ignore)\b(?:\[(?P<list>[^\]]*)\])?(?P<reason>.*)$"
 )
-NOQA = re.compile(r"#\s*noqa\s*:\s*(?P<list>KC\d+(?:\s*,\s*KC\d+)*)(?P<reason>.*)$", re.IGNORECASE)
+# ``# noqa: E501, KC201``: the codes of other tools may share the list; only KC codes are kcheck's
+NOQA = re.compile(r"#\s*noqa\s*:\s*(?P<list>[A-Z]+\d+(?:\s*,\s*[A-Z]+\d+)*)(?P<reason>.*)$", re.IGNORECASE)
 # a cheap test on the whole text before tokenizing: most files have no directive of kcheck's
-# (``# noqa: E501`` is common; only ``noqa`` lists naming KC codes concern kcheck)
-ANY_DIRECTIVE = re.compile(r"kcheck\s*:|noqa\s*:[\s,A-Z0-9]*KC\d", re.IGNORECASE)
+# (``# noqa: E501`` is common; only ``noqa`` lists naming KC codes concern kcheck). Run on the
+# lower-cased text as two patterns that each start with a literal, which the regex engine finds
+# with a fast search; one case-insensitive pattern with two alternatives tries both at every
+# position (1.4 s over vLLM's files, against 0.3 s this way).
+ANY_DIRECTIVE = (re.compile(r"kcheck\s*:"), re.compile(r"noqa\s*:[\s,a-z0-9]*kc\d"))
 
 
 @dataclass
@@ -48,7 +53,8 @@ class Directive:
 
 def parse_directives(source: str) -> list[Directive]:
     """Every suppression comment in ``source``, found with tokenize so strings are never read as comments."""
-    if not ANY_DIRECTIVE.search(source):
+    low = source.lower()
+    if not any(p.search(low) for p in ANY_DIRECTIVE):
         return []
     out: list[Directive] = []
     try:
@@ -66,8 +72,9 @@ def parse_directives(source: str) -> list[Directive]:
                 out.append(Directive(tok.start[0], tok.start[1] + 1, m.group("kind"), selectors, reason, own))
                 continue
             m = NOQA.search(tok.string)
-            if m:
-                selectors = tuple(s.strip().upper() for s in m.group("list").split(","))
+            codes = [c.strip().upper() for c in m.group("list").split(",")] if m else []
+            if any(c.startswith("KC") for c in codes):
+                selectors = tuple(c for c in codes if c.startswith("KC"))
                 reason = m.group("reason").strip(" -:—\t")
                 out.append(Directive(tok.start[0], tok.start[1] + 1, "ignore", selectors, reason, own))
         elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):

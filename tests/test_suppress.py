@@ -69,6 +69,9 @@ def test_noqa_with_kcheck_code_is_honoured_and_bare_noqa_is_not():
     assert codes(TIMED.format(line="fn(x).item()  # noqa: KC201 deliberate")) == []
     assert codes(TIMED.format(line="fn(x).item()  # noqa")) == [(5, "KC201")]
     assert codes(TIMED.format(line="fn(x).item()  # noqa: E501")) == [(5, "KC201")]
+    # any case, as ruff reads it, and after other codes
+    assert codes(TIMED.format(line="fn(x).item()  # NOQA: kc201 deliberate")) == []
+    assert codes(TIMED.format(line="fn(x).item()  # noqa: E501, KC201 deliberate")) == []
 
 
 def test_file_ignore_covers_the_whole_file():
