@@ -1,11 +1,12 @@
 """Candidate designs of the reference kernels, timed against the current kernels and their peers.
 
-    python benchmarks/kernels_variants.py [--round 1|2|3] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
+    python benchmarks/kernels_variants.py [--round 1|2|3|4|5] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
 
 Round 1: persistent grids with the next row prefetched, register caps, streaming stores, RoPE
 head groups, FP8 division variants. Round 2: TMA descriptors and cache hints for the norms, RoPE
 group sizes, FP8 with the reciprocal and fma correction. Round 3: FP8 and RoPE follow-ups. Round 4:
-the shapes where a final run put kcheck within noise of a peer, timed in more interleaved rounds.
+the shapes where a final run put kcheck within noise of a peer, timed in more interleaved rounds. Round 5:
+RoPE with the key heads of several tokens in one program.
 
 Each variant is checked against the op's torch reference (normwise error; for FP8 the number of
 e4m3 values that differ from torch's) and timed with the harness's :class:`Timer` (median of
@@ -32,6 +33,7 @@ import triton.language as tl
 from kcheck.kernels import specs
 from kcheck.kernels._launch import INTERPRET
 from kcheck.kernels.harness import Timer, peers
+from kcheck.kernels.rotary_embedding import _rotate_heads
 
 # --------------------------------------------------------------------------- kernels
 
@@ -734,6 +736,77 @@ VARIANTS4 = {
 }
 
 
+# --------------------------------------------------------------------------- round 5: RoPE key blocks
+
+# With 32 heads a program, a token's key program holds 8 key heads in a 32-head tile: half the
+# programs move a fifth of the bytes, and Nsight Compute has RoPE waiting on its loads at 56%
+# occupancy. Here the key heads of KT tokens share one program ([KT*HK, D/2] rows, each with its
+# own position), placed after the query programs of those KT tokens.
+
+
+@triton.jit
+def _rope_blocks(pos_ptr, q_ptr, k_ptr, cache_ptr, sqt, sqh, skt, skh, sc, T,
+                 HQ: tl.constexpr, HK: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                 HEADS: tl.constexpr, KT: tl.constexpr, IS_NEOX: tl.constexpr):
+    QG: tl.constexpr = (HQ + HEADS - 1) // HEADS
+    PER: tl.constexpr = KT * QG + 1
+    pid = tl.program_id(0)
+    blk = pid // PER
+    r = pid % PER
+    if r < KT * QG:
+        t = (blk * KT + r // QG).to(tl.int64)
+        if t < T:
+            _rotate_heads(q_ptr + t * sqt, q_ptr + t * sqt, sqh, sqh, (r % QG) * HEADS, HQ, pos_ptr + t,
+                          cache_ptr, sc, HALF, BLOCK_HALF, HEADS, IS_NEOX)
+    else:
+        i = tl.arange(0, BLOCK_HALF)[None, :]
+        j = tl.arange(0, KT * HK)[:, None]
+        t = blk.to(tl.int64) * KT + j // HK
+        rows = t < T
+        m = rows & (i < HALF)
+        first = t * skt + (j % HK) * skh + (i if IS_NEOX else i * 2)
+        second = first + (HALF if IS_NEOX else 1)
+        a = tl.load(k_ptr + first, mask=m, other=0.0).to(tl.float32)
+        b = tl.load(k_ptr + second, mask=m, other=0.0).to(tl.float32)
+        pos = tl.load(pos_ptr + t, mask=rows, other=0).to(tl.int64)
+        cos = tl.load(cache_ptr + pos * sc + i, mask=m, other=0.0).to(tl.float32)
+        sin = tl.load(cache_ptr + pos * sc + HALF + i, mask=m, other=0.0).to(tl.float32)
+        ty = k_ptr.dtype.element_ty
+        tl.store(k_ptr + first, (a * cos - b * sin).to(ty), mask=m)
+        tl.store(k_ptr + second, (b * cos + a * sin).to(ty), mask=m)
+
+
+def rope_variants5(inp):
+    from kcheck.kernels import rotary_embedding as m
+    pos, q, k, cache = inp["positions"], inp["query"], inp["key"], inp["cos_sin_cache"]
+    T, HQ, D = q.shape
+    HK = k.shape[1]
+    HALF = D // 2
+    BH = triton.next_power_of_2(HALF)
+    v = {}
+    for heads, nw in ((32, 4),):
+        g = triton.cdiv(HQ, heads) + triton.cdiv(HK, heads)
+        def f(heads=heads, nw=nw, g=g):
+            _fn(m._rotary_embedding_kernel)[(T * g,)](
+                pos, q, k, q, k, cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), q.stride(0), q.stride(1),
+                k.stride(0), k.stride(1), cache.stride(0), 0, HQ=HQ, HK=HK, HALF=HALF, BLOCK_HALF=BH,
+                IS_NEOX=inp["is_neox"], HEADS=heads, num_warps=nw)
+            return q, k
+        v[f"kernel-heads{heads}-w{nw}"] = f
+    for heads, kt, nw in ((32, 4, 4), (32, 2, 4), (32, 8, 4), (16, 4, 4), (16, 2, 4), (32, 4, 8)):
+        per = kt * triton.cdiv(HQ, heads) + 1
+        def f(heads=heads, kt=kt, nw=nw, per=per):
+            _rope_blocks[(triton.cdiv(T, kt) * per,)](
+                pos, q, k, cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cache.stride(0), T,
+                HQ=HQ, HK=HK, HALF=HALF, BLOCK_HALF=BH, HEADS=heads, KT=kt, IS_NEOX=inp["is_neox"], num_warps=nw)
+            return q, k
+        v[f"blocks-heads{heads}-kt{kt}-w{nw}"] = f
+    return v
+
+
+VARIANTS5 = {"rotary_embedding": (rope_variants5, ("kcheck", "liger"))}
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -756,9 +829,9 @@ def main():
     parser.add_argument("--tokens", default="16384,4096")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=100)
-    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4))
+    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4, 5))
     args = parser.parse_args()
-    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4}[args.round]
+    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5}[args.round]
     device = torch.device("cpu" if INTERPRET else "cuda")
     tokens = [int(t) for t in args.tokens.split(",")]
     timer = None if INTERPRET else Timer(device, reps=args.reps)
