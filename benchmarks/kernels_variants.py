@@ -753,22 +753,23 @@ def _rope_blocks(pos_ptr, q_ptr, k_ptr, cache_ptr, sqt, sqh, skt, skh, sc, T,
     pid = tl.program_id(0)
     blk = pid // PER
     r = pid % PER
+    # (no name is assigned in both branches: Triton wants such a name to keep one type)
     if r < KT * QG:
-        t = (blk * KT + r // QG).to(tl.int64)
-        if t < T:
-            _rotate_heads(q_ptr + t * sqt, q_ptr + t * sqt, sqh, sqh, (r % QG) * HEADS, HQ, pos_ptr + t,
+        tq = (blk * KT + r // QG).to(tl.int64)
+        if tq < T:
+            _rotate_heads(q_ptr + tq * sqt, q_ptr + tq * sqt, sqh, sqh, (r % QG) * HEADS, HQ, pos_ptr + tq,
                           cache_ptr, sc, HALF, BLOCK_HALF, HEADS, IS_NEOX)
     else:
         i = tl.arange(0, BLOCK_HALF)[None, :]
         j = tl.arange(0, KT * HK)[:, None]
-        t = blk.to(tl.int64) * KT + j // HK
-        rows = t < T
+        tk = blk.to(tl.int64) * KT + j // HK
+        rows = tk < T
         m = rows & (i < HALF)
-        first = t * skt + (j % HK) * skh + (i if IS_NEOX else i * 2)
+        first = tk * skt + (j % HK) * skh + (i if IS_NEOX else i * 2)
         second = first + (HALF if IS_NEOX else 1)
         a = tl.load(k_ptr + first, mask=m, other=0.0).to(tl.float32)
         b = tl.load(k_ptr + second, mask=m, other=0.0).to(tl.float32)
-        pos = tl.load(pos_ptr + t, mask=rows, other=0).to(tl.int64)
+        pos = tl.load(pos_ptr + tk, mask=rows, other=0).to(tl.int64)
         cos = tl.load(cache_ptr + pos * sc + i, mask=m, other=0.0).to(tl.float32)
         sin = tl.load(cache_ptr + pos * sc + HALF + i, mask=m, other=0.0).to(tl.float32)
         ty = k_ptr.dtype.element_ty
@@ -793,7 +794,8 @@ def rope_variants5(inp):
                 IS_NEOX=inp["is_neox"], HEADS=heads, num_warps=nw)
             return q, k
         v[f"kernel-heads{heads}-w{nw}"] = f
-    for heads, kt, nw in ((32, 4, 4), (32, 2, 4), (32, 8, 4), (16, 4, 4), (16, 2, 4), (32, 4, 8)):
+    for heads, kt, nw in ((32, 4, 4), (32, 2, 4), (32, 8, 4), (16, 4, 4), (16, 2, 4), (32, 4, 8), (16, 2, 2), (16, 2, 8),
+                          (8, 1, 2), (8, 1, 1), (32, 4, 2)):
         per = kt * triton.cdiv(HQ, heads) + 1
         def f(heads=heads, kt=kt, nw=nw, per=per):
             _rope_blocks[(triton.cdiv(T, kt) * per,)](
