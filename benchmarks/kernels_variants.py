@@ -307,13 +307,16 @@ def silu_variants(inp):
     return v
 
 
-def rope_variants(inp):
+def _rope_args(inp):
+    """The RoPE module and a case's inputs, unpacked the way every RoPE variant launches them."""
     from kcheck.kernels import rotary_embedding as m
     pos, q, k, cache = inp["positions"], inp["query"], inp["key"], inp["cos_sin_cache"]
     T, HQ, D = q.shape
-    HK = k.shape[1]
-    HALF = D // 2
-    BH = triton.next_power_of_2(HALF)
+    return m, pos, q, k, cache, T, HQ, k.shape[1], D // 2, triton.next_power_of_2(D // 2)
+
+
+def rope_variants(inp):
+    m, pos, q, k, cache, T, HQ, HK, HALF, BH = _rope_args(inp)
     v = {}
     for nw, nreg in ((4, None), (8, None), (4, 40), (4, 32), (8, 32)):
         def f(nw=nw, nreg=nreg):
@@ -558,12 +561,7 @@ def fused_variants2(inp):
 
 
 def rope_variants2(inp):
-    from kcheck.kernels import rotary_embedding as m
-    pos, q, k, cache = inp["positions"], inp["query"], inp["key"], inp["cos_sin_cache"]
-    T, HQ, D = q.shape
-    HK = k.shape[1]
-    HALF = D // 2
-    BH = triton.next_power_of_2(HALF)
+    m, pos, q, k, cache, T, HQ, HK, HALF, BH = _rope_args(inp)
     v = {}
     def base():
         _fn(m._rotary_embedding_kernel)[(T,)](
@@ -672,12 +670,7 @@ def fp8_variants3(inp):
 
 
 def rope_variants3(inp):
-    from kcheck.kernels import rotary_embedding as m
-    pos, q, k, cache = inp["positions"], inp["query"], inp["key"], inp["cos_sin_cache"]
-    T, HQ, D = q.shape
-    HK = k.shape[1]
-    HALF = D // 2
-    BH = triton.next_power_of_2(HALF)
+    m, pos, q, k, cache, T, HQ, HK, HALF, BH = _rope_args(inp)
     v = {}
     for heads, nw in ((16, 4), (32, 4), (32, 8), (16, 8)):
         g = triton.cdiv(HQ, heads) + triton.cdiv(HK, heads)
@@ -778,22 +771,8 @@ def _rope_blocks(pos_ptr, q_ptr, k_ptr, cache_ptr, sqt, sqh, skt, skh, sc, T,
 
 
 def rope_variants5(inp):
-    from kcheck.kernels import rotary_embedding as m
-    pos, q, k, cache = inp["positions"], inp["query"], inp["key"], inp["cos_sin_cache"]
-    T, HQ, D = q.shape
-    HK = k.shape[1]
-    HALF = D // 2
-    BH = triton.next_power_of_2(HALF)
-    v = {}
-    for heads, nw in ((32, 4),):
-        g = triton.cdiv(HQ, heads) + triton.cdiv(HK, heads)
-        def f(heads=heads, nw=nw, g=g):
-            _fn(m._rotary_embedding_kernel)[(T * g,)](
-                pos, q, k, q, k, cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), q.stride(0), q.stride(1),
-                k.stride(0), k.stride(1), cache.stride(0), 0, HQ=HQ, HK=HK, HALF=HALF, BLOCK_HALF=BH,
-                IS_NEOX=inp["is_neox"], HEADS=heads, num_warps=nw)
-            return q, k
-        v[f"kernel-heads{heads}-w{nw}"] = f
+    _, pos, q, k, cache, T, HQ, HK, HALF, BH = _rope_args(inp)
+    v = {"kernel-heads32-w4": rope_variants3(inp)["kernel-heads32-w4"]}  # the kernel's pick, as it is
     for heads, kt, nw in ((32, 4, 4), (32, 2, 4), (32, 8, 4), (16, 4, 4), (16, 2, 4), (32, 4, 8), (16, 2, 2), (16, 2, 8),
                           (8, 1, 2), (8, 1, 1), (32, 4, 2)):
         per = kt * triton.cdiv(HQ, heads) + 1
