@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 DIRECTIVE = re.compile(
     r"#\s*kcheck\s*:\s*(?P<kind>ignore|file-ignore)\b(?:\[(?P<list>[^\]]*)\])?(?P<reason>.*)$"
 )
-# ``# noqa: E501, KC201``: the codes of other tools may share the list; only KC codes are kcheck's
+# a noqa list may name other tools' codes beside kcheck's (E501 and KC201 in one list): only KC codes count
 NOQA = re.compile(r"#\s*noqa\s*:\s*(?P<list>[A-Z]+\d+(?:\s*,\s*[A-Z]+\d+)*)(?P<reason>.*)$", re.IGNORECASE)
 # a cheap test on the whole text before tokenizing: most files have no directive of kcheck's
 # (``# noqa: E501`` is common; only ``noqa`` lists naming KC codes concern kcheck). Run on the
