@@ -104,7 +104,7 @@ def bench(x, w):
     return end - start
 """,
     ]
-    PREFILTER = (r"perf_counter|time\(|monotonic|default_timer",)
+    PREFILTER = (r"perf_counter|time\(|monotonic|default_timer", "(?i)" + GPU_TEXT.pattern)  # the rule's own text test
 
     @classmethod
     def gate(cls, summary, config) -> bool:
