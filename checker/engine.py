@@ -253,15 +253,17 @@ def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Fi
     try:
         module = parse_cst(source)
     except (cst.ParserSyntaxError, RecursionError) as exc:
+        module = None
         tail = source.rstrip()
-        if not tail.endswith("\\"):
-            return [], f"libcst cannot parse this file: {str(exc).splitlines()[0]}"
-        # CPython accepts a line continuation into the end of the file (a last ``\`` followed by
-        # CRLF), libcst does not: the continuation joins nothing, so a space in its place is the
-        # same program, at the same positions
-        try:
-            module = parse_cst(tail[:-1] + " " + source[len(tail):])
-        except (cst.ParserSyntaxError, RecursionError):
+        if tail.endswith("\\"):
+            # CPython accepts a line continuation into the end of the file (a last ``\`` followed by
+            # CRLF), libcst does not: the continuation joins nothing, so a space in its place is the
+            # same program, at the same positions
+            try:
+                module = parse_cst(tail[:-1] + " " + source[len(tail):])
+            except (cst.ParserSyntaxError, RecursionError):
+                pass
+        if module is None:
             return [], f"libcst cannot parse this file: {str(exc).splitlines()[0]}"
     result.parsed = True
     model = build_model(module, config, rel)
@@ -361,20 +363,18 @@ def _dispatch(visitors, module, model) -> None:
         for fn in leave.get("Module", []):
             fn(module)
         return
-    index = model.index
+    order, end = model.index.order, model.index.end
     pending: list[tuple[int, object]] = []  # (index past the node's subtree, node) awaiting leave_*
-    for i, node in enumerate(index.order):
+    for i in range(len(order) + 1):  # one step past the last node, to leave what is still open
         while pending and pending[-1][0] <= i:
             done = pending.pop()[1]
             for fn in leave.get(type(done).__name__, ()):
                 fn(done)
-        for fn in enter.get(type(node).__name__, ()):
-            fn(node)
-        pending.append((index.end[i], node))
-    while pending:
-        done = pending.pop()[1]
-        for fn in leave.get(type(done).__name__, ()):
-            fn(done)
+        if i < len(order):
+            node = order[i]
+            for fn in enter.get(type(node).__name__, ()):
+                fn(node)
+            pending.append((end[i], node))
 
 
 def _meta_findings(directives, rel, config, meta_on, lines) -> list[Finding]:

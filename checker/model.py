@@ -357,14 +357,14 @@ def _all_node_types() -> frozenset[type]:
 _NODE_TYPES = _all_node_types()
 
 
+SCOPES = (cst.FunctionDef, cst.ClassDef)
+SCOPES_AND_LAMBDAS = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
 def walk(root: cst.CSTNode, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
     """``root`` and every node under it, depth-first in source order. With ``into_scopes=False``
     nested function and class bodies are not entered (they do not run where they are defined)."""
     return subtree(root, () if into_scopes else SCOPES)
-
-
-SCOPES = (cst.FunctionDef, cst.ClassDef)
-SCOPES_AND_LAMBDAS = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
 class NodeIndex:

@@ -73,8 +73,8 @@ def parse_directives(source: str) -> list[Directive]:
                 continue
             m = NOQA.search(tok.string)
             codes = [c.strip().upper() for c in m.group("list").split(",")] if m else []
-            if any(c.startswith("KC") for c in codes):
-                selectors = tuple(c for c in codes if c.startswith("KC"))
+            selectors = tuple(c for c in codes if c.startswith("KC"))  # other tools' codes are theirs
+            if selectors:
                 reason = m.group("reason").strip(" -:—\t")
                 out.append(Directive(tok.start[0], tok.start[1] + 1, "ignore", selectors, reason, own))
         elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):

@@ -336,7 +336,7 @@ ZERO_REFERENCES = {"zeros", "zeros_like", "new_zeros"}
 
 
 def _independently_checked(rule) -> set[str]:
-    """The ops (by the key ``_Evidence.key`` gives their calls) whose output some function of the
+    """The ops (by the key ``_op_key`` gives their calls) whose output some function of the
     module compares with an independent reference: a comparison (or a same-module helper that
     compares) with one argument built from what a call of the op wrote or returned, and another
     positional argument built from nothing that op wrote (a reference implementation's result, a
@@ -363,9 +363,7 @@ def _independently_checked(rule) -> set[str]:
                       and isinstance(n.func.value, cst.Name) and n.func.attr.value in FILLS - {"fill_"}}
         outputs: dict[str, set[str]] = {}  # name -> the ops that wrote or returned it
         for call in own:
-            func = call.func.value if isinstance(call.func, cst.Subscript) else call.func
-            name = model.call_name(call) or model.dotted(func) or ""
-            key = aliases.get(name, name)
+            key = _op_key(model, call, aliases)
             if not key or (key.startswith("torch.") and not key.startswith("torch.ops.")):
                 continue
             for a in call.args:  # the buffers the test allocated and handed to it (whole or a slice)
@@ -385,8 +383,7 @@ def _independently_checked(rule) -> set[str]:
                 if not isinstance(node, cst.Assign) or (isinstance(node.value, cst.Call)
                                                         and _allocation(model, node.value)):
                     continue
-                came = set().union(*(outputs.get(n.value, set()) for n in nodes_under(node.value)
-                                     if isinstance(n, cst.Name)))
+                came = _ops_in(outputs, node.value)
                 if came:
                     for t in node.targets:
                         for n in nodes_under(t.target):
@@ -397,13 +394,25 @@ def _independently_checked(rule) -> set[str]:
             if not (is_compare(model, call) or (target is not None and id(target) in validators)):
                 continue
             args = [a for a in call.args if a.keyword is None]
-            came = [set().union(*(outputs.get(n.value, set()) for n in nodes_under(a.value)
-                                  if isinstance(n, cst.Name))) for a in args]
+            came = [_ops_in(outputs, a.value) for a in args]
             for i, ops in enumerate(came):
                 checked |= {op for op in ops if any(op not in came[j] and _reference(model, args[j].value)
                                                      for j in range(len(args)) if j != i)}
     model.__dict__["_kc405_checked"] = checked
     return checked
+
+
+def _op_key(model, call: cst.Call, aliases: dict[str, str]) -> str:
+    """The computation a call runs, by name: ``kernel[grid](...)`` as ``kernel``, a ``torch.compile``d
+    or ``functools.partial`` form (``aliases``) as the function it wraps."""
+    func = call.func.value if isinstance(call.func, cst.Subscript) else call.func
+    name = model.call_name(call) or model.dotted(func) or ""
+    return aliases.get(name, name)
+
+
+def _ops_in(outputs: dict[str, set[str]], expr: cst.CSTNode) -> set[str]:
+    """The ops whose output some name in ``expr`` holds."""
+    return set().union(*(outputs.get(n.value, set()) for n in nodes_under(expr) if isinstance(n, cst.Name)))
 
 
 def _allocation(model, value: cst.Call) -> bool:
@@ -415,7 +424,7 @@ def _allocation(model, value: cst.Call) -> bool:
 
 def _reference(model, node: cst.CSTNode) -> bool:
     """An argument that can stand for an expected value: not a literal, not zeros."""
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.Name)) and not isinstance(node, cst.Name):
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
         return False
     if isinstance(node, cst.Name) and node.value in ("None", "True", "False"):
         return False
@@ -440,10 +449,7 @@ class _Evidence:
                     self.sliced.setdefault(_base(a.value), set()).add(self.key(call))
 
     def key(self, call: cst.Call) -> str:
-        model = self.model
-        func = call.func.value if isinstance(call.func, cst.Subscript) else call.func
-        name = model.call_name(call) or model.dotted(func) or ""
-        return self.aliases.get(name, name)
+        return _op_key(self.model, call, self.aliases)
 
     def why(self, b: str) -> str | None:
         if len(self.written[b]) > 1:

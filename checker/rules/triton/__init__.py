@@ -16,7 +16,7 @@ import libcst as cst
 
 from kcheck.claims import TRITON_DECORATORS
 from kcheck.gate import dotted, import_bindings, resolve
-from kcheck.model import SCOPES_AND_LAMBDAS, subtree
+from kcheck.model import SCOPES_AND_LAMBDAS, children, subtree
 
 TRITON_TEXT = r"triton"
 KERNEL_NAMES = {"jit", "autotune", "heuristics"}
@@ -96,10 +96,19 @@ class Kernel:
     # ``x += v`` is recorded as (x, v, stmt) with ``augmented`` in ``augmented``.
     assigns: list[tuple[str, cst.BaseExpression, cst.CSTNode]] = field(default_factory=list)
     augmented: set[int] = field(default_factory=set)  # ids of augmented-assignment statements
+    _values: dict[str, list[cst.BaseExpression]] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
         return self.fn.name.value
+
+    def values(self, name: str) -> list[cst.BaseExpression]:
+        """The values the body assigns to ``name``, in source order (``assigns`` indexed once)."""
+        if self._values is None:
+            self._values = {}
+            for target, value, _stmt in self.assigns:
+                self._values.setdefault(target, []).append(value)
+        return self._values.get(name, [])
 
     def runtime_params(self) -> set[str]:
         return set(self.params) - self.constexprs
@@ -142,6 +151,20 @@ def _is_constexpr(model, annotation: cst.BaseExpression) -> bool:
 
 def names_in(node: cst.CSTNode) -> set[str]:
     return {n.value for n in nodes_under(node) if isinstance(n, cst.Name)}
+
+
+def names_outside_loads(model, expr: cst.CSTNode) -> Iterator[str]:
+    """The names ``expr`` reads outside ``tl.load`` calls (what a load returns is data, not an
+    address), in the order of a walk that visits later children first."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and tl_op(model, node) == "load":
+            continue
+        if isinstance(node, cst.Name):
+            yield node.value
+            continue
+        stack.extend(children(node))
 
 
 # -- gates: the kernels the model will find, read from the ``ast`` -------------------------------

@@ -5,11 +5,11 @@ import re
 
 import libcst as cst
 
-from kcheck.model import children, walk
+from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    TRITON_TEXT, arg, ast_arg, dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, nodes_under, tl_op,
-    triton_gate_view,
+    TRITON_TEXT, arg, ast_arg, dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, names_outside_loads,
+    nodes_under, tl_op, triton_gate_view,
 )
 
 LOW = ("float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16")
@@ -254,26 +254,16 @@ def k(a, b):
         """The kernel's runtime parameters a pointer expression is built from, through the local
         names it uses (``row = state_ptr + slot * stride``) but not through loads (an index
         loaded from a block table is not the buffer)."""
-        assigned: dict[str, list] = {}
-        for name, value, _stmt in k.assigns:
-            assigned.setdefault(name, []).append(value)
         found: set[str] = set()
         seen: set[str] = set()
         todo = [pointer]
         while todo:
-            stack = [todo.pop()]
-            while stack:
-                node = stack.pop()
-                if isinstance(node, cst.Call) and tl_op(self.model, node) == "load":
-                    continue
-                if isinstance(node, cst.Name):
-                    if node.value in k.params:
-                        found.add(node.value)
-                    elif node.value in assigned and node.value not in seen and len(seen) < 32:
-                        seen.add(node.value)
-                        todo.extend(assigned[node.value])
-                    continue
-                stack.extend(children(node))
+            for name in names_outside_loads(self.model, todo.pop()):
+                if name in k.params:
+                    found.add(name)
+                elif k.values(name) and name not in seen and len(seen) < 32:
+                    seen.add(name)
+                    todo.extend(k.values(name))
         return found - k.constexprs
 
     def _selects_once(self, addend, stmt, selectors: set[str]) -> bool:
@@ -298,7 +288,7 @@ def k(a, b):
                 return target is not None and is_tl_attr(self.model, target, *LOW)
             return False
         if isinstance(expr, cst.Name) and depth > 0:
-            values = [v for n, v, _ in k.assigns if n == expr.value]
+            values = k.values(expr.value)
             return bool(values) and all(self._cast_low(v, k, depth - 1) for v in values)
         return False
 

@@ -5,12 +5,10 @@ import re
 
 import libcst as cst
 
-from kcheck.model import children
-
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
     BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, ast_children, dotted, ast_identifiers,
-    ast_nodes, is_none, kernels, names_in, nodes_under, tl_op, triton_gate_view,
+    ast_nodes, is_none, kernels, names_in, names_outside_loads, nodes_under, tl_op, triton_gate_view,
 )
 
 STOPS = {"minimum", "where", "load"}
@@ -476,7 +474,7 @@ def fill(out, val, n):
         for expr in exprs:  # the pointer and the values of the offset names it reads (l_blk = offs // PAGE)
             for n in names_in(expr) & set(tainted) - seen:
                 seen.add(n)
-                exprs.extend(value for name, value, _ in k.assigns if name == n)
+                exprs.extend(k.values(n))
         if not any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.FloorDivide)
                    and self._bounds(n.left, tainted) for e in exprs for n in nodes_under(e)):
             return False
@@ -496,19 +494,19 @@ def fill(out, val, n):
         while changed:  # every address computed from the page ids, in any order (loaded values are data)
             changed = False
             for name, value, _ in k.assigns:
-                if name not in ids and self._addresses(value) & ids:
+                if name not in ids and not ids.isdisjoint(names_outside_loads(self.model, value)):
                     ids.add(name)
                     changed = True
         for n in nodes_under(k.fn.body):
             if not isinstance(n, cst.Call) or n is skip:
                 continue
             op = tl_op(self.model, n)
-            if not any(self._addresses(a.value) & ids for a in n.args):
+            if all(ids.isdisjoint(names_outside_loads(self.model, a.value)) for a in n.args):
                 continue
             if op in ("load", "store"):
                 mask = arg(n, 1 if op == "load" else 2, "mask")
                 if (mask is None or is_none(mask)) and arg(n, 99, "boundary_check") is None \
-                        and self._addresses(arg(n, 0, "pointer") or n) & ids:
+                        and not ids.isdisjoint(names_outside_loads(self.model, arg(n, 0, "pointer") or n)):
                     return False  # a page id dereferenced unmasked
             elif op is None and not (isinstance(n.func, cst.Attribute) and n.func.attr.value in ("to", "cast")):
                 helper = next((h for h in kernels(self.model) if isinstance(n.func, cst.Name)
@@ -521,24 +519,11 @@ def fill(out, val, n):
                         return False
                     name = a.keyword.value if a.keyword is not None else (order[i] if i < len(order) else None)
                     i += a.keyword is None
-                    if name is not None and self._addresses(a.value) & ids:
+                    if name is not None and not ids.isdisjoint(names_outside_loads(self.model, a.value)):
                         passed.add(name)
                 if not self._masked_uses(helper, passed, None, depth - 1):
                     return False
         return True
-
-    def _addresses(self, expr: cst.CSTNode) -> set[str]:
-        """The names ``expr`` reads outside ``tl.load`` calls (what a load returns is data)."""
-        out: set[str] = set()
-        stack = [expr]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, cst.Call) and tl_op(self.model, node) == "load":
-                continue
-            if isinstance(node, cst.Name):
-                out.add(node.value)
-            stack.extend(children(node))
-        return out
 
     def _guarded(self, call: cst.Call, k) -> bool:
         """Inside an ``if`` on a constexpr parameter (an unmasked fast path chosen at launch)."""
