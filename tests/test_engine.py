@@ -230,3 +230,35 @@ def test_a_file_no_rule_wants_is_only_compiled_and_still_reports_a_syntax_error(
     assert [f.code for f in broken] == ["KC900"]
     # compile() rejects what ast.parse accepts (return outside a function): that is not a parse error
     assert engine.check_source("return 1\n", "x.py", config).findings == []
+
+
+def test_checking_a_file_pauses_the_collector_and_leaves_no_cyclic_garbage(tmp_path):
+    import gc
+
+    path = tmp_path / "bench.py"
+    path.write_text(BENCH)
+    config = config_for(path)
+    job = engine.Job(str(path), "bench.py", config)
+    seen = []
+    real = engine.check_source
+    try:
+        engine.check_source = lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k)
+        gc.collect()
+        result = engine.check_job(job, True, None)
+        assert gc.isenabled() and seen == [False]  # off while the file was checked, on again after
+        assert [f.code for f in result.findings] == ["KC201"]
+        # what the file's reference cycles held was freed by the pass after it
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            assert gc.collect() == 0, [type(o).__name__ for o in gc.garbage[:20]]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        gc.disable()  # a caller that manages the collector itself is left alone
+        try:
+            engine.check_job(job, True, None)
+            assert not gc.isenabled() and seen == [False, False]
+        finally:
+            gc.enable()
+    finally:
+        engine.check_source = real
