@@ -100,7 +100,7 @@ class Claim:
 def decorator_names(model, fn: cst.FunctionDef) -> list[str]:
     out = []
     for dec in fn.decorators:
-        target = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+        target = dec.decorator.func if type(dec.decorator) is cst.Call else dec.decorator
         out.append(model.qualname(target) or "")
     return out
 
@@ -126,12 +126,12 @@ def library_family(name: str | None, config=None) -> str | None:
 
 
 def _string_value(node: cst.CSTNode | None, consts: dict[str, str]) -> str | None:
-    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+    if type(node) in (cst.SimpleString, cst.ConcatenatedString):
         value = node.evaluated_value
         return value if isinstance(value, str) else None
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return consts.get(node.value)
-    if isinstance(node, (cst.List, cst.Tuple)):
+    if type(node) in (cst.List, cst.Tuple):
         parts = [_string_value(e.value, consts) for e in node.elements]
         return "\n".join(parts) if parts and all(p is not None for p in parts) else None
     return None
@@ -167,18 +167,18 @@ def _module_bindings(model, module: cst.Module) -> tuple[dict[str, str], dict[st
     consts: dict[str, str] = {}
     extensions: dict[str, str | None] = {}
     for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
+        if type(stmt) is not cst.SimpleStatementLine:
             continue
         for small in stmt.body:
-            if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+            if type(small) is not cst.Assign or len(small.targets) != 1:
                 continue
             target = small.targets[0].target
-            if not isinstance(target, cst.Name):
+            if type(target) is not cst.Name:
                 continue
             text = _string_value(small.value, consts)
             if text is not None:
                 consts[target.value] = text
-            elif isinstance(small.value, cst.Call) and _is_extension_build(model, small.value):
+            elif type(small.value) is cst.Call and _is_extension_build(model, small.value):
                 extensions[target.value] = _string_value(_kwarg(small.value, "cuda_sources"), consts)
     return consts, extensions
 
@@ -195,15 +195,15 @@ def _extension_attrs(model, module, extensions) -> tuple[set[str], dict[str, str
     if not extensions:
         return out, functions
     for node in walk(module):
-        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        if type(node) is cst.Assign and len(node.targets) == 1:
             target = node.targets[0].target
-            if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
+            if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
                 value = node.value
-                if (isinstance(value, cst.Name) and value.value in extensions) or (
-                    isinstance(value, cst.Call) and _is_extension_build(model, value)
+                if (type(value) is cst.Name and value.value in extensions) or (
+                    type(value) is cst.Call and _is_extension_build(model, value)
                 ):
                     out.add(target.attr.value)
-                elif isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and (
+                elif type(value) is cst.Attribute and type(value.value) is cst.Name and (
                     value.value.value in extensions and value.value.value not in model.imports
                 ):
                     functions[target.attr.value] = value.value.value
@@ -216,13 +216,13 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
     lookups = _registry_names(model, _registries(model, module, local_kernels))
     for node in model.calls:
         func = node.func
-        if lookups and isinstance(func, cst.Name):
+        if lookups and type(func) is cst.Name:
             fn = model.enclosing_function(node)
             registry = lookups.get(id(fn), {}).get(func.value) if fn is not None else None
             if registry is not None:
                 model.launch_sites[id(node)] = Launch("registry", node, f"a kernel from {registry}")
                 continue
-        if isinstance(func, cst.Subscript):
+        if type(func) is cst.Subscript:
             base = model.dotted(func.value) or ""
             last = base.split(".")[-1]
             kernel = local_kernels.get(base)
@@ -257,19 +257,19 @@ def _registries(model, module, local_kernels) -> set[str]:
     """Module-level dicts whose values are all kernels: ``{(dtype, head): torch.ops.x.y, ...}``."""
     out = set()
     for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
+        if type(stmt) is not cst.SimpleStatementLine:
             continue
         for small in stmt.body:
-            if isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Dict) and small.value.elements:
-                target = small.targets[0].target if isinstance(small, cst.Assign) else small.target
+            if type(small) in (cst.Assign, cst.AnnAssign) and type(small.value) is cst.Dict and small.value.elements:
+                target = small.targets[0].target if type(small) is cst.Assign else small.target
                 values = [getattr(e, "value", None) for e in small.value.elements]
-                if isinstance(target, cst.Name) and all(_is_kernel_ref(model, v, local_kernels) for v in values):
+                if type(target) is cst.Name and all(_is_kernel_ref(model, v, local_kernels) for v in values):
                     out.add(target.value)
     return out
 
 
 def _is_kernel_ref(model, node, local_kernels) -> bool:
-    if not isinstance(node, (cst.Name, cst.Attribute)):
+    if type(node) not in (cst.Name, cst.Attribute):
         return False
     name = model.qualname(node) or ""
     parts = name.split(".")
@@ -285,12 +285,12 @@ def _registry_names(model, registries) -> dict[int, dict[str, str]]:
     for defs in model.functions.values():
         for fn in defs:
             for node in _walk(fn.body):
-                if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
                     value = node.value
-                    base = value.value if isinstance(value, cst.Subscript) else (
-                        value.func.value if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                    base = value.value if type(value) is cst.Subscript else (
+                        value.func.value if type(value) is cst.Call and type(value.func) is cst.Attribute
                         and value.func.attr.value == "get" else None)
-                    if isinstance(base, cst.Name) and base.value in registries:
+                    if type(base) is cst.Name and base.value in registries:
                         out.setdefault(id(fn), {})[node.targets[0].target.value] = base.value
     return out
 
@@ -298,13 +298,13 @@ def _registry_names(model, registries) -> dict[int, dict[str, str]]:
 def _triton_side_job(model, kernel: cst.FunctionDef) -> bool:
     """Whether a Triton kernel only moves or scales data: no loop, no ``tl.dot``, no reduction."""
     for node in _walk(kernel.body):
-        if isinstance(node, (cst.For, cst.While)):
+        if type(node) in (cst.For, cst.While):
             return False
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             name = model.call_name(node) or ""
             if name.startswith("triton.language.") and name.split(".")[-1] in COMPUTE_TL:
                 return False
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value in COMPUTE_TL and not name.startswith("triton"):
+            if type(node.func) is cst.Attribute and node.func.attr.value in COMPUTE_TL and not name.startswith("triton"):
                 return False  # x.sum(), acc.max(): tensor-method reductions inside the kernel
     return True
 
@@ -324,7 +324,7 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
 
     classes = model.classes
     for cls in classes.values():
-        methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}
+        methods = {s.name.value: s for s in cls.body.body if type(s) is cst.FunctionDef}
         bases = {(model.dotted(b.value) or "").split(".")[-1] for b in cls.bases}
         if cls.name.value == "ModelNew" and "forward" in methods:
             baseline_cls = classes.get("Model")
@@ -354,7 +354,7 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
                 if model.enclosing_function(fn) is None and not fn.name.value.startswith("__") and (
                     fn not in model.triton_kernels
                 ):
-                    cls = owner if isinstance(owner, cst.ClassDef) else None
+                    cls = owner if type(owner) is cst.ClassDef else None
                     if cls is not None and cls.name.value == "Model":
                         continue
                     add(Claim("kernel-path", model.context_of(fn), fn, cls,
@@ -364,21 +364,21 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
 def _method(cls: cst.ClassDef | None, name: str) -> cst.FunctionDef | None:
     if cls is None:
         return None
-    return next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+    return next((s for s in cls.body.body if type(s) is cst.FunctionDef and s.name.value == name), None)
 
 
 def _registration(model, fn: cst.FunctionDef) -> bool:
     """Whether a decorator registers ``fn`` as a custom op's real implementation."""
     for dec in fn.decorators:
         node = dec.decorator
-        target = node.func if isinstance(node, cst.Call) else node
+        target = node.func if type(node) is cst.Call else node
         name = model.qualname(target) or ""
         last = name.split(".")[-1]
         if any(p in name for p in PLUMBING):
             continue
         if last == "custom_op" or last == "register_kernel":
             return True
-        if last == "impl" and isinstance(node, cst.Call):
+        if last == "impl" and type(node) is cst.Call:
             keys = [_string_value(a.value, {}) or "" for a in node.args]
             if not any("meta" in k.lower() or "fake" in k.lower() for k in keys):
                 return True
@@ -388,11 +388,11 @@ def _registration(model, fn: cst.FunctionDef) -> bool:
 def _registered_by_call(model, module: cst.Module) -> Iterator[cst.FunctionDef]:
     """Functions registered by a call: ``lib.impl("op", fn, "CUDA")``, ``direct_register_custom_op(op_func=fn)``."""
     for node in model.calls:
-        if not isinstance(node.func, (cst.Attribute, cst.Name)):
+        if type(node.func) not in (cst.Attribute, cst.Name):
             continue
-        last = node.func.attr.value if isinstance(node.func, cst.Attribute) else node.func.value
+        last = node.func.attr.value if type(node.func) is cst.Attribute else node.func.value
         target = None
-        if last == "impl" and len(node.args) >= 2 and isinstance(node.args[0].value, (cst.SimpleString, cst.Name)):
+        if last == "impl" and len(node.args) >= 2 and type(node.args[0].value) in (cst.SimpleString, cst.Name):
             keys = [_string_value(a.value, {}) or "" for a in node.args[2:]]
             if not any("meta" in k.lower() or "fake" in k.lower() for k in keys):
                 target = node.args[1].value
@@ -400,7 +400,7 @@ def _registered_by_call(model, module: cst.Module) -> Iterator[cst.FunctionDef]:
             target = _kwarg(node, "op_func")
             if target is None and len(node.args) >= 2 and not node.args[1].keyword:
                 target = node.args[1].value
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             fn = model.local_function(target.value)
             if fn is not None:
                 yield fn
@@ -410,18 +410,18 @@ def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:
     """What each ``self.<attr> = ...`` in the class binds: see :func:`_attr_kind`."""
     out: dict[str, tuple] = {}
     for node in walk(cls):
-        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        if type(node) is cst.Assign and len(node.targets) == 1:
             target = node.targets[0].target
-            if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
+            if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
                 out[target.attr.value] = _attr_kind(model, node.value, extensions)
     return out
 
 
 def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
     """("library", name, family) | ("extension",) | ("neutral",) | ("unknown", text)."""
-    if isinstance(value, cst.Name) and value.value in extensions:
+    if type(value) is cst.Name and value.value in extensions:
         return ("extension",)
-    if isinstance(value, cst.Call):
+    if type(value) is cst.Call:
         name = model.call_name(value) or ""
         if _is_extension_build(model, value):
             return ("extension",)
@@ -445,7 +445,7 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
         if name.split(".")[0] in ("torch", "math", "numpy") or name in BUILTINS:
             return ("neutral",)
         return ("unknown", name)
-    name = model.qualname(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+    name = model.qualname(value) if type(value) in (cst.Name, cst.Attribute) else None
     if name:
         family = library_family(name, model.config)
         if family:
@@ -480,10 +480,10 @@ def compute_uses(model, function: cst.FunctionDef, attrs: dict[str, tuple], dept
 
     def visit(root: cst.CSTNode, via, level: int) -> None:
         for node in _walk(root):
-            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+            if type(node) is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
                 uses.append(Use("library", node, via, "@", "gemm"))
                 continue
-            if not isinstance(node, cst.Call):
+            if type(node) is not cst.Call:
                 continue
             target = model.callee(node)
             if target is not None:
@@ -508,7 +508,7 @@ def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:
     if launch is not None:
         return Use("launch", call, None, launch.name, launch=launch)
     func = call.func
-    if isinstance(func, cst.Call) and (model.call_name(func) or "") == "torch.compile" and func.args:
+    if type(func) is cst.Call and (model.call_name(func) or "") == "torch.compile" and func.args:
         inner = model.qualname(func.args[0].value) or ""
         family = library_family(inner, model.config)
         if family:

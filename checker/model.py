@@ -106,12 +106,12 @@ class ModuleModel:
 
     def dotted(self, node: cst.CSTNode) -> str | None:
         """``a.b.c`` for a Name/Attribute chain; calls in the chain print as ``f()``."""
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             return node.value
-        if isinstance(node, cst.Attribute):
+        if type(node) is cst.Attribute:
             base = self.dotted(node.value)
             return f"{base}.{node.attr.value}" if base else None
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             base = self.dotted(node.func)
             return f"{base}()" if base else None
         return None
@@ -136,7 +136,7 @@ class ModuleModel:
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         for anc in self.ancestors(node):
-            if isinstance(anc, cst.FunctionDef):
+            if type(anc) is cst.FunctionDef:
                 return anc
         return None
 
@@ -158,29 +158,29 @@ class ModuleModel:
         function around it (``bench_*``, ``test_*``, ``time_*``, ``measure*``, ``profile*``)."""
         if MEASUREMENT_PATH.search(self.path):
             return True
-        chain = [node] if isinstance(node, cst.FunctionDef) else []
-        chain += [a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)]
+        chain = [node] if type(node) is cst.FunctionDef else []
+        chain += [a for a in self.ancestors(node) if type(a) is cst.FunctionDef]
         return any(MEASUREMENT_FUNCTION.match(f.name.value) for f in chain)
 
     def callee(self, call: cst.Call) -> cst.FunctionDef | None:
         """The same-module function a call reaches: ``helper(...)`` or ``self.helper(...)``."""
         func = call.func
-        if isinstance(func, cst.Name) and func.value not in self.imports:
+        if type(func) is cst.Name and func.value not in self.imports:
             return self.local_function(func.value)
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+        if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in ("self", "cls"):
             # the method of the caller's own class or of its same-module bases (two classes of a
             # module often define the same helper name); one inherited from elsewhere is unseen
-            owner = next((a for a in self.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+            owner = next((a for a in self.ancestors(call) if type(a) is cst.ClassDef), None)
             if owner is None:
                 return self.local_function(func.attr.value)
             stack, seen = [owner], set()
             while stack:
                 cls = stack.pop()
-                if id(cls) in seen or not isinstance(cls.body, cst.IndentedBlock):
+                if id(cls) in seen or type(cls.body) is not cst.IndentedBlock:
                     continue
                 seen.add(id(cls))
                 for stmt in cls.body.body:
-                    if isinstance(stmt, cst.FunctionDef) and stmt.name.value == func.attr.value:
+                    if type(stmt) is cst.FunctionDef and stmt.name.value == func.attr.value:
                         return stmt
                 for base in cls.bases:
                     found = self.classes.get((self.dotted(base.value) or "").split(".")[-1])
@@ -236,7 +236,7 @@ class ModuleModel:
         if name == "torch.where" and len([a for a in call.args if not a.keyword]) == 1:
             return "one-argument torch.where() (waits for the result size)"
         func = call.func
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             method = func.attr.value
             if method == "synchronize" and name and not name.startswith("torch.cuda.synchronize"):
                 return "synchronize()"
@@ -254,15 +254,15 @@ class ModuleModel:
         return None
 
     def _on_cpu(self, receiver: cst.CSTNode, function: cst.CSTNode | None) -> bool:
-        if isinstance(receiver, cst.Call):
+        if type(receiver) is cst.Call:
             inner = receiver.func
-            if isinstance(inner, cst.Attribute) and inner.attr.value in ("cpu", "numpy", "tolist"):
+            if type(inner) is cst.Attribute and inner.attr.value in ("cpu", "numpy", "tolist"):
                 return True
             if self.is_cpu_factory(receiver):
                 return True
             # a method of a CPU tensor (counts.sum()) gives a CPU tensor
-            return isinstance(inner, cst.Attribute) and self._on_cpu(inner.value, function)
-        if isinstance(receiver, cst.Name) and function is not None:
+            return type(inner) is cst.Attribute and self._on_cpu(inner.value, function)
+        if type(receiver) is cst.Name and function is not None:
             return receiver.value in self.cpu_names.get(id(function), set())
         return False
 
@@ -271,23 +271,23 @@ class ModuleModel:
         device = next((a.value for a in call.args if a.keyword and a.keyword.value == "device"), None)
         if device is not None:
             return _is_str(device, "cpu") or (
-                isinstance(device, cst.Call) and self.call_name(device) == "torch.device" and device.args
+                type(device) is cst.Call and self.call_name(device) == "torch.device" and device.args
                 and _is_str(device.args[0].value, "cpu")
             )
         if name in CPU_TENSOR_FACTORIES:
             return True
         func = call.func
-        return isinstance(func, cst.Attribute) and func.attr.value in ("cpu", "numpy")
+        return type(func) is cst.Attribute and func.attr.value in ("cpu", "numpy")
 
     def log_kind(self, call: cst.Call) -> str | None:
         """``print()`` or a logging call, or None. Device-side prints (tl.device_print) are not."""
         func = call.func
-        if isinstance(func, cst.Name) and func.value == "print" and "print" not in self.functions:
+        if type(func) is cst.Name and func.value == "print" and "print" not in self.functions:
             return "print()"
         name = self.call_name(call) or ""
         if name in ("warnings.warn", "tqdm.write", "pprint.pprint"):
             return f"{name}()"
-        if isinstance(func, cst.Attribute) and func.attr.value in LOG_METHODS:
+        if type(func) is cst.Attribute and func.attr.value in LOG_METHODS:
             base = self.dotted(func.value) or ""
             head = base.split(".")[-1]
             if head in LOGGER_NAMES or base.startswith("logging") or self.qualname(func.value) == "logging":
@@ -299,7 +299,7 @@ class ModuleModel:
 
 
 def _is_str(node: cst.CSTNode, value: str) -> bool:
-    return isinstance(node, cst.SimpleString) and node.evaluated_value == value
+    return type(node) is cst.SimpleString and node.evaluated_value == value
 
 
 # libcst's ``node.children`` rebuilds the node through a visitor on every access, which made
@@ -427,8 +427,8 @@ MEMOIZERS = {"lru_cache", "cache", "cached"}
 def _decorator_names(fn: cst.FunctionDef) -> Iterator[str]:
     """The last component of each decorator's name (``functools.lru_cache(...)`` -> ``lru_cache``)."""
     for dec in fn.decorators:
-        target = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
-        yield target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", "")
+        target = dec.decorator.func if type(dec.decorator) is cst.Call else dec.decorator
+        yield target.attr.value if type(target) is cst.Attribute else getattr(target, "value", "")
 
 
 def _memoized(fn: cst.FunctionDef) -> bool:
@@ -441,32 +441,32 @@ def _generator(fn: cst.FunctionDef) -> bool:
     the generator is iterated (a ``@contextmanager`` function's body does run at ``with``)."""
     if any("contextmanager" in name for name in _decorator_names(fn)):
         return False
-    return fn.asynchronous is None and any(isinstance(n, cst.Yield) for n in walk(fn.body, into_scopes=False))
+    return fn.asynchronous is None and any(type(n) is cst.Yield for n in walk(fn.body, into_scopes=False))
 
 
 def _calls_under(root: cst.CSTNode) -> Iterator[cst.Call]:
-    return (n for n in walk(root, into_scopes=False) if isinstance(n, cst.Call))
+    return (n for n in walk(root, into_scopes=False) if type(n) is cst.Call)
 
 
 # -- building the model ------------------------------------------------------------------------
 
 
 def _record_import(model: ModuleModel, node: cst.Import | cst.ImportFrom) -> None:
-    if isinstance(node, cst.Import):
+    if type(node) is cst.Import:
         for alias in node.names:
             full = model.dotted(alias.name) or ""
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            if alias.asname is not None and type(alias.asname.name) is cst.Name:
                 model.imports[alias.asname.name.value] = full
             else:
                 head = full.split(".")[0]
                 model.imports[head] = head
         return
-    if isinstance(node.names, cst.ImportStar):
+    if type(node.names) is cst.ImportStar:
         return
     module = "." * len(node.relative) + ((model.dotted(node.module) or "") if node.module else "")
     for alias in node.names:
         name = model.dotted(alias.name) or ""
-        local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
+        local = alias.asname.name.value if alias.asname and type(alias.asname.name) is cst.Name else name
         model.imports[local] = qualify_from(module, name)
 
 
@@ -508,7 +508,7 @@ def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
         elif kind is Assign and function is not None and type(node.value) is Call:
             if model.is_cpu_factory(node.value):
                 names = model.cpu_names.setdefault(id(function), set())
-                names.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
+                names.update(t.target.value for t in node.targets if type(t.target) is cst.Name)
         kids = children(node)
         if linked:
             for child in kids:
@@ -526,14 +526,14 @@ def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
 
 
 def _statement_calls(stmt: cst.CSTNode) -> Iterator[cst.Call]:
-    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+    if type(stmt) in (cst.FunctionDef, cst.ClassDef):
         return iter(())
     return _calls_under(stmt)
 
 
 def _is_record(model: ModuleModel, call: cst.Call) -> bool:
     func = call.func
-    return isinstance(func, cst.Attribute) and func.attr.value == "record" and len(call.args) <= 1 and not (
+    return type(func) is cst.Attribute and func.attr.value == "record" and len(call.args) <= 1 and not (
         (model.qualname(func) or "").startswith("torch.cuda.memory")
     )
 
@@ -547,9 +547,9 @@ def _statements_holding(model: ModuleModel, node: cst.CSTNode) -> Iterator[tuple
     enclosing function or class (a ``def`` statement does not run the code in its body)."""
     child = node
     for anc in model.ancestors(node):
-        if isinstance(anc, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        if type(anc) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
             return
-        if isinstance(anc, (cst.Module, cst.IndentedBlock, cst.SimpleStatementSuite)):
+        if type(anc) in (cst.Module, cst.IndentedBlock, cst.SimpleStatementSuite):
             body = anc.body
             for i, stmt in enumerate(body):
                 if stmt is child:
@@ -622,7 +622,7 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
     for stmt in model.withs:
         for item in stmt.items:
             call = item.item
-            if isinstance(call, cst.Call) and (model.call_name(call) or "") in ("torch.cuda.graph", "torch.cuda.graphs.graph"):
+            if type(call) is cst.Call and (model.call_name(call) or "") in ("torch.cuda.graph", "torch.cuda.graphs.graph"):
                 model.timed_regions.append(TimedRegion(
                     "graph-capture", "a CUDA-graph capture (with torch.cuda.graph(...))",
                     [stmt.body], model.enclosing_function(stmt)))
@@ -636,16 +636,16 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
 
 def _loop_ends_synced(model: ModuleModel, stmt: cst.CSTNode | None, function) -> bool:
     """A loop whose body ends in a sync (``for ...: fn(); torch.cuda.synchronize()``)."""
-    if not isinstance(stmt, (cst.For, cst.While)) or not isinstance(stmt.body, cst.IndentedBlock) or stmt.orelse:
+    if type(stmt) not in (cst.For, cst.While) or type(stmt.body) is not cst.IndentedBlock or stmt.orelse:
         return False
     return bool(stmt.body.body) and _is_sync_statement(model, stmt.body.body[-1], function)
 
 
 def _is_sync_statement(model: ModuleModel, stmt: cst.CSTNode, function) -> bool:
-    if isinstance(stmt, cst.If) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock):
+    if type(stmt) is cst.If and stmt.orelse is None and type(stmt.body) is cst.IndentedBlock:
         # ``if torch.cuda.is_available(): torch.cuda.synchronize()``
         return bool(stmt.body.body) and all(_is_sync_statement(model, s, function) for s in stmt.body.body)
-    if not isinstance(stmt, cst.SimpleStatementLine):
+    if type(stmt) is not cst.SimpleStatementLine:
         return False
     calls = list(_statement_calls(stmt))
     return bool(calls) and all(model.sync_kind(c, function) for c in calls if not _is_record(model, c))
@@ -656,11 +656,11 @@ def _bench_target(model: ModuleModel, call: cst.Call) -> cst.CSTNode | None:
     if arg is None:
         positional = [a.value for a in call.args if not a.keyword]
         arg = positional[0] if positional else None
-    if isinstance(arg, cst.Call) and (model.call_name(arg) or "").endswith("partial") and arg.args:
+    if type(arg) is cst.Call and (model.call_name(arg) or "").endswith("partial") and arg.args:
         arg = arg.args[0].value
-    if isinstance(arg, cst.Lambda):
+    if type(arg) is cst.Lambda:
         return arg.body
-    if isinstance(arg, cst.Name):
+    if type(arg) is cst.Name:
         target = model.local_function(arg.value)
         return target.body if target is not None else None
     return None

@@ -71,7 +71,7 @@ def resolve(module: cst.Module, tree: ast.Module, source: str, nodes: list[cst.C
     while stack:
         node = stack.pop()
         kind = type(node)
-        if not isinstance(node, (cst.Import, cst.ImportFrom)):  # dotted module names are Attributes only in libcst
+        if type(node) not in (cst.Import, cst.ImportFrom):  # dotted module names are Attributes only in libcst
             stack.extend(reversed(children(node)))
         if kind in counts:
             if id(node) in wanted:

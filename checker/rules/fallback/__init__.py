@@ -325,7 +325,7 @@ def claim_path(model, depth: int = 3) -> set[int]:
         if level >= depth:
             continue
         for node in _walk(fn.body):
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 target = model.callee(node)
                 if target is not None and id(target) not in out and not (
                     is_reference_name(target.name.value) or target.name.value == "forward_native"
@@ -340,17 +340,17 @@ def claim_path(model, depth: int = 3) -> set[int]:
 
 def prop_kind(model, node: cst.CSTNode) -> str | None:
     """Which input property an expression reads: dtype, device, shape, head, layout, rank (or None)."""
-    if isinstance(node, cst.BinaryOperation):
+    if type(node) is cst.BinaryOperation:
         return prop_kind(model, node.left)
-    if isinstance(node, cst.UnaryOperation):
+    if type(node) is cst.UnaryOperation:
         return prop_kind(model, node.expression)
-    if isinstance(node, cst.Subscript):
+    if type(node) is cst.Subscript:
         return prop_kind(model, node.value)
-    if isinstance(node, cst.Call):
+    if type(node) is cst.Call:
         name = model.call_name(node) or ""
         if name in ("torch.cuda.is_available",):
             return "device"
-        if isinstance(node.func, cst.Attribute):
+        if type(node.func) is cst.Attribute:
             method = node.func.attr.value
             if method == "size" and node.args:
                 return "shape"
@@ -359,11 +359,11 @@ def prop_kind(model, node: cst.CSTNode) -> str | None:
             if method == "dim":
                 return "rank"
         return None
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         attr = node.attr.value
         if attr == "dtype":
             return "dtype"
-        if attr in DEVICE_ATTRS or attr == "type" and isinstance(node.value, cst.Attribute) and node.value.attr.value == "device":
+        if attr in DEVICE_ATTRS or attr == "type" and type(node.value) is cst.Attribute and node.value.attr.value == "device":
             return "device"
         if attr == "shape":
             return "shape"
@@ -372,7 +372,7 @@ def prop_kind(model, node: cst.CSTNode) -> str | None:
         if HEAD_NAME.search(attr) and not CONSTANT_NAME.search(attr):
             return "head"
         return None
-    if isinstance(node, cst.Name) and HEAD_NAME.search(node.value) and not CONSTANT_NAME.search(node.value):
+    if type(node) is cst.Name and HEAD_NAME.search(node.value) and not CONSTANT_NAME.search(node.value):
         return "head"
     return None
 
@@ -387,32 +387,32 @@ def module_names(model) -> set[str]:
     root = next(iter(model.functions.values()))[0] if model.functions else None
     for anc in model.ancestors(root) if root is not None else ():
         root = anc
-    if isinstance(root, cst.Module):
+    if type(root) is cst.Module:
         for stmt in root.body:
-            if isinstance(stmt, cst.SimpleStatementLine):
+            if type(stmt) is cst.SimpleStatementLine:
                 for small in stmt.body:
-                    targets = small.targets if isinstance(small, cst.Assign) else (
-                        [small] if isinstance(small, cst.AnnAssign) else [])
+                    targets = small.targets if type(small) is cst.Assign else (
+                        [small] if type(small) is cst.AnnAssign else [])
                     for t in targets:
                         for n in _walk(t.target):
-                            if isinstance(n, cst.Name):
+                            if type(n) is cst.Name:
                                 names.add(n.value)
     model._module_names = names
     return names
 
 
 def is_constant(model, node: cst.CSTNode) -> bool:
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)):
+    if type(node) in (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString):
         return True
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return node.value == "None" or (bool(CONSTANT_NAME.search(node.value)) and node.value in module_names(model))
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         name = model.qualname(node) or ""
         return (name.startswith("torch.") and name.split(".")[-1] in DTYPES) or bool(
             CONSTANT_NAME.search(node.attr.value))
-    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+    if type(node) in (cst.Tuple, cst.List, cst.Set):
         return bool(node.elements) and all(is_constant(model, e.value) for e in node.elements)
-    if isinstance(node, cst.UnaryOperation):
+    if type(node) is cst.UnaryOperation:
         return is_constant(model, node.expression)
     return False
 
@@ -424,7 +424,7 @@ def support_checks(model, test: cst.CSTNode) -> set[str]:
     is a contract check: calling it wrong is a bug, not unsupported input, and it does not count."""
     kinds: set[str] = set()
     for node in _walk(test):
-        if isinstance(node, cst.Comparison):
+        if type(node) is cst.Comparison:
             left = node.left
             for target in node.comparisons:
                 right = target.comparator
@@ -436,50 +436,50 @@ def support_checks(model, test: cst.CSTNode) -> set[str]:
                 for prop, kind, other in ((left, lk, right), (right, rk, left)):
                     if kind == "dtype" and _index_dtype(model, other):
                         continue  # int64 indices, uint8 buffers: a contract, not a compute dtype
-                    if isinstance(other, cst.Integer) and other.value == "0" and not isinstance(prop, cst.BinaryOperation):
+                    if type(other) is cst.Integer and other.value == "0" and type(prop) is not cst.BinaryOperation:
                         continue  # "not empty" is an invariant, not a supported range
                     if kind in SUPPORT_KINDS and is_constant(model, other) and not (
-                        isinstance(prop, cst.BinaryOperation) and not is_constant(model, prop.right)
+                        type(prop) is cst.BinaryOperation and not is_constant(model, prop.right)
                     ):
                         kinds.add(kind)
                 left = right
-        elif isinstance(node, (cst.Attribute, cst.Call)) and _boolean_device(model, node, test):
+        elif type(node) in (cst.Attribute, cst.Call) and _boolean_device(model, node, test):
             kinds.add("device")  # `x.is_cuda`, `torch.cuda.is_available()` used as a boolean
     return kinds
 
 
 def _boolean_device(model, node: cst.CSTNode, test: cst.CSTNode) -> bool:
     """``x.is_cuda`` or ``torch.cuda.is_available()`` as a clause of the test itself (not an argument)."""
-    if prop_kind(model, node) != "device" or (isinstance(node, cst.Attribute) and node.attr.value == "device"):
+    if prop_kind(model, node) != "device" or (type(node) is cst.Attribute and node.attr.value == "device"):
         return False
     current = node
     while current is not test:
         parent = model.parent(current)
-        if not isinstance(parent, (cst.BooleanOperation, cst.UnaryOperation)):
+        if type(parent) not in (cst.BooleanOperation, cst.UnaryOperation):
             return False
         current = parent
     return True
 
 
 def _index_dtype(model, node: cst.CSTNode) -> bool:
-    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+    if type(node) in (cst.Tuple, cst.List, cst.Set):
         return bool(node.elements) and all(_index_dtype(model, e.value) for e in node.elements)
-    name = model.qualname(node) if isinstance(node, cst.Attribute) else None
+    name = model.qualname(node) if type(node) is cst.Attribute else None
     return bool(name) and name.startswith("torch.") and name.split(".")[-1] in INDEX_DTYPES
 
 
 def _is_output(model, node: cst.CSTNode) -> bool:
-    while isinstance(node, (cst.Attribute, cst.Subscript, cst.Call, cst.BinaryOperation)):
-        node = node.left if isinstance(node, cst.BinaryOperation) else (
-            node.func if isinstance(node, cst.Call) else node.value)
-    return isinstance(node, cst.Name) and bool(OUTPUT_NAME.search(node.value))
+    while type(node) in (cst.Attribute, cst.Subscript, cst.Call, cst.BinaryOperation):
+        node = node.left if type(node) is cst.BinaryOperation else (
+            node.func if type(node) is cst.Call else node.value)
+    return type(node) is cst.Name and bool(OUTPUT_NAME.search(node.value))
 
 
 def device_only(model, test: cst.CSTNode) -> bool:
     """Whether every clause of a boolean test is a device check (``x.is_cuda and not y.is_cpu``)."""
-    if isinstance(test, cst.BooleanOperation):
+    if type(test) is cst.BooleanOperation:
         return device_only(model, test.left) and device_only(model, test.right)
-    if isinstance(test, cst.UnaryOperation):
+    if type(test) is cst.UnaryOperation:
         return device_only(model, test.expression)
     return support_checks(model, test) == {"device"}
 
@@ -488,7 +488,7 @@ def mentioned_props(model, test: cst.CSTNode) -> set[str]:
     """Every input property ``test`` reads, compared with anything."""
     out = set()
     for node in _walk(test):
-        kind = prop_kind(model, node) if isinstance(node, (cst.Attribute, cst.Call, cst.Name)) else None
+        kind = prop_kind(model, node) if type(node) in (cst.Attribute, cst.Call, cst.Name) else None
         if kind:
             out.add(kind)
     return out
@@ -500,8 +500,8 @@ def is_guard(model, test: cst.CSTNode) -> bool:
     config flag, a rank-based case split or a comparison between arguments)."""
     if support_checks(model, test) or "layout" in mentioned_props(model, test):
         return True
-    return any(isinstance(n, (cst.Name, cst.Attribute)) and SUPPORT_NAME.search(
-        n.value if isinstance(n, cst.Name) else n.attr.value) for n in _walk(test))
+    return any(type(n) in (cst.Name, cst.Attribute) and SUPPORT_NAME.search(
+        n.value if type(n) is cst.Name else n.attr.value) for n in _walk(test))
 
 
 # -- announcing ------------------------------------------------------------------------------------
@@ -511,7 +511,7 @@ def is_announcer(model, call: cst.Call) -> bool:
     if model.log_kind(call):
         return True
     name = model.call_name(call) or ""
-    if isinstance(call.func, cst.Attribute) and call.func.attr.value in ANNOUNCE_METHODS and (
+    if type(call.func) is cst.Attribute and call.func.attr.value in ANNOUNCE_METHODS and (
         "log" in (model.dotted(call.func.value) or "").lower()
     ):
         return True
@@ -531,7 +531,7 @@ def announces(model, nodes: list[cst.CSTNode], depth: int = 3) -> bool:
     while stack:
         root, level = stack.pop()
         for node in _walk(root):
-            if not isinstance(node, cst.Call):
+            if type(node) is not cst.Call:
                 continue
             if is_announcer(model, node):
                 return True
@@ -550,11 +550,11 @@ def computes(model, nodes: list[cst.CSTNode]) -> bool:
     calls = False
     for root in nodes:
         for node in _walk(root):
-            if isinstance(node, cst.Raise):
+            if type(node) is cst.Raise:
                 return False
-            if isinstance(node, (cst.Import, cst.ImportFrom)):
+            if type(node) in (cst.Import, cst.ImportFrom):
                 return False
-            if isinstance(node, cst.Call) and not is_announcer(model, node):
+            if type(node) is cst.Call and not is_announcer(model, node):
                 name = (model.call_name(node) or "").lower()
                 if OTHER_KERNEL.search(name) or id(node) in model.launch_sites:
                     return False
@@ -566,39 +566,39 @@ def computes(model, nodes: list[cst.CSTNode]) -> bool:
 def empty_input_test(model, test: cst.CSTNode) -> bool:
     """Whether a test asks "is the input empty" (``x.shape[0] == 0``, ``x.numel() == 0``)."""
     for node in _walk(test):
-        if isinstance(node, cst.Comparison):
+        if type(node) is cst.Comparison:
             sides = [node.left] + [t.comparator for t in node.comparisons]
-            if any(isinstance(n, cst.Integer) and n.value == "0" for n in sides) and any(
-                (prop_kind(model, n) == "shape" and not isinstance(n, cst.BinaryOperation)) or _numel(n) for n in sides
+            if any(type(n) is cst.Integer and n.value == "0" for n in sides) and any(
+                (prop_kind(model, n) == "shape" and type(n) is not cst.BinaryOperation) or _numel(n) for n in sides
             ):
                 return True
-        elif isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not) and _numel(node.expression):
+        elif type(node) is cst.UnaryOperation and type(node.operator) is cst.Not and _numel(node.expression):
             return True
     return False
 
 
 def _numel(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Call) and (
-        isinstance(node.func, cst.Attribute) and node.func.attr.value in ("numel", "nelement")
-        or isinstance(node.func, cst.Name) and node.func.value == "len"
+    return type(node) is cst.Call and (
+        type(node.func) is cst.Attribute and node.func.attr.value in ("numel", "nelement")
+        or type(node.func) is cst.Name and node.func.value == "len"
     )
 
 
 def statements(suite) -> list[cst.CSTNode]:
-    return list(suite.body) if isinstance(suite, cst.IndentedBlock) else list(getattr(suite, "body", []))
+    return list(suite.body) if type(suite) is cst.IndentedBlock else list(getattr(suite, "body", []))
 
 
 def fallback_branches(model, disp: Dispatcher) -> Iterator[tuple[cst.If, list[cst.CSTNode]]]:
     """``(if, fallback statements)`` for each input guard in ``disp`` that picks between the kernel
     and a fallback: ``if/else`` with the kernel on one side only, or an early ``return`` before it."""
     for node in _walk(disp.function.body):
-        if not isinstance(node, cst.If) or not is_guard(model, node.test) or empty_input_test(model, node.test):
+        if type(node) is not cst.If or not is_guard(model, node.test) or empty_input_test(model, node.test):
             continue
-        if isinstance(node.orelse, cst.If) or isinstance(model.parent(node), cst.If) or _names_backend(node.test):
+        if type(node.orelse) is cst.If or type(model.parent(node)) is cst.If or _names_backend(node.test):
             continue  # an elif chain or a device-backend choice is multi-way dispatch, not a fallback
         body = statements(node.body)
         in_body = disp.dispatches(body)
-        if isinstance(node.orelse, cst.Else):
+        if type(node.orelse) is cst.Else:
             other = statements(node.orelse.body)
             in_other = disp.dispatches(other)
             if in_body != in_other:
@@ -613,16 +613,16 @@ def fallback_branches(model, disp: Dispatcher) -> Iterator[tuple[cst.If, list[cs
 
 def _names_backend(test: cst.CSTNode) -> bool:
     """Whether a test names a device backend other than CUDA (``x.device.type == "npu"``)."""
-    return any(isinstance(n, cst.SimpleString) and str(n.evaluated_value) in OTHER_BACKENDS for n in _walk(test))
+    return any(type(n) is cst.SimpleString and str(n.evaluated_value) in OTHER_BACKENDS for n in _walk(test))
 
 
 def sibling_statements(model, node: cst.CSTNode) -> list[cst.CSTNode]:
     """The statements of the block that holds ``node`` (empty for an ``elif``)."""
     parent = model.parent(node)
-    if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+    if type(parent) in (cst.IndentedBlock, cst.Module):
         return list(parent.body)
     return []
 
 
 def _returns(stmt: cst.CSTNode) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, cst.Return) for s in stmt.body)
+    return type(stmt) is cst.SimpleStatementLine and any(type(s) is cst.Return for s in stmt.body)

@@ -144,11 +144,11 @@ class PagedAttention:
         for disp in dispatchers(model):
             found = []  # (node to report, "assert"/"raise", kinds)
             for node in _walk(disp.function.body):
-                if isinstance(node, cst.Assert):
+                if type(node) is cst.Assert:
                     test, where, stmt = node.test, node, "assert"
-                elif isinstance(node, cst.If):
-                    raises = [s for line in statements(node.body) if isinstance(line, cst.SimpleStatementLine)
-                              for s in line.body if isinstance(s, cst.Raise)]
+                elif type(node) is cst.If:
+                    raises = [s for line in statements(node.body) if type(line) is cst.SimpleStatementLine
+                              for s in line.body if type(s) is cst.Raise]
                     if not raises or disp.dispatches(statements(node.body)):
                         continue
                     test, where, stmt = node.test, raises[0], "raise"
@@ -168,4 +168,4 @@ class PagedAttention:
 
 
 def _in_handler(model, node) -> bool:
-    return any(isinstance(a, cst.ExceptHandler) for a in model.ancestors(node))
+    return any(type(a) is cst.ExceptHandler for a in model.ancestors(node))

@@ -114,12 +114,12 @@ def moe(x, w):
         model = self.model
         for disp in dispatchers(model, claimed=False):
             for node in _walk(disp.function.body):
-                if not isinstance(node, cst.Try) or not disp.dispatches(statements(node.body)):
+                if type(node) is not cst.Try or not disp.dispatches(statements(node.body)):
                     continue
                 for handler in node.handlers:
                     caught = _broad(model, handler)
                     body = statements(handler.body)
-                    if caught and not any(isinstance(n, cst.Raise) for s in body for n in _walk(s)) and _falls_back(
+                    if caught and not any(type(n) is cst.Raise for s in body for n in _walk(s)) and _falls_back(
                         model, body
                     ):
                         self.report(handler, handler=caught, kernel=disp.label)
@@ -128,14 +128,14 @@ def moe(x, w):
 def _falls_back(model, body) -> bool:
     """Whether the handler computes a replacement result (calls something other than a logger or a
     builtin such as ``str(exc)``)."""
-    return any(isinstance(n, cst.Call) and not is_announcer(model, n) and not (
-        isinstance(n.func, cst.Name) and n.func.value in BUILTINS) for s in body for n in _walk(s))
+    return any(type(n) is cst.Call and not is_announcer(model, n) and not (
+        type(n.func) is cst.Name and n.func.value in BUILTINS) for s in body for n in _walk(s))
 
 
 def _broad(model, handler: cst.ExceptHandler) -> str | None:
     if handler.type is None:
         return "a bare `except:`"
-    types = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
+    types = [e.value for e in handler.type.elements] if type(handler.type) is cst.Tuple else [handler.type]
     for t in types:
         name = model.dotted(t) or ""
         if name.split(".")[-1] in BROAD_EXCEPTIONS:

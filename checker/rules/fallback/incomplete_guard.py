@@ -117,13 +117,13 @@ class RMSNorm(CustomOp):
         for disp in dispatchers(model):
             guards, other_checks = [], False
             for node in _walk(disp.function.body):
-                test = getattr(node, "test", None) if isinstance(node, (cst.If, cst.Assert, cst.IfExp, cst.While)) else None
+                test = getattr(node, "test", None) if type(node) in (cst.If, cst.Assert, cst.IfExp, cst.While) else None
                 if test is not None:
-                    if isinstance(node, cst.If) and device_only(model, test):
+                    if type(node) is cst.If and device_only(model, test):
                         guards.append(node)
                     elif mentioned_props(model, test) - {"device"}:
                         other_checks = True
-                elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and (
+                elif type(node) is cst.Call and type(node.func) is cst.Attribute and (
                     node.func.attr.value in ("contiguous", "view", "reshape", "flatten", "to", "float", "half")
                 ):
                     other_checks = True  # the wrapper normalises layout or dtype itself
@@ -139,7 +139,7 @@ def _picks_kernel(model, disp, node: cst.If) -> bool:
     if not _about_cuda(model, node.test):
         return False  # a choice between device backends (npu, xpu, cpu), not a kernel's guard
     body = statements(node.body)
-    if isinstance(node.orelse, cst.Else):
+    if type(node.orelse) is cst.Else:
         other = statements(node.orelse.body)
         if disp.dispatches(body) == disp.dispatches(other):
             return False
@@ -156,10 +156,10 @@ def _picks_kernel(model, disp, node: cst.If) -> bool:
 
 def _about_cuda(model, test: cst.CSTNode) -> bool:
     for n in _walk(test):
-        if isinstance(n, cst.SimpleString) and "cuda" in str(n.evaluated_value):
+        if type(n) is cst.SimpleString and "cuda" in str(n.evaluated_value):
             return True
-        if isinstance(n, cst.Attribute) and n.attr.value == "is_cuda":
+        if type(n) is cst.Attribute and n.attr.value == "is_cuda":
             return True
-        if isinstance(n, cst.Call) and (model.call_name(n) or "") == "torch.cuda.is_available":
+        if type(n) is cst.Call and (model.call_name(n) or "") == "torch.cuda.is_available":
             return True
     return False

@@ -105,8 +105,8 @@ def mocked(model, fn: cst.FunctionDef) -> bool:
     checks plumbing with values chosen so the expected result is known, not a kernel's arithmetic."""
     if any(p.name.value in MOCKS for p in fn.params.params):
         return True
-    return any(isinstance(n, cst.Name) and n.value in MOCKS for n in nodes_under(fn, nested=True)) or any(
-        last(model.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)) in MOCKS
+    return any(type(n) is cst.Name and n.value in MOCKS for n in nodes_under(fn, nested=True)) or any(
+        last(model.qualname(d.decorator.func if type(d.decorator) is cst.Call else d.decorator)) in MOCKS
         for d in fn.decorators)
 
 
@@ -116,14 +116,14 @@ def last(name: str | None) -> str:
 
 def number(module: cst.Module, node: cst.CSTNode | None) -> float | None:
     """A numeric literal, or a module-level constant holding one, else None."""
-    if isinstance(node, (cst.Integer, cst.Float)):
+    if type(node) in (cst.Integer, cst.Float):
         return float(node.evaluated_value)
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         for stmt in module.body:
-            if isinstance(stmt, cst.SimpleStatementLine):
+            if type(stmt) is cst.SimpleStatementLine:
                 for s in stmt.body:
-                    if (isinstance(s, cst.Assign) and len(s.targets) == 1 and isinstance(s.targets[0].target, cst.Name)
-                            and s.targets[0].target.value == node.value and isinstance(s.value, (cst.Integer, cst.Float))):
+                    if (type(s) is cst.Assign and len(s.targets) == 1 and type(s.targets[0].target) is cst.Name
+                            and s.targets[0].target.value == node.value and type(s.value) in (cst.Integer, cst.Float)):
                         return float(s.value.evaluated_value)
     return None
 
@@ -136,7 +136,7 @@ class Scope:
         self.model = model = rule.model
         cached = model.__dict__.get("_measurement_scope")
         if cached is None:
-            calls_scope = any(isinstance(n, cst.Call) and last(model.call_name(n)) in SCOPE_CALLS
+            calls_scope = any(type(n) is cst.Call and last(model.call_name(n)) in SCOPE_CALLS
                               for n in nodes_under(ctx.module, nested=True))
             gpu = any(q.split(".")[0] in GPU_MODULES for q in model.imports.values())
             cached = model.__dict__["_measurement_scope"] = (bool(MEASUREMENT_PATH.search(ctx.path)) or calls_scope, gpu)
@@ -355,24 +355,24 @@ def dtypes_in(model, nodes) -> set[str]:
     for root in nodes:
         for n in nodes_under(root):
             text = None
-            if isinstance(n, cst.Attribute):
+            if type(n) is cst.Attribute:
                 text = n.attr.value
-            elif isinstance(n, cst.SimpleString):
+            elif type(n) is cst.SimpleString:
                 text = str(n.evaluated_value)
-            elif isinstance(n, cst.Name):
+            elif type(n) is cst.Name:
                 text = n.value
             if not text:
                 continue
             if QUANTIZED.search(text):
                 found.add("quantized")
-            elif text in DTYPE_NAMES and (not isinstance(n, cst.Name) or text in ("bfloat16", "float16")):
+            elif text in DTYPE_NAMES and (type(n) is not cst.Name or text in ("bfloat16", "float16")):
                 found.add(DTYPE_NAMES[text])
     return found
 
 
 def module_statements(module: cst.Module) -> list[cst.CSTNode]:
     """The module's top-level statements other than function and class definitions."""
-    return [s for s in module.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+    return [s for s in module.body if type(s) not in (cst.FunctionDef, cst.ClassDef)]
 
 
 # -- timing ------------------------------------------------------------------------------------
@@ -400,17 +400,17 @@ def work_calls(model, nodes) -> list[cst.Call]:
     out = []
     for root in nodes:
         for n in nodes_under(root):
-            if isinstance(n, cst.Call) and (_inside_call(model, n, root) or isinstance(model.parent(n), cst.WithItem)):
+            if type(n) is cst.Call and (_inside_call(model, n, root) or type(model.parent(n)) is cst.WithItem):
                 continue  # an argument of another call (alloc() in torch.tensor([...])) or a context manager
-            if isinstance(n, cst.Call) and last(model.dotted(n.func) or code(n.func)) not in MEASUREMENT_CALLS:
-                if isinstance(n.func, cst.Name) and n.func.value in BUILTINS and n.func.value not in model.functions:
+            if type(n) is cst.Call and last(model.dotted(n.func) or code(n.func)) not in MEASUREMENT_CALLS:
+                if type(n.func) is cst.Name and n.func.value in BUILTINS and n.func.value not in model.functions:
                     continue  # min(), sorted(), isinstance(): Python's own functions are no GPU work
-                if model.log_kind(n) or model.sync_kind(n) or model.compile_kind(n) or isinstance(n.func, cst.Call):
+                if model.log_kind(n) or model.sync_kind(n) or model.compile_kind(n) or type(n.func) is cst.Call:
                     continue  # KC2xx's business, or the call of a compiled callable
                 if (model.call_name(n) or "").split(".")[0] in ("torch", "numpy", "np") and last(
                         model.call_name(n)) in TENSOR_FACTORIES:
                     continue  # building a tensor is setup, not the work timed
-                if isinstance(n.func, cst.Attribute) and isinstance(n.func.value, cst.Call):
+                if type(n.func) is cst.Attribute and type(n.func.value) is cst.Call:
                     continue  # the outer call of a chain (fn(x).sum()): the inner one is listed
                 out.append(n)
     return out
@@ -420,7 +420,7 @@ def _inside_call(model, node: cst.CSTNode, root: cst.CSTNode) -> bool:
     for anc in model.ancestors(node):
         if anc is root:
             return False
-        if isinstance(anc, cst.Arg):
+        if type(anc) is cst.Arg:
             return True
     return False
 
@@ -440,11 +440,11 @@ def region_root(model, region) -> cst.CSTNode:
 
 def int_value(fn: cst.CSTNode | None, node: cst.CSTNode | None) -> int | None:
     """An integer literal, or a parameter of ``fn`` whose default is one."""
-    if isinstance(node, cst.Integer):
+    if type(node) is cst.Integer:
         return int(node.evaluated_value)
-    if isinstance(node, cst.Name) and isinstance(fn, cst.FunctionDef):
+    if type(node) is cst.Name and type(fn) is cst.FunctionDef:
         for p in [*fn.params.params, *fn.params.kwonly_params]:
-            if p.name.value == node.value and isinstance(p.default, cst.Integer):
+            if p.name.value == node.value and type(p.default) is cst.Integer:
                 return int(p.default.evaluated_value)
     return None
 
@@ -457,7 +457,7 @@ def benchmark_code(model, region) -> bool:
     bench*/time*/measure*; not a ``test_*`` function timing for information, nor serving code
     profiling itself (``_profile_prefill_latency``)."""
     fn = region.function
-    names = [a.name.value for a in [fn, *model.ancestors(fn)] if isinstance(a, cst.FunctionDef)] if fn else []
+    names = [a.name.value for a in [fn, *model.ancestors(fn)] if type(a) is cst.FunctionDef] if fn else []
     if any(n.lower().startswith(("test", "_test")) for n in names[:1]):
         return False
     if MEASUREMENT_PATH.search(model.path):
@@ -468,6 +468,6 @@ def benchmark_code(model, region) -> bool:
 def reads_back(region) -> bool:
     """The window accumulates values read back to the host on every step
     (``count += int((q < t).sum().item())``): a host-side statistics loop, not a kernel timing."""
-    return any(isinstance(a, cst.AugAssign) and any(
-        isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "item"
+    return any(type(a) is cst.AugAssign and any(
+        type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "item"
         for n in nodes_under(a.value)) for node in region.nodes for a in nodes_under(node))

@@ -174,7 +174,7 @@ def check_scale(n=128):
                 continue  # no kernel under test: a check of Python plumbing, a cache or a layout
             if mocked(model, fn) or self._varied_data(fn, reached) or any(
                     (_chosen_value(model, n) or (_empty(n) and last(model.call_name(n)) in TENSOR_FACTORIES))
-                    for n in nodes_under(fn.body, nested=True) if isinstance(n, cst.Call)):
+                    for n in nodes_under(fn.body, nested=True) if type(n) is cst.Call):
                 continue  # a behaviour test on stand-ins, or inputs with distinct values built by hand
             own = {id(n) for n in nodes_under(fn.body, nested=True)}
             references = [c for c in compares if id(c) in own and self._against_reference(c, fn)]
@@ -184,7 +184,7 @@ def check_scale(n=128):
             expected = {id(n) for c in compares for a in c.args for n in nodes_under(a.value)}
             written = _written(fn)
             for node in nodes_under(fn.body):
-                if isinstance(node, cst.Call) and (model.call_name(node) or "") in CONSTANT_FACTORIES:
+                if type(node) is cst.Call and (model.call_name(node) or "") in CONSTANT_FACTORIES:
                     if _integer(model, node) or _empty(node) or _single(node) or _quantized(model, node):
                         continue  # lengths, indices and flags: metadata written by hand on purpose
                     target = self._assigned_name(node)
@@ -203,15 +203,15 @@ def check_scale(n=128):
         model = self.model
         roots: list[cst.CSTNode] = [d.decorator for d in fn.decorators]
         for n in nodes_under(fn.body, nested=True):  # classes and helpers defined in the test, or instantiated
-            if isinstance(n, (cst.FunctionDef, cst.ClassDef)):
+            if type(n) in (cst.FunctionDef, cst.ClassDef):
                 roots.append(n)
-            elif isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in model.classes:
+            elif type(n) is cst.Call and type(n.func) is cst.Name and n.func.value in model.classes:
                 roots.append(model.classes[n.func.value])
         for p in fn.params.params:  # same-module fixtures named as parameters
             fixture = model.local_function(p.name.value)
             if fixture is not None:
                 roots.append(fixture.body)
-        extra = [c for r in roots for c in nodes_under(r, nested=True) if isinstance(c, cst.Call)]
+        extra = [c for r in roots for c in nodes_under(r, nested=True) if type(c) is cst.Call]
         return any(last(model.call_name(c)) in RANDOM_CALLS or "random" in (model.call_name(c) or "")
                    or "seed" in last(model.call_name(c) or model.dotted(c.func)).lower()
                    for c in [*reached, *extra])
@@ -223,9 +223,9 @@ def check_scale(n=128):
         values, passed, _, _ = self._bindings(fn)
         for a in compare.args[:2]:
             value = a.value
-            if isinstance(value, cst.Name) and value.value not in passed:
+            if type(value) is cst.Name and value.value not in passed:
                 value = values.get(value.value, value)
-            if isinstance(value, cst.Call) and (self.model.call_name(value) or "") in literal:
+            if type(value) is cst.Call and (self.model.call_name(value) or "") in literal:
                 return True
         return False
 
@@ -244,7 +244,7 @@ def check_scale(n=128):
             if name in ("torch.arange", "torch.linspace", "torch.logspace") and not _integer(model, c):
                 return True
             if name in ("torch.tensor", "torch.as_tensor") and not _integer(model, c) and c.args and any(
-                    isinstance(n, cst.Float) for n in nodes_under(c.args[0].value)):
+                    type(n) is cst.Float for n in nodes_under(c.args[0].value)):
                 return True
             if INPUT_HELPER.search(last(name)) and not name.startswith("torch."):
                 return True  # inputs made by a helper this file cannot see into (another module's)
@@ -260,22 +260,21 @@ def check_scale(n=128):
         passed: set[str] = set()  # names handed to a call other than a comparison (in-place outputs)
         unpacked: set[str] = set()  # names bound otherwise (tuple unpacking, loops, with ... as)
         for n in nodes_under(fn.body):
-            if (isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Tuple)
-                    and isinstance(n.value, cst.Call)):
+            if (type(n) is cst.Assign and len(n.targets) == 1 and type(n.targets[0].target) is cst.Tuple
+                    and type(n.value) is cst.Call):
                 for el in n.targets[0].target.elements:  # a, b = f(x): both come from f
-                    if isinstance(el.value, cst.Name):
+                    if type(el.value) is cst.Name:
                         values[el.value.value] = n.value
-            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+            if type(n) is cst.Assign and len(n.targets) == 1 and type(n.targets[0].target) is cst.Name:
                 values[n.targets[0].target.value] = n.value
-                if isinstance(n.value, cst.Call) and last(model.call_name(n.value)) in TENSOR_FACTORIES:
+                if type(n.value) is cst.Call and last(model.call_name(n.value)) in TENSOR_FACTORIES:
                     tensors.add(n.targets[0].target.value)
-            elif isinstance(n, (cst.Assign, cst.AugAssign, cst.For, cst.AsName)):
-                targets = n.targets if isinstance(n, cst.Assign) else [n]
+            elif type(n) in (cst.Assign, cst.AugAssign, cst.For, cst.AsName):
+                targets = n.targets if type(n) is cst.Assign else [n]
                 for t in targets:
-                    unpacked.update(x.value for x in nodes_under(getattr(t, "target", t) if not isinstance(
-                        t, cst.For) else t.target) if isinstance(x, cst.Name))
-            elif isinstance(n, cst.Call) and not is_compare(model, n):
-                passed |= {x.value.value for x in n.args if isinstance(x.value, cst.Name)}
+                    unpacked.update(x.value for x in nodes_under(getattr(t, "target", t) if type(t) is not cst.For else t.target) if type(x) is cst.Name)
+            elif type(n) is cst.Call and not is_compare(model, n):
+                passed |= {x.value.value for x in n.args if type(x.value) is cst.Name}
 
         return values, passed, tensors, unpacked
 
@@ -287,11 +286,11 @@ def check_scale(n=128):
         values, passed, tensors, unpacked = self._bindings(fn)
 
         def scalar(e, depth=0) -> bool:
-            if isinstance(e, (cst.Integer, cst.Float)):
+            if type(e) in (cst.Integer, cst.Float):
                 return True
-            if isinstance(e, cst.UnaryOperation):
+            if type(e) is cst.UnaryOperation:
                 return scalar(e.expression, depth)
-            if isinstance(e, cst.Name):
+            if type(e) is cst.Name:
                 if e.value in tensors:
                     return False
                 if e.value in values and depth < 4:
@@ -299,30 +298,30 @@ def check_scale(n=128):
                 if e.value.isupper():
                     return True  # WORLD_SIZE, FP8_MAX: a module constant
                 return e.value not in passed and e.value not in unpacked  # a parameter or constant: a number
-            if isinstance(e, cst.Attribute):
-                return e.value is not None and not isinstance(e.value, cst.Call) and (model.dotted(e) or "").isupper()
-            if isinstance(e, cst.BinaryOperation):
+            if type(e) is cst.Attribute:
+                return e.value is not None and type(e.value) is not cst.Call and (model.dotted(e) or "").isupper()
+            if type(e) is cst.BinaryOperation:
                 return scalar(e.left, depth) and scalar(e.right, depth)
             return False
 
         def by_hand(e, depth=0) -> bool:
-            while isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute) and e.func.attr.value in AS_IS | SHAPE:
+            while type(e) is cst.Call and type(e.func) is cst.Attribute and e.func.attr.value in AS_IS | SHAPE:
                 e = e.func.value
-            if isinstance(e, (cst.Integer, cst.Float, cst.UnaryOperation)):
+            if type(e) in (cst.Integer, cst.Float, cst.UnaryOperation):
                 return scalar(e)
-            if isinstance(e, cst.Name):
+            if type(e) is cst.Name:
                 if e.value in passed or e.value not in values or depth >= 4:
                     return scalar(e)
                 return by_hand(values[e.value], depth + 1)
-            if isinstance(e, cst.Call):
+            if type(e) is cst.Call:
                 return (model.call_name(e) or "") in LITERAL_TENSORS | {"torch.arange", "torch.linspace"}
-            if isinstance(e, cst.Subscript):
+            if type(e) is cst.Subscript:
                 return by_hand(e.value, depth)
-            if isinstance(e, (cst.ListComp, cst.GeneratorExp)):
+            if type(e) in (cst.ListComp, cst.GeneratorExp):
                 return by_hand(e.elt, depth)
-            if isinstance(e, cst.DictComp):
+            if type(e) is cst.DictComp:
                 return by_hand(e.value, depth)
-            if isinstance(e, cst.BinaryOperation):
+            if type(e) is cst.BinaryOperation:
                 return scalar(e.left) or scalar(e.right) or (by_hand(e.left, depth) and by_hand(e.right, depth))
             return False
 
@@ -330,9 +329,9 @@ def check_scale(n=128):
             """The calls that compute ``e`` (names resolved through assignments), casts aside."""
             found: set[str] = set()
             for n in nodes_under(e, nested=True):
-                if isinstance(n, cst.Name) and n.value in values and depth < 4:
+                if type(n) is cst.Name and n.value in values and depth < 4:
                     found |= computations(values[n.value], depth + 1)
-                elif isinstance(n, cst.Call) and not (isinstance(n.func, cst.Attribute) and n.func.attr.value in AS_IS):
+                elif type(n) is cst.Call and not (type(n.func) is cst.Attribute and n.func.attr.value in AS_IS):
                     name = model.dotted(n.func) or ""
                     if name not in LITERAL_TENSORS and last(model.call_name(n)) not in TENSOR_FACTORIES:
                         found.add(name)
@@ -353,20 +352,20 @@ def check_scale(n=128):
         reached: set[str] = {target} if target else set()
         if not target:  # built inline: op(torch.ones(...)) or y = f(torch.ones(...))
             for anc in model.ancestors(node):
-                if isinstance(anc, cst.Call) and not is_compare(model, anc):
-                    reached |= {a.value.value for a in anc.args if isinstance(a.value, cst.Name)}
-                elif isinstance(anc, cst.Assign):
-                    reached |= {x.value for t in anc.targets for x in nodes_under(t.target) if isinstance(x, cst.Name)}
+                if type(anc) is cst.Call and not is_compare(model, anc):
+                    reached |= {a.value.value for a in anc.args if type(a.value) is cst.Name}
+                elif type(anc) is cst.Assign:
+                    reached |= {x.value for t in anc.targets for x in nodes_under(t.target) if type(x) is cst.Name}
                     break
                 elif isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                     break
         steps = []
         for n in nodes_under(fn.body, nested=True):
-            if isinstance(n, cst.Assign):
-                steps.append(({x.value for t in n.targets for x in nodes_under(t.target) if isinstance(x, cst.Name)},
+            if type(n) is cst.Assign:
+                steps.append(({x.value for t in n.targets for x in nodes_under(t.target) if type(x) is cst.Name},
                               names_of(n.value)))
-            elif isinstance(n, cst.Call) and not is_compare(model, n):
-                args = {a.value.value for a in n.args if isinstance(a.value, cst.Name)}
+            elif type(n) is cst.Call and not is_compare(model, n):
+                args = {a.value.value for a in n.args if type(a.value) is cst.Name}
                 steps.append((args, set().union(*(names_of(a.value) for a in n.args)) if n.args else set()))
         for _ in range(6):
             grown = set(reached)
@@ -380,9 +379,9 @@ def check_scale(n=128):
 
     def _assigned_name(self, call: cst.Call) -> str | None:
         for anc in self.model.ancestors(call):
-            if isinstance(anc, cst.Assign):
+            if type(anc) is cst.Assign:
                 targets = [t.target for t in anc.targets]
-                return targets[0].value if len(targets) == 1 and isinstance(targets[0], cst.Name) else None
+                return targets[0].value if len(targets) == 1 and type(targets[0]) is cst.Name else None
             if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                 return None
         return None
@@ -390,9 +389,9 @@ def check_scale(n=128):
 
 def _base(expr: cst.CSTNode) -> str | None:
     """``out`` for ``out``, ``out.float()``, ``out.view(-1).cpu()``: a buffer compared as it is."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in AS_IS:
+    while type(expr) is cst.Call and type(expr.func) is cst.Attribute and expr.func.attr.value in AS_IS:
         expr = expr.func.value
-    return expr.value if isinstance(expr, cst.Name) else None
+    return expr.value if type(expr) is cst.Name else None
 
 
 # Methods that hand a buffer over unchanged (a copy, a cast, a view): ``out.float()`` is still ``out``.
@@ -412,14 +411,14 @@ def _integer(model, call: cst.Call) -> bool:
     dtype = next((a.value for a in call.args if a.keyword and a.keyword.value == "dtype"), None)
     if dtype is None and last(model.call_name(call)) in ("full", "full_like"):
         fill = arg(call, 1, "fill_value")
-        if isinstance(fill, cst.UnaryOperation):
+        if type(fill) is cst.UnaryOperation:
             fill = fill.expression
-        return isinstance(fill, cst.Integer)
+        return type(fill) is cst.Integer
     return dtype is not None and (model.dotted(dtype) or "").split(".")[-1] in INTEGER_DTYPES
 
 
 def names_of(node: cst.CSTNode) -> set[str]:
-    return {n.value for n in nodes_under(node, nested=True) if isinstance(n, cst.Name)}
+    return {n.value for n in nodes_under(node, nested=True) if type(n) is cst.Name}
 
 
 def _chosen_value(model, call: cst.Call) -> bool:
@@ -428,7 +427,7 @@ def _chosen_value(model, call: cst.Call) -> bool:
     if last(model.call_name(call)) not in ("full", "full_like"):
         return False
     fill = arg(call, 1, "fill_value")
-    return not (isinstance(fill, (cst.Integer, cst.Float)) and fill.evaluated_value in (0, 1))
+    return not (type(fill) in (cst.Integer, cst.Float) and fill.evaluated_value in (0, 1))
 
 
 def _quantized(model, call: cst.Call) -> bool:
@@ -441,9 +440,9 @@ def _single(call: cst.Call) -> bool:
     """``torch.ones(1)``, ``torch.zeros(1, 2)``: a handful of values (a scale, a worked example),
     not data with rows that could be mixed up."""
     sizes = [a.value for a in call.args if a.keyword is None]
-    if len(sizes) == 1 and isinstance(sizes[0], (cst.Tuple, cst.List)):
+    if len(sizes) == 1 and type(sizes[0]) in (cst.Tuple, cst.List):
         sizes = [e.value for e in sizes[0].elements]
-    if not sizes or not all(isinstance(v, cst.Integer) for v in sizes):
+    if not sizes or not all(type(v) is cst.Integer for v in sizes):
         return False
     count = 1
     for v in sizes:
@@ -454,9 +453,9 @@ def _single(call: cst.Call) -> bool:
 def _empty(call: cst.Call) -> bool:
     """A factory with a literal 0 among its sizes: an empty tensor has no values to be constant."""
     sizes = [a.value for a in call.args if a.keyword is None]
-    if len(sizes) == 1 and isinstance(sizes[0], (cst.Tuple, cst.List)):
+    if len(sizes) == 1 and type(sizes[0]) in (cst.Tuple, cst.List):
         sizes = [e.value for e in sizes[0].elements]
-    return any(isinstance(v, cst.Integer) and v.evaluated_value == 0 for v in sizes)
+    return any(type(v) is cst.Integer and v.evaluated_value == 0 for v in sizes)
 
 
 def _written(fn: cst.FunctionDef) -> set[str]:
@@ -464,19 +463,19 @@ def _written(fn: cst.FunctionDef) -> set[str]:
     ``out=acc``, ``acc.add_(...)``: accumulators and buffers, not inputs."""
     out: set[str] = set()
     for n in nodes_under(fn.body, nested=True):
-        if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name):
+        if type(n) is cst.AugAssign and type(n.target) is cst.Name:
             out.add(n.target.value)
-        elif isinstance(n, (cst.Assign, cst.AugAssign)):
-            for t in (n.targets if isinstance(n, cst.Assign) else [n]):
+        elif type(n) in (cst.Assign, cst.AugAssign):
+            for t in (n.targets if type(n) is cst.Assign else [n]):
                 target = t.target
-                if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+                if type(target) is cst.Subscript and type(target.value) is cst.Name:
                     out.add(target.value.value)
-        elif isinstance(n, cst.Call):
+        elif type(n) is cst.Call:
             for a in n.args:
-                if a.keyword is not None and a.keyword.value == "out" and isinstance(a.value, cst.Name):
+                if a.keyword is not None and a.keyword.value == "out" and type(a.value) is cst.Name:
                     out.add(a.value.value)
             func = n.func
-            if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.attr.value.endswith("_")
+            if (type(func) is cst.Attribute and type(func.value) is cst.Name and func.attr.value.endswith("_")
                     and not func.attr.value.startswith("_")):
                 out.add(func.value.value)
     return out

@@ -145,7 +145,7 @@ def test_softmax():
         scope = Scope(self)
         module_dtypes = dtypes_in(model, module_statements(original_node))
         for node in nodes_under(original_node, nested=True):
-            if not (isinstance(node, cst.Call) and is_compare(model, node, TOLERANCE_COMPARES) and scope.covers(node)):
+            if not (type(node) is cst.Call and is_compare(model, node, TOLERANCE_COMPARES) and scope.covers(node)):
                 continue
             if self._reasoned(node) or self._quantized_path(node) or not self._checks_kernel(node):
                 continue
@@ -180,17 +180,17 @@ def test_softmax():
             return set()
         constants: dict[str, cst.CSTNode] = {}
         for stmt in module_statements(module):
-            if isinstance(stmt, cst.SimpleStatementLine):
+            if type(stmt) is cst.SimpleStatementLine:
                 for small in stmt.body:
-                    if isinstance(small, cst.Assign):
+                    if type(small) is cst.Assign:
                         for t in small.targets:
-                            if isinstance(t.target, cst.Name):
+                            if type(t.target) is cst.Name:
                                 constants[t.target.value] = small.value
         roots: list[cst.CSTNode] = []
         for n in nodes_under(fn.body):
-            if isinstance(n, cst.Name) and n.value in constants:
+            if type(n) is cst.Name and n.value in constants:
                 roots.append(constants[n.value])
-            elif isinstance(n, cst.Call):
+            elif type(n) is cst.Call:
                 helper = model.callee(n)
                 if helper is not None and helper is not fn:
                     roots.append(helper)
@@ -200,7 +200,7 @@ def test_softmax():
         """The comparison or its function names TF32 (``FIXUP_TF32_RTOL``, ``allow_tf32``)."""
         fn = self.model.enclosing_function(call)
         for n in nodes_under(fn if fn is not None else call):
-            text = n.value if isinstance(n, cst.Name) else (n.attr.value if isinstance(n, cst.Attribute) else "")
+            text = n.value if type(n) is cst.Name else (n.attr.value if type(n) is cst.Attribute else "")
             if "tf32" in text.lower():
                 return True
         return False
@@ -230,13 +230,13 @@ def test_softmax():
         if QUANTIZED.search(fn.name.value) or QUICK_REDUCE.search(fn.name.value):
             return True
         return any(QUANTIZED.search(name) or QUICK_REDUCE.search(name)
-                   for c in nodes_under(fn.body) if isinstance(c, cst.Call)
+                   for c in nodes_under(fn.body) if type(c) is cst.Call
                    for name in [(self.model.dotted(c.func) or "").split(".")[-1]])
 
     def _dtypes(self, call: cst.Call) -> set[str]:
         """Dtypes named in the enclosing functions and their decorators (empty: ask the module)."""
         found: set[str] = set()
-        for fn in (a for a in self.model.ancestors(call) if isinstance(a, cst.FunctionDef)):
+        for fn in (a for a in self.model.ancestors(call) if type(a) is cst.FunctionDef):
             found |= dtypes_in(self.model, [fn])
         return found
 
@@ -244,7 +244,7 @@ def test_softmax():
         """The compared values are upcast copies (``out.float()``, ``out.to(torch.float32)``)."""
         for a in call.args[:2]:
             value = a.value
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in (
+            if type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value in (
                     "float", "double", "to"):
                 return True
         return False

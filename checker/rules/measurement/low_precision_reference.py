@@ -160,11 +160,11 @@ def check(dtype):
                 continue  # no call site visibly hands it 16-bit tensors: its precision is not shown
             computed = self._computed_names(fn)
             for node in nodes_under(fn.body):
-                if isinstance(node, cst.Call) and _op(node) in REDUCTIONS and not self._loss(node):
-                    if isinstance(node.func, cst.Name) and node.func.value not in self.model.imports:
+                if type(node) is cst.Call and _op(node) in REDUCTIONS and not self._loss(node):
+                    if type(node.func) is cst.Name and node.func.value not in self.model.imports:
                         continue  # Python's sum() of a list, not a tensor reduction
                     if any(COUNTS.search(n.value) for n in nodes_under(_reduced(node) or node)
-                           if isinstance(n, cst.Name)):
+                           if type(n) is cst.Name):
                         continue  # counts, masks and ids: an integer reduction is exact
                     if self._computed(_reduced(node), computed):
                         self.report(node, function=fn.name.value, op=_op(node))
@@ -178,30 +178,30 @@ def check(dtype):
             return True
         name = fn.name.value
         for site in nodes_under(module, nested=True):
-            if not (isinstance(site, cst.Call) and last(self.model.dotted(site.func)) == name):
+            if not (type(site) is cst.Call and last(self.model.dotted(site.func)) == name):
                 continue
             if not self._reaches(site, fn):
                 continue  # another class's method of the same name
             caller = self.model.enclosing_function(site)
             low: set[str] = set()
             if caller is not None and any(
-                    isinstance(n, cst.Call) and last(self.model.dotted(n.func)) == "set_default_dtype"
+                    type(n) is cst.Call and last(self.model.dotted(n.func)) == "set_default_dtype"
                     and self._low(cst.Call(func=cst.Attribute(cst.Name("t"), cst.Name("to")), args=n.args))
                     for n in nodes_under(caller.body)):
                 return True  # torch.set_default_dtype(dtype): every tensor the caller creates is 16-bit
             if caller is not None:
-                assigns = [n for n in nodes_under(caller.body) if isinstance(n, cst.Assign)]
+                assigns = [n for n in nodes_under(caller.body) if type(n) is cst.Assign]
                 for _ in range(3):
                     for n in assigns:
                         if self._upcasts(n.value):
                             continue
-                        if self._low(n.value) or any(isinstance(x, cst.Name) and x.value in low
+                        if self._low(n.value) or any(type(x) is cst.Name and x.value in low
                                                      for x in nodes_under(n.value)):
-                            low |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+                            low |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
             for a in site.args:
                 if self._upcasts(a.value):
                     continue
-                if self._low(a.value) or (isinstance(a.value, cst.Name) and a.value.value in low):
+                if self._low(a.value) or (type(a.value) is cst.Name and a.value.value in low):
                     return True
         return False
 
@@ -210,18 +210,18 @@ def check(dtype):
         ``dtype=torch.float16``, or ``dtype=dtype``/``.to(dtype)`` with a dtype variable. A variable
         the function assigns from a tensor's own ``.dtype`` (``orig = x.dtype ... .to(orig)``)
         restores the input's type and says nothing about what it is."""
-        fn = root if isinstance(root, cst.FunctionDef) else self.model.enclosing_function(root)
+        fn = root if type(root) is cst.FunctionDef else self.model.enclosing_function(root)
         own = self._dtype_copies(fn)
         for n in nodes_under(root):
-            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("half", "bfloat16"):
+            if type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value in ("half", "bfloat16"):
                 return True
-            if isinstance(n, cst.Call):
+            if type(n) is cst.Call:
                 for a in n.args:
-                    is_to = isinstance(n.func, cst.Attribute) and n.func.attr.value == "to" and a.keyword is None
+                    is_to = type(n.func) is cst.Attribute and n.func.attr.value == "to" and a.keyword is None
                     if not (is_to or (a.keyword is not None and a.keyword.value == "dtype")):
                         continue
                     text = self.model.dotted(a.value) or ""
-                    if LOW_TEXT.search(text) or (isinstance(a.value, cst.Name) and "dtype" in a.value.value.lower()
+                    if LOW_TEXT.search(text) or (type(a.value) is cst.Name and "dtype" in a.value.value.lower()
                                                  and a.value.value not in own):
                         return True
         return False
@@ -232,9 +232,9 @@ def check(dtype):
             return set()
         cache = self.__dict__.setdefault("_dtype_cache", {})
         if id(fn) not in cache:
-            cache[id(fn)] = {t.target.value for n in nodes_under(fn.body) if isinstance(n, cst.Assign)
-                             and isinstance(n.value, cst.Attribute) and n.value.attr.value == "dtype"
-                             for t in n.targets if isinstance(t.target, cst.Name)}
+            cache[id(fn)] = {t.target.value for n in nodes_under(fn.body) if type(n) is cst.Assign
+                             and type(n.value) is cst.Attribute and n.value.attr.value == "dtype"
+                             for t in n.targets if type(t.target) is cst.Name}
         return cache[id(fn)]
 
     def _reaches(self, site: cst.Call, fn: cst.FunctionDef) -> bool:
@@ -242,7 +242,7 @@ def check(dtype):
         caller's own class (or its same-module bases), and any other call of a name that several
         functions or methods of the module define is ambiguous and counts for none of them."""
         func = site.func
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+        if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in ("self", "cls"):
             return self.model.callee(site) is fn
         return len(self.model.functions.get(fn.name.value, [])) <= 1 or self.model.callee(site) is fn
 
@@ -251,15 +251,15 @@ def check(dtype):
         under test (it records calls, returns a stand-in value), not a numerical reference."""
         name = fn.name.value
         for n in nodes_under(module, nested=True):
-            if isinstance(n, cst.Call) and last(self.model.dotted(n.func)) in ("setattr", "patch", "object") and any(
-                    isinstance(a.value, cst.Name) and a.value.value == name for a in n.args):
+            if type(n) is cst.Call and last(self.model.dotted(n.func)) in ("setattr", "patch", "object") and any(
+                    type(a.value) is cst.Name and a.value.value == name for a in n.args):
                 return True
         return False
 
     def _loss(self, call: cst.Call) -> bool:
         """A scalar made to call ``.backward()`` on (``(o * do).sum().backward()``), not the reference."""
         for anc in self.model.ancestors(call):
-            if isinstance(anc, cst.Call) and isinstance(anc.func, cst.Attribute) and anc.func.attr.value == "backward":
+            if type(anc) is cst.Call and type(anc.func) is cst.Attribute and anc.func.attr.value == "backward":
                 return True
             if isinstance(anc, cst.BaseSmallStatement):
                 return False
@@ -270,34 +270,34 @@ def check(dtype):
         names: set[str] = set()
         for _ in range(2):
             for n in nodes_under(fn.body):
-                if isinstance(n, cst.Assign) and self._computed(n.value, names):
-                    names |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+                if type(n) is cst.Assign and self._computed(n.value, names):
+                    names |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
         return names
 
     def _computed(self, expr: cst.CSTNode | None, computed: set[str]) -> bool:
         """Whether ``expr`` was rounded in low precision before (views of inputs were not)."""
         while True:
-            if isinstance(expr, cst.Subscript):
+            if type(expr) is cst.Subscript:
                 expr = expr.value
-            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in VIEWS:
+            elif type(expr) is cst.Call and type(expr.func) is cst.Attribute and expr.func.attr.value in VIEWS:
                 expr = expr.func.value
             else:
                 break
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             return expr.value in computed
-        return isinstance(expr, (cst.BinaryOperation, cst.Call, cst.UnaryOperation))
+        return type(expr) in (cst.BinaryOperation, cst.Call, cst.UnaryOperation)
 
     def _upcasts(self, root: cst.CSTNode) -> bool:
         for n in nodes_under(root):
-            if isinstance(n, cst.Attribute) and n.attr.value in ("float32", "float64", "double"):
+            if type(n) is cst.Attribute and n.attr.value in ("float32", "float64", "double"):
                 return True
-            if isinstance(n, cst.Attribute) and n.attr.value == "float" and isinstance(n.value, cst.Name) \
+            if type(n) is cst.Attribute and n.attr.value == "float" and type(n.value) is cst.Name \
                     and n.value.value == "torch":
                 return True  # x.to(torch.float)
-            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("float", "double"):
+            if type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value in ("float", "double"):
                 return True
-            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "to" and any(
-                    isinstance(a.value, cst.Name) and a.value.value in WIDE for a in n.args):
+            if type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "to" and any(
+                    type(a.value) is cst.Name and a.value.value in WIDE for a in n.args):
                 return True
         return False
 
@@ -305,7 +305,7 @@ def check(dtype):
         """Every call site in the module (there is at least one) passes upcast inputs."""
         name = fn.name.value
         sites = [n for n in nodes_under(module, nested=True)
-                 if isinstance(n, cst.Call) and last(self.model.dotted(n.func)) == name]
+                 if type(n) is cst.Call and last(self.model.dotted(n.func)) == name]
         return bool(sites) and all(any(self._upcast_value(a.value, n) for a in n.args) for n in sites)
 
     def _upcast_value(self, value: cst.CSTNode, site: cst.Call) -> bool:
@@ -313,16 +313,16 @@ def check(dtype):
         if self._upcasts(value):
             return True
         caller = self.model.enclosing_function(site)
-        if isinstance(value, cst.Name) and caller is not None:
+        if type(value) is cst.Name and caller is not None:
             # names the caller derives from an upcast, through a few assignments
             # (x_flat = x.float(); mix = x_flat @ w; logits = mix * a + b)
             wide: set[str] = set()
-            assigns = [n for n in nodes_under(caller.body) if isinstance(n, cst.Assign)]
+            assigns = [n for n in nodes_under(caller.body) if type(n) is cst.Assign]
             for _ in range(4):
                 for n in assigns:
-                    if self._upcasts(n.value) or any(isinstance(x, cst.Name) and x.value in wide
+                    if self._upcasts(n.value) or any(type(x) is cst.Name and x.value in wide
                                                      for x in nodes_under(n.value)):
-                        wide |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+                        wide |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
             return value.value in wide
         return False
 
@@ -330,16 +330,16 @@ def check(dtype):
 def _reduced(call: cst.Call) -> cst.CSTNode | None:
     """What a reduction reduces: the receiver of ``x.sum()``, the first argument of ``torch.sum(x)``."""
     func = call.func
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("torch", "F", "np"):
+    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in ("torch", "F", "np"):
         return call.args[0].value if call.args else None
-    if isinstance(func, cst.Attribute) and not (isinstance(func.value, cst.Attribute)):
+    if type(func) is cst.Attribute and not (type(func.value) is cst.Attribute):
         return func.value
     return call.args[0].value if call.args else None
 
 
 def _op(call: cst.Call) -> str:
     func = call.func
-    return func.attr.value if isinstance(func, cst.Attribute) else (func.value if isinstance(func, cst.Name) else "")
+    return func.attr.value if type(func) is cst.Attribute else (func.value if type(func) is cst.Name else "")
 
 
 # -- the gate's ast counterparts of the helpers above ---------------------------------------------

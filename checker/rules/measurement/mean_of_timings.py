@@ -126,17 +126,17 @@ def bench_host(fn, x, iters=5):
             return
         timings = self._timing_lists(original_node)
         for node in nodes_under(original_node, nested=True):
-            if not isinstance(node, (cst.Call, cst.BinaryOperation)) or not scope.covers(node):
+            if type(node) not in (cst.Call, cst.BinaryOperation) or not scope.covers(node):
                 continue
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 name = last(model.call_name(node) or model.dotted(node.func))
                 if name == "do_bench":
                     mode = arg(node, 99, "return_mode")
-                    if isinstance(mode, cst.SimpleString) and mode.evaluated_value == "mean":
+                    if type(mode) is cst.SimpleString and mode.evaluated_value == "mean":
                         self.report(node, what='do_bench(return_mode="mean") reports the mean')
                 elif name in MEANS and self._mentions(node, timings) and not self._median_too(node):
                     self.report(node, what="the mean of per-run timings is reported")
-            elif isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Call) and \
+            elif type(node.operator) is cst.Divide and type(node.left) is cst.Call and \
                     last(model.dotted(node.left.func)) == "sum" and self._mentions(node.left, timings) \
                     and not self._median_too(node):
                 self.report(node, what="the mean of per-run timings is reported")
@@ -145,7 +145,7 @@ def bench_host(fn, x, iters=5):
                 continue
             root = region_root(model, region)
             for stmt in region.nodes:
-                if isinstance(stmt, cst.For) and isinstance(stmt.iter, cst.Call) and \
+                if type(stmt) is cst.For and type(stmt.iter) is cst.Call and \
                         model.dotted(stmt.iter.func) == "range" and len(stmt.iter.args) == 1:
                     n = int_value(root, stmt.iter.args[0].value)
                     if n is not None and 1 < n <= FEW_RUNS and not self._estimate(root):
@@ -155,16 +155,16 @@ def bench_host(fn, x, iters=5):
         """The function reports the median or percentiles as well: the mean is an extra column."""
         fn = self.model.enclosing_function(node)
         return fn is not None and any(
-            (isinstance(n, cst.Name) and SPREAD.search(n.value)) or (isinstance(n, cst.Attribute) and SPREAD.search(n.attr.value))
+            (type(n) is cst.Name and SPREAD.search(n.value)) or (type(n) is cst.Attribute and SPREAD.search(n.attr.value))
             for n in nodes_under(fn.body, nested=True))
 
     def _estimate(self, root: cst.CSTNode) -> bool:
         """The short window only estimates the time of a call to size the real measurement
         (``estimate_ms = ...; n_repeat = int(rep / estimate_ms)``), as ``do_bench`` does."""
-        return any(isinstance(n, cst.Name) and ESTIMATE.search(n.value) for n in nodes_under(root, nested=True))
+        return any(type(n) is cst.Name and ESTIMATE.search(n.value) for n in nodes_under(root, nested=True))
 
     def _mentions(self, node: cst.CSTNode, timings: set[str]) -> bool:
-        return any(isinstance(n, cst.Name) and n.value in timings for n in nodes_under(node))
+        return any(type(n) is cst.Name and n.value in timings for n in nodes_under(node))
 
     def _timing_lists(self, module: cst.Module) -> set[str]:
         """Names of lists filled with per-run timings: ``times.append(start.elapsed_time(end))``,
@@ -172,26 +172,26 @@ def bench_host(fn, x, iters=5):
         model = self.model
         timer_names: set[str] = set()  # names holding a timestamp or an elapsed time
         for n in nodes_under(module, nested=True):
-            if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call) and (
+            if type(n) is cst.Assign and type(n.value) is cst.Call and (
                     model.call_name(n.value) in HOST_TIMERS or last(model.dotted(n.value.func)) == "elapsed_time"):
-                timer_names |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+                timer_names |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
 
         def is_timing(expr) -> bool:
             for s in nodes_under(expr):
-                if isinstance(s, cst.Call) and (last(model.dotted(s.func)) == "elapsed_time"
+                if type(s) is cst.Call and (last(model.dotted(s.func)) == "elapsed_time"
                                                 or model.call_name(s) in HOST_TIMERS):
                     return True
-                if isinstance(s, cst.Name) and s.value in timer_names:
+                if type(s) is cst.Name and s.value in timer_names:
                     return True
             return False
 
         lists: set[str] = set()
         for n in nodes_under(module, nested=True):
-            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "append" \
-                    and isinstance(n.func.value, cst.Name) and n.args and is_timing(n.args[0].value):
+            if type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "append" \
+                    and type(n.func.value) is cst.Name and n.args and is_timing(n.args[0].value):
                 lists.add(n.func.value.value)
-            elif isinstance(n, cst.Assign) and isinstance(n.value, (cst.ListComp, cst.List)) and is_timing(n.value):
-                lists |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
+            elif type(n) is cst.Assign and type(n.value) in (cst.ListComp, cst.List) and is_timing(n.value):
+                lists |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
         return lists
 
 

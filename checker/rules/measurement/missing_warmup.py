@@ -168,14 +168,14 @@ def bench(x):
             for c in timed:  # a local closure (runner()) is warmed by a call of what it runs (call_fn())
                 target = model.callee(c)
                 if target is not None:
-                    names |= {code(x.func) for x in nodes_under(target.body) if isinstance(x, cst.Call)}
+                    names |= {code(x.func) for x in nodes_under(target.body) if type(x) is cst.Call}
             if reads_back(region):
                 continue  # reads a value back every step: a host-side statistics loop, not a kernel timing
             fn_body = region.function.body if region.function is not None else root
             for _ in range(2):  # runner = call_fn: the alias is warmed by a call of what it names
                 for n in nodes_under(fn_body):
-                    if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and any(
-                            isinstance(t.target, cst.Name) and t.target.value in names for t in n.targets):
+                    if type(n) is cst.Assign and type(n.value) is cst.Name and any(
+                            type(t.target) is cst.Name and t.target.value in names for t in n.targets):
                         names.add(n.value.value)
             if self._warm(root, start, names):
                 continue
@@ -185,7 +185,7 @@ def bench(x):
             if by_callers is None or not by_callers:
                 self.report(timed[0], call=code(timed[0].func), how="with no warm-up call before the timing starts")
         for node in nodes_under(original_node, nested=True):
-            if isinstance(node, cst.Call) and last(model.call_name(node)) == "do_bench":
+            if type(node) is cst.Call and last(model.call_name(node)) == "do_bench":
                 if int_value(None, arg(node, 99, "warmup")) == 0:
                     self.report(node, call="do_bench", how="with warmup=0")
 
@@ -194,7 +194,7 @@ def bench(x):
         bench*/time*/measure*. A test (test_*) that prints how long its reference took, and serving
         code that profiles itself (_profile_prefill_latency, check_*), are judged by other means."""
         fn = region.function
-        names = [a.name.value for a in [fn, *self.model.ancestors(fn)] if isinstance(a, cst.FunctionDef)] if fn else []
+        names = [a.name.value for a in [fn, *self.model.ancestors(fn)] if type(a) is cst.FunctionDef] if fn else []
         if any(n.lower().startswith(("test", "_test")) for n in names[:1]):
             return False
         if MEASUREMENT_PATH.search(self.model.path):
@@ -207,9 +207,9 @@ def bench(x):
         for n in nodes_under(root):
             if n is start:
                 seen_start = True
-            if isinstance(n, cst.Name) and "warm" in n.value.lower():
+            if type(n) is cst.Name and "warm" in n.value.lower():
                 return True
-            if not seen_start and isinstance(n, cst.Call) and code(n.func) in names:
+            if not seen_start and type(n) is cst.Call and code(n.func) in names:
                 return True
         return False
 
@@ -219,7 +219,7 @@ def bench(x):
         if fn is None:
             return False
         sites = self.model.callers(fn)
-        return len(sites) >= 2 and isinstance(self.model.parent(sites[0]), cst.Expr)
+        return len(sites) >= 2 and type(self.model.parent(sites[0])) is cst.Expr
 
     def _warmed_by_parent(self, fn) -> bool:
         """A timing function nested in a benchmark that warms it up: the enclosing function calls
@@ -232,13 +232,13 @@ def bench(x):
             return False
         names = {fn.name.value}
         for n in nodes_under(parent.body):
-            if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value in names:
-                names |= {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
-        sites = [n for n in nodes_under(parent.body) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
+            if type(n) is cst.Assign and type(n.value) is cst.Name and n.value.value in names:
+                names |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
+        sites = [n for n in nodes_under(parent.body) if type(n) is cst.Call and type(n.func) is cst.Name
                  and n.func.value in names]
-        if len(sites) >= 2 and isinstance(self.model.parent(sites[0]), cst.Expr):
+        if len(sites) >= 2 and type(self.model.parent(sites[0])) is cst.Expr:
             return True
-        return bool(sites) and any(isinstance(n, cst.Name) and "warm" in n.value.lower()
+        return bool(sites) and any(type(n) is cst.Name and "warm" in n.value.lower()
                                    for n in nodes_under(parent.body))
 
     def _warmed_by_callers(self, fn, timed, module) -> bool | None:
@@ -248,13 +248,13 @@ def bench(x):
         if fn is None:
             return None
         params = [p.name.value for p in fn.params.params]
-        called = {c.func.value for c in timed if isinstance(c.func, cst.Name)}
+        called = {c.func.value for c in timed if type(c.func) is cst.Name}
         if not called or not called <= set(params):
             return None
         sites = self.model.callers(fn)
         for site in sites:
             passed = {code(v) for v in (arg(site, params.index(p), p) for p in called) if v is not None}
-            stmt = next((a for a in self.model.ancestors(site) if isinstance(a, cst.SimpleStatementLine)), site)
+            stmt = next((a for a in self.model.ancestors(site) if type(a) is cst.SimpleStatementLine), site)
             caller = self.model.enclosing_function(site) or module
             if not self._warm(caller, stmt, passed):
                 return False

@@ -115,9 +115,9 @@ def check_topk(scores, k):
     def leave_Module(self, original_node: cst.Module) -> None:
         scope = Scope(self)
         for node in nodes_under(original_node, nested=True):
-            if isinstance(node, cst.Call) and is_compare(self.model, node, TOLERANCE_COMPARES):
+            if type(node) is cst.Call and is_compare(self.model, node, TOLERANCE_COMPARES):
                 flag = arg(node, 99, "equal_nan")
-                if isinstance(flag, cst.Name) and flag.value == "True" and scope.covers(node) \
+                if type(flag) is cst.Name and flag.value == "True" and scope.covers(node) \
                         and not self._nan_inputs(node) and self._both_unset(node):
                     self.report(node)
 
@@ -131,7 +131,7 @@ def check_topk(scores, k):
             return False
         unset: set[str] = set()
         for n in nodes_under(fn.body, nested=True):
-            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+            if type(n) is cst.Assign and len(n.targets) == 1 and type(n.targets[0].target) is cst.Name:
                 if _unset_value(self.model, n.value):
                     unset.add(n.targets[0].target.value)
         sides = [a.value for a in call.args if a.keyword is None][:2]
@@ -144,13 +144,13 @@ def check_topk(scores, k):
         fn = self.model.enclosing_function(call)
         root = fn if fn is not None else call
         poison = {id(x) for n in nodes_under(root, nested=True)  # NaN that poisons an output is no input
-                  if isinstance(n, cst.Assign) and _unset_value(self.model, n.value) for x in nodes_under(n.value)}
+                  if type(n) is cst.Assign and _unset_value(self.model, n.value) for x in nodes_under(n.value)}
         for n in nodes_under(root):
             if id(n) in poison:
                 continue
-            if isinstance(n, cst.SimpleString) and str(n.evaluated_value).lower().lstrip("+-") in ("nan", "inf"):
+            if type(n) is cst.SimpleString and str(n.evaluated_value).lower().lstrip("+-") in ("nan", "inf"):
                 return True
-            if isinstance(n, cst.Attribute) and n.attr.value in ("nan", "inf") and isinstance(n.value, cst.Name):
+            if type(n) is cst.Attribute and n.attr.value in ("nan", "inf") and type(n.value) is cst.Name:
                 return True
         return False
 
@@ -158,25 +158,25 @@ def check_topk(scores, k):
 def _base(expr: cst.CSTNode) -> str | None:
     """``out`` for ``out``, ``out[:n]``, ``out.float()``: the buffer a compared value reads."""
     while True:
-        if isinstance(expr, cst.Subscript):
+        if type(expr) is cst.Subscript:
             expr = expr.value
-        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not expr.args:
+        elif type(expr) is cst.Call and type(expr.func) is cst.Attribute and not expr.args:
             expr = expr.func.value
         else:
             break
-    return expr.value if isinstance(expr, cst.Name) else None
+    return expr.value if type(expr) is cst.Name else None
 
 
 def _unset_value(model, value: cst.CSTNode) -> bool:
     """``torch.empty(...)``, ``x.new_empty(...)``, ``torch.full(..., nan)``, ``torch.empty(...).fill_(nan)``."""
-    if not isinstance(value, cst.Call):
+    if type(value) is not cst.Call:
         return False
     name = model.call_name(value) or ""
-    if name in EMPTY_FACTORIES or (isinstance(value.func, cst.Attribute) and value.func.attr.value in (
+    if name in EMPTY_FACTORIES or (type(value.func) is cst.Attribute and value.func.attr.value in (
             "new_empty", "empty_like")):
         return True
     text = cst.Module([]).code_for_node(value)
-    if isinstance(value.func, cst.Attribute) and value.func.attr.value == "fill_":
+    if type(value.func) is cst.Attribute and value.func.attr.value == "fill_":
         return "nan" in text.lower()
     return name.split(".")[-1] in ("full", "full_like") and "nan" in text.lower()
 

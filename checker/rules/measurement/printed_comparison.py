@@ -134,7 +134,7 @@ def verify(out, ref):
         if scope.whole_file:
             roots.append((original_node, "this script"))
         for root, where in roots:
-            if isinstance(root, cst.FunctionDef) and (self._callers_check(root, original_node)
+            if type(root) is cst.FunctionDef and (self._callers_check(root, original_node)
                                                      or REPORTER.match(root.name.value)):
                 continue  # a reporting helper (print_mismatch_details) of checks made elsewhere
             if self._decides(root):
@@ -146,30 +146,30 @@ def verify(out, ref):
         (``if not torch.allclose(...): return False``), or stored (``results[k] = passed``),
         or an error measure compared with a bound (``if max_diff > tol:``)."""
         model = self.model
-        body = root.body if isinstance(root, cst.FunctionDef) else root
+        body = root.body if type(root) is cst.FunctionDef else root
         results: set[str] = set()
         for n in nodes_under(body):
-            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name) and \
-                    any(isinstance(c, cst.Call) and is_compare(model, c) for c in nodes_under(n.value)):
+            if type(n) is cst.Assign and len(n.targets) == 1 and type(n.targets[0].target) is cst.Name and \
+                    any(type(c) is cst.Call and is_compare(model, c) for c in nodes_under(n.value)):
                 results.add(n.targets[0].target.value)
         for n in nodes_under(body):
             tests = []
-            if isinstance(n, (cst.If, cst.While)):
+            if type(n) in (cst.If, cst.While):
                 tests = [n.test]
-            elif isinstance(n, cst.IfExp):
+            elif type(n) is cst.IfExp:
                 tests = [n.test]
-            elif isinstance(n, cst.Return) and n.value is not None:
+            elif type(n) is cst.Return and n.value is not None:
                 tests = [n.value]
-            elif isinstance(n, cst.Assign) and any(isinstance(t.target, cst.Subscript) for t in n.targets):
+            elif type(n) is cst.Assign and any(type(t.target) is cst.Subscript for t in n.targets):
                 tests = [n.value]
             for t in tests:
                 for x in nodes_under(t):
-                    if isinstance(x, cst.Call) and is_compare(model, x):
+                    if type(x) is cst.Call and is_compare(model, x):
                         return True
-                    if isinstance(x, cst.Name) and x.value in results:
+                    if type(x) is cst.Name and x.value in results:
                         return True
-                    if isinstance(x, cst.Comparison) and self._difference(x, set()) is None and isinstance(n, cst.If) \
-                            and any(isinstance(y, cst.Name) and ERROR_NAME.search(y.value) for y in nodes_under(x)):
+                    if type(x) is cst.Comparison and self._difference(x, set()) is None and type(n) is cst.If \
+                            and any(type(y) is cst.Name and ERROR_NAME.search(y.value) for y in nodes_under(x)):
                         return True
         return False
 
@@ -180,34 +180,34 @@ def verify(out, ref):
 
     def _asserts(self, fn: cst.FunctionDef) -> bool:
         for node in nodes_under(fn.body):
-            if isinstance(node, (cst.Assert, cst.Raise)):
+            if type(node) in (cst.Assert, cst.Raise):
                 return True
-            if isinstance(node, cst.Call) and last(self.model.call_name(node)).startswith(ASSERTING):
+            if type(node) is cst.Call and last(self.model.call_name(node)).startswith(ASSERTING):
                 return True
         return False
 
     def _check(self, root: cst.CSTNode, where: str) -> None:
         model = self.model
-        body = root.body if isinstance(root, cst.FunctionDef) else root
+        body = root.body if type(root) is cst.FunctionDef else root
         diffs: set[str] = set()
         printed: list[tuple[cst.Call, str]] = []
         returned: set[str] = set()
         for node in nodes_under(body):
-            if isinstance(node, (cst.Assert, cst.Raise)):
+            if type(node) in (cst.Assert, cst.Raise):
                 return
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 name = last(model.call_name(node))
                 if name.startswith(ASSERTING):
                     return
-            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
                 if self._difference(node.value, diffs):
                     diffs.add(node.targets[0].target.value)
-            if isinstance(node, cst.Return) and node.value is not None:
-                returned |= {n.value for n in nodes_under(node.value) if isinstance(n, cst.Name)}
+            if type(node) is cst.Return and node.value is not None:
+                returned |= {n.value for n in nodes_under(node.value) if type(n) is cst.Name}
                 if self._difference(node.value, diffs):
                     return
-            if isinstance(node, cst.Call) and model.log_kind(node):
-                if any(isinstance(x, cst.Name) and TIMING.search(x.value) for a in node.args for x in nodes_under(a.value)):
+            if type(node) is cst.Call and model.log_kind(node):
+                if any(type(x) is cst.Name and TIMING.search(x.value) for a in node.args for x in nodes_under(a.value)):
                     continue  # a row of a benchmark table: the error is a column beside the timings
                 for a in node.args:
                     what = self._difference(a.value, diffs)
@@ -223,18 +223,18 @@ def verify(out, ref):
     def _difference(self, expr: cst.CSTNode, diffs: set[str]) -> str | None:
         """What in ``expr`` is a comparison or an error measure, or None."""
         for n in nodes_under(expr):
-            if isinstance(n, cst.Name) and n.value in diffs:
+            if type(n) is cst.Name and n.value in diffs:
                 return n.value
-            if isinstance(n, cst.Call):
+            if type(n) is cst.Call:
                 if is_compare(self.model, n):
                     return f"{last(self.model.call_name(n))}()"
                 func = n.func
-                if isinstance(func, cst.Attribute) and func.attr.value == "abs" and any(
-                        isinstance(s, cst.BinaryOperation) and isinstance(s.operator, cst.Subtract)
+                if type(func) is cst.Attribute and func.attr.value == "abs" and any(
+                        type(s) is cst.BinaryOperation and type(s.operator) is cst.Subtract
                         for s in nodes_under(func.value)):
                     return "the difference"
                 if last(self.model.call_name(n)) == "abs" and n.args and any(
-                        isinstance(s, cst.BinaryOperation) and isinstance(s.operator, cst.Subtract)
+                        type(s) is cst.BinaryOperation and type(s.operator) is cst.Subtract
                         for s in nodes_under(n.args[0].value)):
                     return "the difference"
         return None

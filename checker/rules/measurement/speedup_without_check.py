@@ -153,13 +153,13 @@ def benchmark(fn, baseline, x):
         scope = Scope(self)
         for node in nodes_under(module, nested=True):
             claim = False
-            if isinstance(node, cst.SimpleString):
-                if isinstance(self.model.parent(node), cst.Expr):
+            if type(node) is cst.SimpleString:
+                if type(self.model.parent(node)) is cst.Expr:
                     continue  # a docstring describes, it does not report
                 claim = bool(SPEEDUP.search(str(node.evaluated_value)))
-            elif isinstance(node, cst.FormattedStringText):
+            elif type(node) is cst.FormattedStringText:
                 claim = bool(SPEEDUP.search(node.value))
-            elif isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
+            elif type(node) is cst.AssignTarget and type(node.target) is cst.Name:
                 claim = "speedup" in node.target.value.lower()
             if claim and scope.covers(node):
                 return node
@@ -167,7 +167,7 @@ def benchmark(fn, baseline, x):
 
     def _statement(self, node: cst.CSTNode) -> cst.CSTNode:
         for anc in self.model.ancestors(node):
-            if isinstance(anc, cst.SimpleStatementLine):
+            if type(anc) is cst.SimpleStatementLine:
                 return anc.body[0]
         return node
 
@@ -180,15 +180,15 @@ def benchmark(fn, baseline, x):
         model = self.model
         printed = False
         for n in nodes_under(module, nested=True):
-            if isinstance(n, cst.Call):
+            if type(n) is cst.Call:
                 name = last(model.dotted(n.func)).lower()
                 checks = is_compare(model, n, COMPARES) or name.startswith(CHECKERS) or _check_name(name)
-                if checks and not any(isinstance(a, cst.Call) and model.log_kind(a) for a in model.ancestors(n)):
+                if checks and not any(type(a) is cst.Call and model.log_kind(a) for a in model.ancestors(n)):
                     return True
                 printed = printed or checks  # a comparison that is only printed decides nothing
-            elif isinstance(n, cst.Assert):
-                words = {x.value for x in nodes_under(n.test) if isinstance(x, cst.Name)}
-                words |= {x.attr.value for x in nodes_under(n.test) if isinstance(x, cst.Attribute)}
+            elif type(n) is cst.Assert:
+                words = {x.value for x in nodes_under(n.test) if type(x) is cst.Name}
+                words |= {x.attr.value for x in nodes_under(n.test) if type(x) is cst.Attribute}
                 if not any(w.startswith(NOT_OUTPUT_CHECKS) for w in words):
                     return True
         return "printed" if printed else False
@@ -266,13 +266,13 @@ class HandWritten:
         no reference to a same-module function at module level (no entry point: functions run
         from elsewhere), every function is an entry point."""
         model = self.model
-        defs = [n for n in walk(self.module) if isinstance(n, cst.FunctionDef)]
+        defs = [n for n in walk(self.module) if type(n) is cst.FunctionDef]
         by_name: dict[str, list[cst.FunctionDef]] = {}
         methods: dict[str, list[cst.FunctionDef]] = {}  # class name -> its methods
         for d in defs:
             by_name.setdefault(d.name.value, []).append(d)
             owner = model.parent(model.parent(d)) if model.parent(d) is not None else None
-            if isinstance(owner, cst.ClassDef):
+            if type(owner) is cst.ClassDef:
                 methods.setdefault(owner.name.value, []).append(d)
         reached: list[cst.CSTNode] = [self.module]
         seen = {id(self.module)}
@@ -290,7 +290,7 @@ class HandWritten:
             if d.name.value.lower().startswith("test"):
                 add(d)
         for anc in model.ancestors(self.claim):
-            if isinstance(anc, cst.FunctionDef):
+            if type(anc) is cst.FunctionDef:
                 add(anc)
         i = 0
         while i < len(reached):
@@ -303,10 +303,10 @@ class HandWritten:
 
     def _reference(self, node: cst.CSTNode) -> bool:
         """A name that may refer to a function or class: not the name a ``def`` or ``class`` binds."""
-        if not isinstance(node, cst.Name):
+        if type(node) is not cst.Name:
             return False
         parent = self.model.parent(node)
-        return not (isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is node)
+        return not (type(parent) in (cst.FunctionDef, cst.ClassDef) and parent.name is node)
 
     # -- error metrics and exact comparisons --------------------------------------------------------
 
@@ -318,30 +318,30 @@ class HandWritten:
         computed: set[str] = set()  # names holding a computed value (assigned from a call's result)
         pairs: set[frozenset] = set()  # two names that iterate two computed collections side by side
         for node, in_lambda in _own(scope):
-            if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and node.value is not None:
+            if type(node) in (cst.Assign, cst.AnnAssign, cst.AugAssign) and node.value is not None:
                 targets = _targets(node)
                 if self._difference(node.value, diffs):
                     diffs |= targets
                 elif self._error_tensor(node.value, diffs, errors):
                     errors |= targets
-                if any(isinstance(n, cst.Call) for n in walk(node.value)):
+                if any(type(n) is cst.Call for n in walk(node.value)):
                     computed |= targets
-            elif isinstance(node, cst.For):
+            elif type(node) is cst.For:
                 pairs |= self._zip_pair(node, computed)
-            elif isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            elif type(node) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
                 loop = node.for_in  # before the element, which is written first: [a != b for a, b in ...]
                 while loop is not None:
                     pairs |= self._zip_pair(loop, computed)
                     loop = loop.inner_for_in
             if in_lambda:
                 continue
-            if isinstance(node, cst.Call) and self._metric(node, diffs, errors):
+            if type(node) is cst.Call and self._metric(node, diffs, errors):
                 return True
-            if isinstance(node, cst.Comparison):
+            if type(node) is cst.Comparison:
                 follow = self._exact(node, computed, pairs)
                 if follow is not None:
                     exact.append((follow, scope))
-            elif (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitXor)
+            elif (type(node) is cst.BinaryOperation and type(node.operator) is cst.BitXor
                   and _names(node.left, node.right) in pairs):
                 exact.append((node, scope))  # the symmetric difference of paired sets
         return False
@@ -350,9 +350,9 @@ class HandWritten:
         """``out - ref`` (through casts), two values that are not literals, nor a value and its own
         reduction (``x - x.mean()``); or a name holding one."""
         node = _strip(node)
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             return node.value in diffs
-        if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract)):
+        if not (type(node) is cst.BinaryOperation and type(node.operator) is cst.Subtract):
             return False
         left, right = node.left, node.right
         if _literal(left) or _literal(right):
@@ -364,11 +364,11 @@ class HandWritten:
         """An expression built on an absolute difference of tensors (``(out - ref).abs()``,
         ``torch.abs(d)``, ``abs_err[mask] / ref.abs()``) or on a name holding one."""
         for n in walk(expr, into_scopes=False):
-            if isinstance(n, cst.Name) and n.value in errors:
+            if type(n) is cst.Name and n.value in errors:
                 return True
-            if isinstance(n, cst.Call):
+            if type(n) is cst.Call:
                 func = n.func
-                if isinstance(func, cst.Attribute) and func.attr.value == "abs" and not n.args:
+                if type(func) is cst.Attribute and func.attr.value == "abs" and not n.args:
                     if self._difference(func.value, diffs):
                         return True
                 elif (self.model.call_name(n) in TENSOR_ABS and n.args
@@ -381,7 +381,7 @@ class HandWritten:
         name = self.model.call_name(call) or ""
         if last(name) in METRIC_CALLS:
             return True
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             method = func.attr.value
             if method in NORMS and self._difference(func.value, diffs):
                 return True
@@ -401,8 +401,8 @@ class HandWritten:
         (as a one-pair set; empty when the loop is not such)."""
         it = node.iter
         target = node.target
-        if not (isinstance(it, cst.Call) and self.model.dotted(it.func) == "zip" and len(it.args) == 2
-                and isinstance(target, cst.Tuple) and len(target.elements) == 2):
+        if not (type(it) is cst.Call and self.model.dotted(it.func) == "zip" and len(it.args) == 2
+                and type(target) is cst.Tuple and len(target.elements) == 2):
             return set()
         if not all(_root(a.value) in computed for a in it.args):
             return set()
@@ -412,7 +412,7 @@ class HandWritten:
     def _exact(self, node: cst.Comparison, computed: set[str], pairs: set[frozenset]) -> cst.CSTNode | None:
         """The node whose use decides an exact comparison (the comparison, or the reduction of an
         element-wise one), or None when ``node`` compares no two computed values."""
-        if len(node.comparisons) != 1 or not isinstance(node.comparisons[0].operator, (cst.Equal, cst.NotEqual)):
+        if len(node.comparisons) != 1 or type(node.comparisons[0].operator) not in (cst.Equal, cst.NotEqual):
             return None
         left, right = node.left, node.comparisons[0].comparator
         if _literal(left) or _literal(right):
@@ -426,18 +426,18 @@ class HandWritten:
         cur: cst.CSTNode = node
         while True:  # up through casts to a reduction: (out == ref).float().mean(), torch.all(out == ref)
             parent = model.parent(cur)
-            if isinstance(parent, cst.Attribute) and parent.value is cur:
+            if type(parent) is cst.Attribute and parent.value is cur:
                 call = model.parent(parent)
-                if not (isinstance(call, cst.Call) and call.func is parent):
+                if not (type(call) is cst.Call and call.func is parent):
                     return None
                 if parent.attr.value in VERDICT_REDUCTIONS:
                     return call
                 if parent.attr.value not in CASTS:
                     return None
                 cur = call
-            elif isinstance(parent, cst.Arg):
+            elif type(parent) is cst.Arg:
                 call = model.parent(parent)
-                if isinstance(call, cst.Call) and last(model.call_name(call)) in VERDICT_REDUCTIONS:
+                if type(call) is cst.Call and last(model.call_name(call)) in VERDICT_REDUCTIONS:
                     return call
                 return None
             else:
@@ -455,11 +455,11 @@ class HandWritten:
             outcome = self._climb(node, scope)
             if outcome is True:
                 return True
-            if isinstance(outcome, cst.FunctionDef):  # returned: follow the calls of the function
+            if type(outcome) is cst.FunctionDef:  # returned: follow the calls of the function
                 fname = outcome.name.value
                 for s in scopes:
                     for n, _ in _own(s):
-                        if isinstance(n, cst.Call) and last(self.model.dotted(n.func)) == fname:
+                        if type(n) is cst.Call and last(self.model.dotted(n.func)) == fname:
                             todo.append((n, s))
                 continue
             for name in outcome or ():
@@ -467,7 +467,7 @@ class HandWritten:
                     continue
                 followed.add((id(scope), name))
                 for n, _ in _own(scope):
-                    if isinstance(n, cst.Name) and n.value == name and not self._binds(n):
+                    if type(n) is cst.Name and n.value == name and not self._binds(n):
                         todo.append((n, scope))
         return False
 
@@ -477,22 +477,22 @@ class HandWritten:
         model = self.model
         child = node
         for anc in model.ancestors(node):
-            if anc is scope or isinstance(anc, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            if anc is scope or type(anc) in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
                 return set()
-            if isinstance(anc, (cst.If, cst.While)):
+            if type(anc) in (cst.If, cst.While):
                 if anc.test is not child:
                     return set()
                 return True if self._acts(anc) else _assigned(anc)
-            if isinstance(anc, (cst.Assert, cst.Raise)):
+            if type(anc) in (cst.Assert, cst.Raise):
                 return True
-            if isinstance(anc, cst.Return):
+            if type(anc) is cst.Return:
                 return model.enclosing_function(anc) or set()
-            if isinstance(anc, cst.Call):
+            if type(anc) is cst.Call:
                 if model.log_kind(anc):
                     return set()  # printed
                 if last(model.dotted(anc.func)) in EXITS:
                     return True
-            if isinstance(anc, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            if type(anc) in (cst.Assign, cst.AnnAssign, cst.AugAssign):
                 return _targets(anc) if anc.value is child else set()
             if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                 return set()
@@ -502,17 +502,17 @@ class HandWritten:
     def _acts(self, branch: cst.If | cst.While) -> bool:
         """The ``if``/``while`` raises, returns, asserts, exits or warns in one of its branches."""
         for n in walk(branch, into_scopes=False):
-            if isinstance(n, (cst.Raise, cst.Return, cst.Assert)):
+            if type(n) in (cst.Raise, cst.Return, cst.Assert):
                 return True
-            if isinstance(n, cst.Call) and n is not branch.test and (
+            if type(n) is cst.Call and n is not branch.test and (
                     self.model.log_kind(n) or last(self.model.dotted(n.func)) in EXITS):
                 return True
         return False
 
     def _binds(self, name: cst.Name) -> bool:
         parent = self.model.parent(name)
-        return (isinstance(parent, cst.AssignTarget) or isinstance(parent, cst.Param)
-                or (isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is name))
+        return (type(parent) is cst.AssignTarget or type(parent) is cst.Param
+                or (type(parent) in (cst.AugAssign, cst.AnnAssign) and parent.target is name))
 
 
 def _own(root: cst.CSTNode):
@@ -522,19 +522,19 @@ def _own(root: cst.CSTNode):
     while stack:
         node, in_lambda = stack.pop()
         yield node, in_lambda
-        if node is not root and isinstance(node, cst.FunctionDef):
+        if node is not root and type(node) is cst.FunctionDef:
             continue
-        inner = in_lambda or isinstance(node, cst.Lambda)
+        inner = in_lambda or type(node) is cst.Lambda
         stack.extend((c, inner) for c in reversed(children(node)))
 
 
 def _targets(stmt) -> set[str]:
     """The plain names an assignment binds (tuple targets included)."""
-    roots = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
+    roots = [t.target for t in stmt.targets] if type(stmt) is cst.Assign else [stmt.target]
     out: set[str] = set()
     for r in roots:
         for n in walk(r):
-            if isinstance(n, cst.Name) and not isinstance(r, (cst.Attribute, cst.Subscript)):
+            if type(n) is cst.Name and type(r) not in (cst.Attribute, cst.Subscript):
                 out.add(n.value)
     return out
 
@@ -542,14 +542,14 @@ def _targets(stmt) -> set[str]:
 def _assigned(block: cst.CSTNode) -> set[str]:
     out: set[str] = set()
     for n in walk(block, into_scopes=False):
-        if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+        if type(n) in (cst.Assign, cst.AnnAssign, cst.AugAssign):
             out |= _targets(n)
     return out
 
 
 def _strip(node: cst.CSTNode) -> cst.CSTNode:
     """``node`` without trailing conversions (``(a - b).float()`` -> ``a - b``)."""
-    while (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+    while (type(node) is cst.Call and type(node.func) is cst.Attribute
            and node.func.attr.value in CASTS):
         node = node.func.value
     return node
@@ -558,26 +558,26 @@ def _strip(node: cst.CSTNode) -> cst.CSTNode:
 def _root(node: cst.CSTNode) -> str | None:
     """The leftmost name of an attribute, subscript or call chain (``out[0].float()`` -> ``out``)."""
     while True:
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             return node.value
-        if isinstance(node, cst.Attribute):
+        if type(node) is cst.Attribute:
             node = node.value
-        elif isinstance(node, cst.Subscript):
+        elif type(node) is cst.Subscript:
             node = node.value
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        elif type(node) is cst.Call and type(node.func) is cst.Attribute:
             node = node.func.value
         else:
             return None
 
 
 def _literal(node: cst.CSTNode) -> bool:
-    if isinstance(node, cst.UnaryOperation):
+    if type(node) is cst.UnaryOperation:
         node = node.expression
-    return isinstance(node, LITERALS) or (isinstance(node, cst.Name) and node.value in ("None", "True", "False"))
+    return isinstance(node, LITERALS) or (type(node) is cst.Name and node.value in ("None", "True", "False"))
 
 
 def _names(*nodes: cst.CSTNode) -> frozenset | None:
-    if all(isinstance(n, cst.Name) for n in nodes) and len({n.value for n in nodes}) == len(nodes):
+    if all(type(n) is cst.Name for n in nodes) and len({n.value for n in nodes}) == len(nodes):
         return frozenset(n.value for n in nodes)
     return None
 

@@ -191,15 +191,15 @@ def bench(fn, x, iters=100):
                 continue
             root = region_root(model, region)
             fn = region.function
-            if isinstance(fn, cst.FunctionDef) and HOST_OVERHEAD.search(fn.get_docstring() or ""):
+            if type(fn) is cst.FunctionDef and HOST_OVERHEAD.search(fn.get_docstring() or ""):
                 continue  # a timing function documented as measuring host overhead
             if id(root) in reported or not benchmark_code(model, region) or reads_back(region) \
                     or self._flushes(root):
                 continue
-            loop = next((s for s in region.nodes if isinstance(s, (cst.For, cst.While))), None)
+            loop = next((s for s in region.nodes if type(s) in (cst.For, cst.While)), None)
             times = "repeatedly inside the timed window"
             if loop is None:
-                loop = next((a for a in model.ancestors(region.nodes[0]) if isinstance(a, (cst.For, cst.While))
+                loop = next((a for a in model.ancestors(region.nodes[0]) if type(a) in (cst.For, cst.While)
                              and _inside(model, a, root)), None)
                 times = "once per timed iteration"
             if loop is None:
@@ -208,7 +208,7 @@ def bench(fn, x, iters=100):
             if not timed:
                 continue
             varying = _varying(loop)
-            if any(isinstance(n, cst.Name) and n.value in varying for c in timed for a in c.args
+            if any(type(n) is cst.Name and n.value in varying for c in timed for a in c.args
                    for n in nodes_under(a.value)):
                 continue  # inputs rotate with the loop
             if all(COLLECTIVE.search(model.dotted(c.func) or "") for c in timed):
@@ -223,14 +223,14 @@ def bench(fn, x, iters=100):
         vocabulary logits): in the timed calls, or at the same-module calls of a timing helper whose
         timed call is a parameter (``_timed_loop(lambda: fwd(logits, target), ...)``)."""
         texts = [self.model.dotted(c.func) or "" for c in timed]
-        texts += [n.value for c in timed for a in c.args for n in nodes_under(a.value) if isinstance(n, cst.Name)]
+        texts += [n.value for c in timed for a in c.args for n in nodes_under(a.value) if type(n) is cst.Name]
         fn = region.function
         if fn is not None:
             params = {p.name.value for p in fn.params.params}
-            if any(isinstance(c.func, cst.Name) and c.func.value in params for c in timed):
+            if any(type(c.func) is cst.Name and c.func.value in params for c in timed):
                 for site in self.model.callers(fn):
                     caller = self.model.enclosing_function(site) or site
-                    texts += [n.value for n in nodes_under(caller, nested=True) if isinstance(n, cst.Name)]
+                    texts += [n.value for n in nodes_under(caller, nested=True) if type(n) is cst.Name]
         vocab = bool(VOCAB.search(self.context.source))  # logits over a vocabulary, not a router's
         return any(LARGE.search(t) or (vocab and "logits" in t.lower()) for t in texts)
 
@@ -247,8 +247,8 @@ def bench(fn, x, iters=100):
             if not name.startswith("torch.") or name.rsplit(".", 1)[-1] not in ALLOCATORS:
                 continue
             dims = [a.value for a in call.args if a.keyword is None and not a.star]
-            if name.endswith(("full", "normal")) or (dims and isinstance(dims[0], (cst.Tuple, cst.List))):
-                dims = [e.value for e in dims[0].elements] if dims and isinstance(dims[0], (cst.Tuple, cst.List)) \
+            if name.endswith(("full", "normal")) or (dims and type(dims[0]) in (cst.Tuple, cst.List)):
+                dims = [e.value for e in dims[0].elements] if dims and type(dims[0]) in (cst.Tuple, cst.List) \
                     else []
             size = 1
             known = 0
@@ -270,12 +270,12 @@ def bench(fn, x, iters=100):
     def _flushes(self, root: cst.CSTNode) -> bool:
         roots = [root] + [c for c, _ in self.model.calls_in([root])]
         for r in roots:
-            target = self.model.callee(r) if isinstance(r, cst.Call) else r
+            target = self.model.callee(r) if type(r) is cst.Call else r
             for n in nodes_under(target if target is not None else r):
-                text = n.value if isinstance(n, cst.Name) else (n.attr.value if isinstance(n, cst.Attribute) else "")
+                text = n.value if type(n) is cst.Name else (n.attr.value if type(n) is cst.Attribute else "")
                 if any(w in text.lower() for w in FLUSH_WORDS):
                     return True
-                if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "zero_" \
+                if type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "zero_" \
                         and "cache" in (self.model.dotted(n.func.value) or "").lower():
                     return True
         return False
@@ -316,21 +316,21 @@ def _int_values(model, module: cst.Module) -> dict[str, int]:
     (as ``num_cols``), ``def f(n=1024)``, ``HIDDEN = 7168``."""
     found: dict[str, set[int]] = {}
     for node in nodes_under(module, nested=True):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+        if type(node) is cst.Call and type(node.func) is cst.Attribute \
                 and node.func.attr.value == "add_argument":
             flag = next((a.value.evaluated_value for a in node.args if a.keyword is None
-                         and isinstance(a.value, cst.SimpleString) and a.value.evaluated_value.startswith("--")), None)
+                         and type(a.value) is cst.SimpleString and a.value.evaluated_value.startswith("--")), None)
             default = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "default"), None)
             dest = next((a.value.evaluated_value for a in node.args if a.keyword is not None
-                         and a.keyword.value == "dest" and isinstance(a.value, cst.SimpleString)), None)
+                         and a.keyword.value == "dest" and type(a.value) is cst.SimpleString), None)
             v = _literal_int(default)
             if v is not None and (flag or dest):
                 found.setdefault(dest or flag.lstrip("-").replace("-", "_"), set()).add(v)
-        elif isinstance(node, cst.Param) and node.default is not None:
+        elif type(node) is cst.Param and node.default is not None:
             v = _literal_int(node.default)
             if v is not None:
                 found.setdefault(node.name.value, set()).add(v)
-        elif isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+        elif type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
             v = _literal_int(node.value)
             if v is not None:
                 found.setdefault(node.targets[0].target.value, set()).add(v)
@@ -343,23 +343,23 @@ def _literal_int(node) -> int | None:
 
 def _int_of(node, values: dict[str, int]) -> int | None:
     """The integer value of a literal, a known name or ``args.name``, or their ``*``, ``//``, ``<<``, ``**``."""
-    if isinstance(node, cst.Integer):
+    if type(node) is cst.Integer:
         return int(node.evaluated_value)
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return values.get(node.value)
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         return values.get(node.attr.value)
-    if isinstance(node, cst.BinaryOperation):
+    if type(node) is cst.BinaryOperation:
         a, b = _int_of(node.left, values), _int_of(node.right, values)
         if a is None or b is None:
             return None
-        if isinstance(node.operator, cst.Multiply):
+        if type(node.operator) is cst.Multiply:
             return a * b
-        if isinstance(node.operator, cst.FloorDivide) and b:
+        if type(node.operator) is cst.FloorDivide and b:
             return a // b
-        if isinstance(node.operator, cst.LeftShift) and b < 64:
+        if type(node.operator) is cst.LeftShift and b < 64:
             return a << b
-        if isinstance(node.operator, cst.Power) and b < 64:
+        if type(node.operator) is cst.Power and b < 64:
             return a ** b
     return None
 
@@ -369,8 +369,8 @@ def _inside(model, node: cst.CSTNode, root: cst.CSTNode) -> bool:
 
 
 def _targets(loop: cst.CSTNode) -> set[str]:
-    if isinstance(loop, cst.For):
-        return {n.value for n in nodes_under(loop.target) if isinstance(n, cst.Name)}
+    if type(loop) is cst.For:
+        return {n.value for n in nodes_under(loop.target) if type(n) is cst.Name}
     return set()
 
 
@@ -378,11 +378,11 @@ def _varying(loop: cst.CSTNode) -> set[str]:
     """The loop variable and the names the loop body assigns from it (``x, y = data[i % n]``,
     ``logits = inputs_for(idx)``): inputs that rotate with the loop."""
     varying = _targets(loop)
-    assigns = [n for n in nodes_under(loop.body) if isinstance(n, cst.Assign)]
+    assigns = [n for n in nodes_under(loop.body) if type(n) is cst.Assign]
     for _ in range(3):
         for a in assigns:
-            if any(isinstance(n, cst.Name) and n.value in varying for n in nodes_under(a.value)):
-                varying |= {n.value for t in a.targets for n in nodes_under(t.target) if isinstance(n, cst.Name)}
+            if any(type(n) is cst.Name and n.value in varying for n in nodes_under(a.value)):
+                varying |= {n.value for t in a.targets for n in nodes_under(t.target) if type(n) is cst.Name}
     return varying
 
 

@@ -183,7 +183,7 @@ def test_sum(x, ids):
             return  # a dispatch test on stand-ins (monkeypatch, Mock): no kernel output to poison
         buffers: dict[str, tuple[cst.Assign, str]] = {}
         for node in nodes_under(fn.body):
-            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
                 factory = self._empty(node.value)
                 if factory:
                     buffers[node.targets[0].target.value] = (node, factory)
@@ -195,11 +195,11 @@ def test_sum(x, ids):
         compared: dict[str, list[cst.Call]] = {}
         for call in calls(model, fn.body, depth=0):
             func = call.func
-            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in buffers:
+            if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in buffers:
                 if func.attr.value in FILLS and not _zero_fill(call):
                     poisoned.add(func.value.value)
                 continue
-            passed = {a.value.value for a in call.args if isinstance(a.value, cst.Name) and a.value.value in buffers}
+            passed = {a.value.value for a in call.args if type(a.value) is cst.Name and a.value.value in buffers}
             if not passed:
                 continue
             name = model.call_name(call) or ""
@@ -207,14 +207,14 @@ def test_sum(x, ids):
                 for b in passed:
                     compared.setdefault(b, []).append(call)
             elif not name.startswith("torch.") or name.startswith("torch.ops."):
-                launched = func.value if isinstance(func, cst.Subscript) else func  # kernel[grid](...)
+                launched = func.value if type(func) is cst.Subscript else func  # kernel[grid](...)
                 shown = name or model.dotted(launched) or "a call"
                 for b in passed:
                     written.setdefault(b, []).append((call, shown))
         for node in nodes_under(fn.body):  # out[...] = ... writes it too
-            if isinstance(node, cst.Assign):
+            if type(node) is cst.Assign:
                 for t in node.targets:
-                    if isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name):
+                    if type(t.target) is cst.Subscript and type(t.target.value) is cst.Name:
                         poisoned.add(t.target.value.value)
         evidence = _Evidence(self, fn, buffers, poisoned, written, compared, aliases)
         for b in buffers:
@@ -230,18 +230,18 @@ def test_sum(x, ids):
 
     def _empty(self, value: cst.CSTNode) -> str | None:
         """``torch.empty`` (or ``.new_empty``) when ``value`` allocates without a fill."""
-        if not isinstance(value, cst.Call):
+        if type(value) is not cst.Call:
             return None
         name = self.model.call_name(value) or ""
         if name in EMPTY_FACTORIES:
             return name
-        if isinstance(value.func, cst.Attribute) and value.func.attr.value == "new_empty":
+        if type(value.func) is cst.Attribute and value.func.attr.value == "new_empty":
             return ".new_empty"
         return None
 
 
 def _zero_fill(call: cst.Call) -> bool:
-    return bool(call.args) and isinstance(call.args[0].value, (cst.Integer, cst.Float)) and float(
+    return bool(call.args) and type(call.args[0].value) in (cst.Integer, cst.Float) and float(
         call.args[0].value.evaluated_value) == 0.0
 
 
@@ -278,20 +278,20 @@ SEEDS = {"manual_seed", "seed", "set_random_seed", "seed_everything", "manual_se
 
 
 def _minus_one(node: cst.CSTNode) -> bool:
-    return (isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus)
-            and isinstance(node.expression, cst.Integer) and node.expression.evaluated_value == 1)
+    return (type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus
+            and type(node.expression) is cst.Integer and node.expression.evaluated_value == 1)
 
 
 def _base(node: cst.CSTNode) -> str | None:
     """``out`` for ``out``, ``out[i]`` or ``out.view(...)[...]``."""
-    while isinstance(node, (cst.Subscript, cst.Attribute, cst.Call)):
-        node = node.func if isinstance(node, cst.Call) else node.value
-    return node.value if isinstance(node, cst.Name) else None
+    while type(node) in (cst.Subscript, cst.Attribute, cst.Call):
+        node = node.func if type(node) is cst.Call else node.value
+    return node.value if type(node) is cst.Name else None
 
 
 def _target(node: cst.CSTNode) -> str | None:
     """The name a one-target ``name = ...`` assigns, else None."""
-    if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+    if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
         return node.targets[0].target.value
     return None
 
@@ -309,7 +309,7 @@ def _statistic(name: str) -> bool:
 
 
 def _is_zero(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Integer) and node.evaluated_value == 0
+    return type(node) is cst.Integer and node.evaluated_value == 0
 
 
 def _compiled_aliases(model, fn: cst.FunctionDef) -> dict[str, str]:
@@ -317,8 +317,8 @@ def _compiled_aliases(model, fn: cst.FunctionDef) -> dict[str, str]:
     call of ``g`` counts as the same computation as a call of ``f``."""
     out: dict[str, str] = {}
     for node in nodes_under(fn.body):
-        if (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
-                and isinstance(node.value, cst.Call) and node.value.args
+        if (type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name
+                and type(node.value) is cst.Call and node.value.args
                 and last(model.call_name(node.value)) in ("compile", "partial")):
             inner = model.qualname(node.value.args[0].value) or model.dotted(node.value.args[0].value)
             if inner:
@@ -329,7 +329,7 @@ def _compiled_aliases(model, fn: cst.FunctionDef) -> dict[str, str]:
 def _negated(model, call: cst.Call) -> bool:
     """``not torch.allclose(a, b)``: the test asserts that the two differ."""
     parent = model.parent(call)
-    return isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
+    return type(parent) is cst.UnaryOperation and type(parent.operator) is cst.Not
 
 
 ZERO_REFERENCES = {"zeros", "zeros_like", "new_zeros"}
@@ -357,10 +357,10 @@ def _independently_checked(rule) -> set[str]:
         aliases = _compiled_aliases(model, fn)
         own = calls(model, fn.body, depth=0)
         allocated = {_target(n) for n in nodes_under(fn.body)
-                     if _target(n) and isinstance(n.value, cst.Call) and _allocation(model, n.value)}
+                     if _target(n) and type(n.value) is cst.Call and _allocation(model, n.value)}
         allocated -= {n.func.value.value for n in nodes_under(fn.body)  # cache.uniform_(lo, hi): data, an input
-                      if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
-                      and isinstance(n.func.value, cst.Name) and n.func.attr.value in FILLS - {"fill_"}}
+                      if type(n) is cst.Call and type(n.func) is cst.Attribute
+                      and type(n.func.value) is cst.Name and n.func.attr.value in FILLS - {"fill_"}}
         outputs: dict[str, set[str]] = {}  # name -> the ops that wrote or returned it
         for call in own:
             key = _op_key(model, call, aliases)
@@ -371,23 +371,23 @@ def _independently_checked(rule) -> set[str]:
                 if base in allocated:
                     outputs.setdefault(base, set()).add(key)
             parent = model.parent(call)
-            if isinstance(parent, cst.Assign):  # o, lse = op(...)
+            if type(parent) is cst.Assign:  # o, lse = op(...)
                 for t in parent.targets:
                     for n in nodes_under(t.target):
-                        if isinstance(n, cst.Name):
+                        if type(n) is cst.Name:
                             outputs.setdefault(n.value, set()).add(key)
         if not outputs:
             continue
         for _ in range(2):  # sorted_vals, idx = torch.sort(topk_values): built from the op's output
             for node in nodes_under(fn.body):
-                if not isinstance(node, cst.Assign) or (isinstance(node.value, cst.Call)
+                if type(node) is not cst.Assign or (type(node.value) is cst.Call
                                                         and _allocation(model, node.value)):
                     continue
                 came = _ops_in(outputs, node.value)
                 if came:
                     for t in node.targets:
                         for n in nodes_under(t.target):
-                            if isinstance(n, cst.Name):
+                            if type(n) is cst.Name:
                                 outputs.setdefault(n.value, set()).update(came)
         for call in own:
             target = model.callee(call)
@@ -405,14 +405,14 @@ def _independently_checked(rule) -> set[str]:
 def _op_key(model, call: cst.Call, aliases: dict[str, str]) -> str:
     """The computation a call runs, by name: ``kernel[grid](...)`` as ``kernel``, a ``torch.compile``d
     or ``functools.partial`` form (``aliases``) as the function it wraps."""
-    func = call.func.value if isinstance(call.func, cst.Subscript) else call.func
+    func = call.func.value if type(call.func) is cst.Subscript else call.func
     name = model.call_name(call) or model.dotted(func) or ""
     return aliases.get(name, name)
 
 
 def _ops_in(outputs: dict[str, set[str]], expr: cst.CSTNode) -> set[str]:
     """The ops whose output some name in ``expr`` holds."""
-    return set().union(*(outputs.get(n.value, set()) for n in nodes_under(expr) if isinstance(n, cst.Name)))
+    return set().union(*(outputs.get(n.value, set()) for n in nodes_under(expr) if type(n) is cst.Name))
 
 
 def _allocation(model, value: cst.Call) -> bool:
@@ -424,11 +424,11 @@ def _allocation(model, value: cst.Call) -> bool:
 
 def _reference(model, node: cst.CSTNode) -> bool:
     """An argument that can stand for an expected value: not a literal, not zeros."""
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+    if type(node) in (cst.Integer, cst.Float, cst.SimpleString):
         return False
-    if isinstance(node, cst.Name) and node.value in ("None", "True", "False"):
+    if type(node) is cst.Name and node.value in ("None", "True", "False"):
         return False
-    if isinstance(node, cst.Call) and last(model.call_name(node) or model.dotted(node.func)) in ZERO_REFERENCES:
+    if type(node) is cst.Call and last(model.call_name(node) or model.dotted(node.func)) in ZERO_REFERENCES:
         return False
     return True
 
@@ -445,7 +445,7 @@ class _Evidence:
         self.sliced: dict[str, set[str]] = {}  # buffers written a slice at a time: ops.f(out_ref[i], ...)
         for call in self.own_calls:
             for a in call.args:
-                if isinstance(a.value, cst.Subscript) and _base(a.value) in buffers:
+                if type(a.value) is cst.Subscript and _base(a.value) in buffers:
                     self.sliced.setdefault(_base(a.value), set()).add(self.key(call))
 
     def key(self, call: cst.Call) -> str:
@@ -473,7 +473,7 @@ class _Evidence:
             if _negated(self.model, cmp):
                 continue  # assert not allclose(a, b): two unwritten buffers agree, which fails it
             for a in cmp.args:
-                p = a.value.value if isinstance(a.value, cst.Name) else None
+                p = a.value.value if type(a.value) is cst.Name else None
                 if not p or p == b or p not in self.buffers or p in self.poisoned:
                     continue
                 if len(self.written.get(p, ())) == 1 and keys & {self.key(c) for c, _ in self.written[p]}:
@@ -506,29 +506,29 @@ class _Evidence:
     def _varies(self, loop: cst.CSTNode, b: str) -> bool:
         """The kernel's arguments follow the loop's variables (another shape, another slice each
         pass), so the previous pass computed another answer."""
-        bound = {n.value for inner in nodes_under(loop) if isinstance(inner, cst.For)
-                 for n in nodes_under(inner.target) if isinstance(n, cst.Name)}
+        bound = {n.value for inner in nodes_under(loop) if type(inner) is cst.For
+                 for n in nodes_under(inner.target) if type(n) is cst.Name}
         for _ in range(2):
             for node in nodes_under(loop.body):
-                if isinstance(node, cst.Assign) and any(
-                        isinstance(n, cst.Name) and n.value in bound for n in nodes_under(node.value)):
-                    bound |= {n.value for t in node.targets for n in nodes_under(t.target) if isinstance(n, cst.Name)}
+                if type(node) is cst.Assign and any(
+                        type(n) is cst.Name and n.value in bound for n in nodes_under(node.value)):
+                    bound |= {n.value for t in node.targets for n in nodes_under(t.target) if type(n) is cst.Name}
         bound.discard(b)
-        return any(isinstance(n, cst.Name) and n.value in bound
+        return any(type(n) is cst.Name and n.value in bound
                    for call, _ in self.written[b] for a in call.args for n in nodes_under(a.value))
 
     def _fresh_draws(self, loop: cst.CSTNode) -> bool:
         """The loop draws random inputs with no re-seeding by a value that stays the same each pass."""
-        bound = {n.value for inner in nodes_under(loop) if isinstance(inner, cst.For)
-                 for n in nodes_under(inner.target) if isinstance(n, cst.Name)}
+        bound = {n.value for inner in nodes_under(loop) if type(inner) is cst.For
+                 for n in nodes_under(inner.target) if type(n) is cst.Name}
         draws = reseeded = False
         for node in nodes_under(loop.body):
-            if not isinstance(node, cst.Call):
+            if type(node) is not cst.Call:
                 continue
             name = last(self.model.call_name(node) or self.model.dotted(node.func))
             if name in RANDOM_DRAWS:
                 draws = True
-            elif name in SEEDS and not any(isinstance(n, cst.Name) and n.value in bound
+            elif name in SEEDS and not any(type(n) is cst.Name and n.value in bound
                                            for a in node.args for n in nodes_under(a.value)):
                 reseeded = True
         return draws and not reseeded
@@ -542,7 +542,7 @@ class _Evidence:
         for call in self.own_calls:
             if self.order.get(id(call), at) >= at or self.key(call) not in keys:
                 continue
-            if isinstance(self.model.parent(call), cst.Expr) and not any(
+            if type(self.model.parent(call)) is cst.Expr and not any(
                     _base(a.value) in self.buffers for a in call.args):
                 return (f"{last(self.key(call)) or self.key(call)}() already ran before it was allocated and its "
                         "result was dropped, so the freed block can hold the answer")
@@ -557,16 +557,16 @@ class _Evidence:
         (a scale with an epsilon floor, a statistic, a quantised code) is seldom zero."""
         marked: set[str] = set()
         for node in nodes_under(self.fn.body):
-            if not isinstance(node, cst.Assign):
+            if type(node) is not cst.Assign:
                 continue
             if _minus_one(node.value):
                 for t in node.targets:
                     base = t.target
-                    while isinstance(base, (cst.Subscript, cst.Attribute)):
+                    while type(base) in (cst.Subscript, cst.Attribute):
                         base = base.value
-                    if isinstance(base, cst.Name) and base is not t.target:
+                    if type(base) is cst.Name and base is not t.target:
                         marked.add(base.value)  # ids[0] = -1
-            elif (len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+            elif (len(node.targets) == 1 and type(node.targets[0].target) is cst.Name
                   and any(self._marks(n) for n in nodes_under(node.value))):
                 marked.add(node.targets[0].target.value)
         reaching = self._reaching(b)
@@ -577,14 +577,14 @@ class _Evidence:
         return None
 
     def _marks(self, node: cst.CSTNode) -> bool:
-        if not isinstance(node, cst.Call):
+        if type(node) is not cst.Call:
             return False
         name = last(self.model.call_name(node) or self.model.dotted(node.func))
         if name in ("masked_fill", "masked_fill_", "where"):
             return any(_minus_one(a.value) for a in node.args[1:])
-        if name == "tensor" and node.args and isinstance(node.args[0].value, (cst.List, cst.Tuple)):
+        if name == "tensor" and node.args and type(node.args[0].value) in (cst.List, cst.Tuple):
             items = [e.value for e in node.args[0].value.elements]  # an index map: whole numbers only
-            return any(_minus_one(e) for e in items) and all(isinstance(e, cst.Integer) or _minus_one(e) for e in items)
+            return any(_minus_one(e) for e in items) and all(type(e) is cst.Integer or _minus_one(e) for e in items)
         return False
 
     def _reaching(self, b: str) -> set[str]:
@@ -593,15 +593,15 @@ class _Evidence:
         names: set[str] = set()
         for call, _ in self.written[b]:
             for a in call.args:
-                names |= {n.value for n in nodes_under(a.value) if isinstance(n, cst.Name)}
+                names |= {n.value for n in nodes_under(a.value) if type(n) is cst.Name}
         for _ in range(2):
             more: set[str] = set()
             for node in nodes_under(self.fn.body):
                 if node is self.buffers.get(_target(node), (None,))[0]:
                     continue  # an output's own allocation: its shape source is no input of the kernel
-                if isinstance(node, cst.Assign) and any(isinstance(n, cst.Name) and n.value in names
+                if type(node) is cst.Assign and any(type(n) is cst.Name and n.value in names
                                                         for t in node.targets for n in nodes_under(t.target)):
-                    more |= {n.value for n in nodes_under(node.value) if isinstance(n, cst.Name)}
+                    more |= {n.value for n in nodes_under(node.value) if type(n) is cst.Name}
             if more <= names:
                 break
             names |= more
@@ -616,26 +616,26 @@ class _Evidence:
         model = self.model
         zeros: dict[str, int] = {}
         for node in nodes_under(self.fn.body):
-            if (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
-                    and isinstance(node.value, cst.Call) and model.call_name(node.value) in ZERO_FACTORIES
+            if (type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name
+                    and type(node.value) is cst.Call and model.call_name(node.value) in ZERO_FACTORIES
                     and not NOT_DATA.search(node.targets[0].target.value)):
                 zeros[node.targets[0].target.value] = 0
         if not zeros:
             return None
         for node in nodes_under(self.fn.body):  # written later: no longer zeros
-            if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            if (type(node) is cst.Call and type(node.func) is cst.Attribute
                     and node.func.attr.value.endswith("_")):
                 base = node.func.value
-                while isinstance(base, (cst.Attribute, cst.Subscript, cst.Call)):
-                    base = base.func if isinstance(base, cst.Call) else base.value
-                if isinstance(base, cst.Name):
+                while type(base) in (cst.Attribute, cst.Subscript, cst.Call):
+                    base = base.func if type(base) is cst.Call else base.value
+                if type(base) is cst.Name:
                     zeros.pop(base.value, None)
-            elif isinstance(node, cst.Assign):
+            elif type(node) is cst.Assign:
                 for t in node.targets:
-                    if isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name):
+                    if type(t.target) is cst.Subscript and type(t.target.value) is cst.Name:
                         zeros.pop(t.target.value.value, None)
-            elif isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value in ("out", "output"):
-                if isinstance(node.value, cst.Name):
+            elif type(node) is cst.Arg and node.keyword is not None and node.keyword.value in ("out", "output"):
+                if type(node.value) is cst.Name:
                     zeros.pop(node.value.value, None)
         writers = {id(c) for c, _ in self.written[b]}
         keys = {self.key(c) for c, _ in self.written[b]}
@@ -643,7 +643,7 @@ class _Evidence:
         for z in zeros:
             fed = other = False
             for call in self.own_calls:
-                if not any(isinstance(a.value, cst.Name) and a.value.value == z for a in call.args):
+                if not any(type(a.value) is cst.Name and a.value.value == z for a in call.args):
                     continue
                 if id(call) in writers:
                     fed = True
@@ -664,20 +664,20 @@ class _Evidence:
         and an empty buffer hides nothing; a normaliser output (``lse``) of an empty row is -inf."""
         if _statistic(b):
             return None  # the log-sum-exp of an empty row is -inf, a normaliser's floor is no zero
-        shape = {n.value for n in nodes_under(self.buffers[b][0].value) if isinstance(n, cst.Name)}
+        shape = {n.value for n in nodes_under(self.buffers[b][0].value) if type(n) is cst.Name}
         for _ in range(2):  # torch.empty_like(topk_weights), topk_weights = torch.rand(num_tokens, 8): sized by it
             for node in nodes_under(self.fn.body):
                 if _target(node) in shape and node is not self.buffers[b][0]:
-                    shape |= {n.value for n in nodes_under(node.value) if isinstance(n, cst.Name)}
+                    shape |= {n.value for n in nodes_under(node.value) if type(n) is cst.Name}
         for dec in self.fn.decorators:
             call = dec.decorator
-            if not (isinstance(call, cst.Call) and last(self.model.dotted(call.func)) == "parametrize"
-                    and len(call.args) >= 2 and isinstance(call.args[0].value, cst.SimpleString)):
+            if not (type(call) is cst.Call and last(self.model.dotted(call.func)) == "parametrize"
+                    and len(call.args) >= 2 and type(call.args[0].value) is cst.SimpleString):
                 continue
             names = [n.strip() for n in str(call.args[0].value.evaluated_value).split(",")]
             values = self._literal(call.args[1].value)
             for v in values:
-                row = [e.value for e in v.elements] if isinstance(v, (cst.Tuple, cst.List)) and len(names) > 1 else [v]
+                row = [e.value for e in v.elements] if type(v) in (cst.Tuple, cst.List) and len(names) > 1 else [v]
                 for name, value in zip(names, row):
                     # a size of the buffer itself makes it empty: nothing to miss
                     if SIZE_PARAM.search(name) and _is_zero(value) and name not in shape:
@@ -686,15 +686,15 @@ class _Evidence:
 
     def _literal(self, node: cst.CSTNode) -> list[cst.CSTNode]:
         """The elements of a list or tuple of cases (one or two concatenated, or a module constant)."""
-        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        if type(node) is cst.BinaryOperation and type(node.operator) is cst.Add:
             return self._literal(node.left) + self._literal(node.right)
-        if isinstance(node, (cst.List, cst.Tuple)):
+        if type(node) in (cst.List, cst.Tuple):
             return [e.value for e in node.elements]
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             for stmt in self.rule.context.module.body:
-                if isinstance(stmt, cst.SimpleStatementLine):
+                if type(stmt) is cst.SimpleStatementLine:
                     for s in stmt.body:
-                        target = s.targets[0].target if isinstance(s, cst.Assign) and len(s.targets) == 1 else None
-                        if isinstance(target, cst.Name) and target.value == node.value:
+                        target = s.targets[0].target if type(s) is cst.Assign and len(s.targets) == 1 else None
+                        if type(target) is cst.Name and target.value == node.value:
                             return self._literal(s.value)
         return []

@@ -450,7 +450,7 @@ def gpu_work(model, call: cst.Call) -> bool:
     ``kernel[grid](...)``, or a call of a ``fn``/``model``/``op`` callable. An awaited call
     (``await func(...)``), or any call in an ``async def``, is a coroutine: a request or I/O, not
     a launch."""
-    if isinstance(model.parent(call), cst.Await):
+    if type(model.parent(call)) is cst.Await:
         return False
     function = model.enclosing_function(call)
     if function is not None and function.asynchronous is not None:
@@ -463,16 +463,16 @@ def gpu_work(model, call: cst.Call) -> bool:
     if name.startswith("torch.") and not name.startswith(("torch.cuda.Event", "torch.cuda.synchronize")):
         # a tensor built as an argument (``wrapper.plan(torch.arange(n, device=d))``) is not the
         # timed work; the call it is handed to decides
-        return not isinstance(model.parent(call), cst.Arg)
+        return type(model.parent(call)) is not cst.Arg
     func = call.func
-    if isinstance(func, cst.Subscript):  # kernel[grid](...) of a Triton kernel or a kernel-like name
+    if type(func) is cst.Subscript:  # kernel[grid](...) of a Triton kernel or a kernel-like name
         value = func.value
-        return isinstance(value, cst.Name) and (value.value in GPU_WORK_NAMES or any(
+        return type(value) is cst.Name and (value.value in GPU_WORK_NAMES or any(
             k.name.value == value.value for k in model.triton_kernels))
-    if isinstance(func, cst.Name) and func.value in GPU_WORK_NAMES:
+    if type(func) is cst.Name and func.value in GPU_WORK_NAMES:
         return True
-    return isinstance(func, cst.Attribute) and func.attr.value in GPU_METHODS or (
-        isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in GPU_WORK_NAMES
+    return type(func) is cst.Attribute and func.attr.value in GPU_METHODS or (
+        type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in GPU_WORK_NAMES
     )
 
 
@@ -487,16 +487,16 @@ def _cpu_collective(model, call: cst.Call) -> bool:
     assigned: dict[str, cst.CSTNode] = {}
     if scope is not None:
         for n in walk(scope):
-            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+            if type(n) is cst.Assign and len(n.targets) == 1 and type(n.targets[0].target) is cst.Name:
                 assigned[n.targets[0].target.value] = n.value
     for arg in call.args:
         value = arg.value
-        if isinstance(value, cst.Name) and value.value in assigned:
+        if type(value) is cst.Name and value.value in assigned:
             value = assigned[value.value]
         text = model.dotted(value) or ""
         if arg.keyword is not None and arg.keyword.value == "group" and re.search(r"cpu|gloo", text, re.I):
             return True
-        if arg.keyword is None and isinstance(value, cst.Call) and (model.call_name(value) or "").split(".")[-1] in FACTORIES \
+        if arg.keyword is None and type(value) is cst.Call and (model.call_name(value) or "").split(".")[-1] in FACTORIES \
                 and (model.call_name(value) or "").startswith("torch.") \
                 and not any(a.keyword is not None and a.keyword.value == "device" for a in value.args):
             return True
@@ -520,26 +520,26 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
     function = None
     child = node
     for anc in model.ancestors(node):
-        if isinstance(anc, cst.ExceptHandler) or _error_branch(model, anc):
+        if type(anc) is cst.ExceptHandler or _error_branch(model, anc):
             return True
-        if isinstance(anc, (cst.If, cst.IfExp)) and child is not anc.test and _names_flag(anc.test):
+        if type(anc) in (cst.If, cst.IfExp) and child is not anc.test and _names_flag(anc.test):
             # the branch taken when the switch is on: the body of ``if debug:``, the else of
             # ``if not self.enable_timing:`` (whose body is the normal path)
-            negated = isinstance(anc.test, cst.UnaryOperation) and isinstance(anc.test.operator, cst.Not)
+            negated = type(anc.test) is cst.UnaryOperation and type(anc.test.operator) is cst.Not
             if (child is anc.body) != negated:
                 return True
-        if isinstance(anc, cst.If) and _fills_cache(model, anc):
+        if type(anc) is cst.If and _fills_cache(model, anc):
             return True
-        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+        if type(anc) in (cst.FunctionDef, cst.Lambda):
             function = anc
             break
         child = anc
-    if isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock):
+    if type(function) is cst.FunctionDef and type(function.body) is cst.IndentedBlock:
         for stmt in function.body.body:
             if any(n is stmt for n in model.ancestors(node)):
                 break
-            if isinstance(stmt, cst.If) and _names_flag(stmt.test) and isinstance(stmt.body, cst.IndentedBlock) and any(
-                isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, cst.Return) for x in s.body)
+            if type(stmt) is cst.If and _names_flag(stmt.test) and type(stmt.body) is cst.IndentedBlock and any(
+                type(s) is cst.SimpleStatementLine and any(type(x) is cst.Return for x in s.body)
                 for s in stmt.body.body
             ):
                 return True
@@ -549,16 +549,16 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
 def _error_branch(model, block: cst.CSTNode) -> bool:
     """``else: print(f"[ERROR] unsupported backend {b}"); return None``: a branch that only logs and
     then gives up (``return``, ``return None``, ``raise``) is an error path."""
-    if not isinstance(block, cst.IndentedBlock) or not isinstance(model.parent(block), (cst.If, cst.Else)):
+    if type(block) is not cst.IndentedBlock or type(model.parent(block)) not in (cst.If, cst.Else):
         return False
     *body, last = block.body
-    if not (isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 and (
-        isinstance(last.body[0], cst.Raise) or isinstance(last.body[0], cst.Return) and (
-            last.body[0].value is None or isinstance(last.body[0].value, cst.Name) and last.body[0].value.value == "None"))):
+    if not (type(last) is cst.SimpleStatementLine and len(last.body) == 1 and (
+        type(last.body[0]) is cst.Raise or type(last.body[0]) is cst.Return and (
+            last.body[0].value is None or type(last.body[0].value) is cst.Name and last.body[0].value.value == "None"))):
         return False
     return bool(body) and all(
-        isinstance(s, cst.SimpleStatementLine) and all(
-            isinstance(x, cst.Expr) and isinstance(x.value, cst.Call) and model.log_kind(x.value) for x in s.body)
+        type(s) is cst.SimpleStatementLine and all(
+            type(x) is cst.Expr and type(x.value) is cst.Call and model.log_kind(x.value) for x in s.body)
         for s in body)
 
 
@@ -570,7 +570,7 @@ def _fills_cache(model, node: cst.If) -> bool:
     (``self._step_index``)."""
     from kcheck.model import walk
 
-    tested = {model.dotted(n) for n in walk(node.test) if isinstance(n, (cst.Name, cst.Attribute))}
+    tested = {model.dotted(n) for n in walk(node.test) if type(n) in (cst.Name, cst.Attribute)}
     tested.discard(None)
     # ``self.step_index`` is read through a property whose state is ``self._step_index``
     tested |= {f"{head}._{attr}" for head, _, attr in (t.rpartition(".") for t in tested)
@@ -578,7 +578,7 @@ def _fills_cache(model, node: cst.If) -> bool:
     if _assigns(model, node.body, tested):
         return True
     # a method of the class called in the branch that sets what the test reads (one level down)
-    return any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and isinstance(n.func.value, cst.Name)
+    return any(type(n) is cst.Call and type(n.func) is cst.Attribute and type(n.func.value) is cst.Name
                and n.func.value.value in ("self", "cls") and (target := model.callee(n)) is not None
                and _assigns(model, target.body, tested) for n in walk(node.body))
 
@@ -588,11 +588,10 @@ def _assigns(model, body: cst.CSTNode, tested: set[str]) -> bool:
     from kcheck.model import walk
 
     for n in walk(body):
-        targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target] if isinstance(
-            n, cst.AnnAssign) else []
+        targets = [t.target for t in n.targets] if type(n) is cst.Assign else [n.target] if type(n) is cst.AnnAssign else []
         for target in targets:
-            target = target.value if isinstance(target, cst.Subscript) else target
-            if isinstance(target, (cst.Name, cst.Attribute)) and model.dotted(target) in tested:
+            target = target.value if type(target) is cst.Subscript else target
+            if type(target) in (cst.Name, cst.Attribute) and model.dotted(target) in tested:
                 return True
     return False
 
@@ -600,5 +599,5 @@ def _assigns(model, body: cst.CSTNode, tested: set[str]) -> bool:
 def _names_flag(test: cst.CSTNode) -> bool:
     from kcheck.model import walk
 
-    return any(isinstance(n, cst.Name) and DEBUG_FLAG.search(n.value) or isinstance(n, cst.Attribute)
+    return any(type(n) is cst.Name and DEBUG_FLAG.search(n.value) or type(n) is cst.Attribute
                and DEBUG_FLAG.search(n.attr.value) for n in walk(test))

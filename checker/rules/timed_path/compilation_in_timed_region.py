@@ -89,19 +89,19 @@ def _cached(model, call: cst.Call) -> bool:
     """``if _compiled is None: _compiled = torch.compile(fn)`` (also ``if key not in cache:
     cache[key] = ...``): compiled once and kept, not on every call."""
     parent = model.parent(call)
-    if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
+    if type(parent) is not cst.Assign or len(parent.targets) != 1:
         return False
     target = parent.targets[0].target
-    if isinstance(target, cst.Subscript):
+    if type(target) is cst.Subscript:
         target = target.value
     text = model.dotted(target)
     if not text:
         return False
     for anc in model.ancestors(call):
-        if isinstance(anc, cst.FunctionDef):
+        if type(anc) is cst.FunctionDef:
             return False
-        if isinstance(anc, cst.If) and any(
-            isinstance(n, (cst.Name, cst.Attribute)) and model.dotted(n) == text for n in walk(anc.test)
+        if type(anc) is cst.If and any(
+            type(n) in (cst.Name, cst.Attribute) and model.dotted(n) == text for n in walk(anc.test)
         ):
             return True
     return False

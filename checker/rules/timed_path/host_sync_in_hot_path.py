@@ -189,7 +189,7 @@ def decode_step(model, tokens):
 
 
 def _off_cuda_slot(model, function) -> bool:
-    if not isinstance(function, cst.FunctionDef):
+    if type(function) is not cst.FunctionDef:
         return False
     owner = model.context_of(function).split(".")
     return bool(OFF_CUDA_SLOT.search(function.name.value)) or (len(owner) >= 2 and bool(TOOL_CLASS.search(owner[-2])))
@@ -199,7 +199,7 @@ def _event_wait(model, call: cst.Call) -> bool:
     """``self.prepare_inputs_event.synchronize()``: waits only for the work recorded before that
     event (typically the previous step's), a deliberate fence rather than a drain of the queue."""
     func = call.func
-    return isinstance(func, cst.Attribute) and func.attr.value == "synchronize" and bool(
+    return type(func) is cst.Attribute and func.attr.value == "synchronize" and bool(
         re.search(r"event", model.dotted(func.value) or "", re.I))
 
 
@@ -234,10 +234,10 @@ def _step_loop(model, node: cst.CSTNode) -> bool:
     """Whether ``node`` holds a loop over steps (not counting nested functions): its target or what
     it iterates is named for steps."""
     def named(part: cst.CSTNode) -> bool:
-        return any(isinstance(x, cst.Name) and STEP_LOOP.search(x.value) or isinstance(x, cst.Attribute)
+        return any(type(x) is cst.Name and STEP_LOOP.search(x.value) or type(x) is cst.Attribute
                    and STEP_LOOP.search(x.attr.value) for x in walk(part))
 
-    return any(isinstance(n, cst.For) and (named(n.target) or named(n.iter)) for n in walk(node, into_scopes=False))
+    return any(type(n) is cst.For and (named(n.target) or named(n.iter)) for n in walk(node, into_scopes=False))
 
 
 def _step_loop_helpers(model, function) -> set[int]:
@@ -246,11 +246,11 @@ def _step_loop_helpers(model, function) -> set[int]:
     range(self.max_new_tokens):``): the ids of those helpers. Only what they reach runs per step;
     the driver's own set-up and its other helpers run once per request. Empty when the hot path
     has its own step loop or calls no such helper."""
-    if not isinstance(function, cst.FunctionDef) or _step_loop(model, function.body):
+    if type(function) is not cst.FunctionDef or _step_loop(model, function.body):
         return set()
     found: set[int] = set()
     for n in walk(function.body, into_scopes=False):
-        if isinstance(n, cst.Call) and not _in_loop(model, n, function):
+        if type(n) is cst.Call and not _in_loop(model, n, function):
             target = model.callee(n)
             if target is not None and target is not function and _step_loop(model, target.body):
                 found.add(id(target))
@@ -260,11 +260,11 @@ def _step_loop_helpers(model, function) -> set[int]:
 def _recursive(model, via: cst.Call, function) -> bool:
     """``self.forward(...)`` inside ``forward`` (a chunked or retried call of itself): what it
     reaches is this function's own code, or helpers whose arguments it cannot see."""
-    if not isinstance(function, cst.FunctionDef):
+    if type(function) is not cst.FunctionDef:
         return False
     func = via.func
-    name = func.attr.value if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and \
-        func.value.value == "self" else func.value if isinstance(func, cst.Name) else None
+    name = func.attr.value if type(func) is cst.Attribute and type(func.value) is cst.Name and \
+        func.value.value == "self" else func.value if type(func) is cst.Name else None
     return name == function.name.value
 
 
@@ -279,7 +279,7 @@ def _in_loop(model, node: cst.CSTNode, function) -> bool:
     for anc in model.ancestors(node):
         if anc is function:
             return False
-        if isinstance(anc, (cst.For, cst.While, cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)):
+        if type(anc) in (cst.For, cst.While, cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp):
             return True
     return False
 
@@ -294,16 +294,16 @@ def _allowed(model, node: cst.CSTNode) -> bool:
     ``x if isinstance(x, list) else x.tolist()``)."""
     child = node
     for anc in model.ancestors(node):
-        if isinstance(anc, cst.With) and any(
-            isinstance(item.item, cst.Call) and ALLOW_SYNC.search((model.dotted(item.item.func) or "").split(".")[-1])
+        if type(anc) is cst.With and any(
+            type(item.item) is cst.Call and ALLOW_SYNC.search((model.dotted(item.item.func) or "").split(".")[-1])
             for item in anc.items
         ):
             return True
-        if isinstance(anc, (cst.If, cst.IfExp)) and child is not anc.test and _isinstance_list(anc.test):
+        if type(anc) in (cst.If, cst.IfExp) and child is not anc.test and _isinstance_list(anc.test):
             return True
-        if isinstance(anc, cst.If) and child is anc.body and _other_backend(model, anc.test):
+        if type(anc) is cst.If and child is anc.body and _other_backend(model, anc.test):
             return True  # ``if is_npu(): x = x.to("cpu")``: what that backend's op requires
-        if isinstance(anc, cst.FunctionDef):
+        if type(anc) is cst.FunctionDef:
             return False
         child = anc
     return False
@@ -314,17 +314,17 @@ def _other_backend(model, test: cst.CSTNode) -> bool:
     ``not current_platform.is_cuda_alike()``)."""
     def last(node) -> str:
         # ``is_npu()``, ``current_platform.is_xpu()``, and the module flags ``_is_npu``, ``_is_cuda``
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             node = node.func
-        return (model.dotted(node) or "").split(".")[-1] if isinstance(node, (cst.Name, cst.Attribute)) else ""
+        return (model.dotted(node) or "").split(".")[-1] if type(node) in (cst.Name, cst.Attribute) else ""
 
     def equals_other(node) -> bool:  # ``x.device.type == "mps"``
-        return isinstance(node, cst.Comparison) and any(
-            isinstance(c.operator, cst.Equal) and isinstance(c.comparator, cst.SimpleString)
+        return type(node) is cst.Comparison and any(
+            type(c.operator) is cst.Equal and type(c.comparator) is cst.SimpleString
             and c.comparator.evaluated_value in OTHER_DEVICES for c in node.comparisons)
 
-    return any(isinstance(n, (cst.Call, cst.Name, cst.Attribute)) and OTHER_BACKEND.match(last(n))
-               or isinstance(n, cst.UnaryOperation) and isinstance(n.operator, cst.Not)
+    return any(type(n) in (cst.Call, cst.Name, cst.Attribute) and OTHER_BACKEND.match(last(n))
+               or type(n) is cst.UnaryOperation and type(n.operator) is cst.Not
                and re.match(r"^_?is_cuda", last(n.expression)) or equals_other(n) for n in walk(test))
 
 
@@ -334,11 +334,11 @@ def _cpu_named(model, call: cst.Call) -> bool:
     already lives there."""
     if _host_operand(model, call):
         return True
-    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    receiver = call.func.value if type(call.func) is cst.Attribute else None
     if receiver is None:
         return False
     kept = model.__dict__.get("_kept_on_cpu", set())
-    return any(isinstance(n, cst.Name) and (CPU_NAME.search(n.value) or n.value in kept) or isinstance(n, cst.Attribute)
+    return any(type(n) is cst.Name and (CPU_NAME.search(n.value) or n.value in kept) or type(n) is cst.Attribute
                and CPU_NAME.search(n.attr.value) for n in walk(receiver))
 
 
@@ -348,8 +348,8 @@ def _kept_on_cpu(module: cst.Module) -> set[str]:
     also without the modality prefix (``grid_thw``)."""
     kept: set[str] = set()
     for node in walk(module):
-        if isinstance(node, cst.Arg) and node.keyword is not None and isinstance(node.value, cst.Call) and any(
-            a.keyword is not None and a.keyword.value == "keep_on_cpu" and isinstance(a.value, cst.Name)
+        if type(node) is cst.Arg and node.keyword is not None and type(node.value) is cst.Call and any(
+            a.keyword is not None and a.keyword.value == "keep_on_cpu" and type(a.value) is cst.Name
             and a.value.value == "True" for a in node.value.args
         ):
             name = node.keyword.value
@@ -393,7 +393,7 @@ LANGUAGE_MODEL_CLASS = re.compile(r"ForCausalLM|ForConditionalGeneration|Languag
 def _once_per_input(model, function) -> bool:
     """Whether a hot path runs once per image, clip or prompt rather than per step (see
     ``once_per_input``)."""
-    if not isinstance(function, cst.FunctionDef):
+    if type(function) is not cst.FunctionDef:
         return False
     owner = model.context_of(function).split(".")
     return once_per_input(owner[-2] if len(owner) >= 2 else "", model.path)
@@ -426,13 +426,13 @@ def _graph_definition(model, function) -> bool:
     ``Module`` its own network-definition base): its ``forward`` adds layers to a TensorRT network
     once, when the engine is built, and its ``.item()`` reads a NumPy weight (``raw_value``), not a
     device tensor. A class without bases is left alone (it may wrap a torch model by duck typing)."""
-    if not isinstance(function, cst.FunctionDef):
+    if type(function) is not cst.FunctionDef:
         return False
     if any((name or "").split(".")[0] in DEVICE_LIBRARIES for name in model.imports.values()):
         return False
     owner = model.context_of(function).split(".")
     node = model.classes.get(owner[-2]) if len(owner) >= 2 else None
-    if not isinstance(node, cst.ClassDef) or not node.bases:
+    if type(node) is not cst.ClassDef or not node.bases:
         return False
     return not any((model.qualname(b.value) or "").split(".")[0] in DEVICE_LIBRARIES for b in node.bases)
 
@@ -463,17 +463,17 @@ def _host_operand(model, call: cst.Call) -> bool:
     host = _host_names(model, function)
     func = call.func
     name = model.call_name(call) or ""
-    if isinstance(func, cst.Attribute) and not name.startswith("torch."):
+    if type(func) is cst.Attribute and not name.startswith("torch."):
         operand = func.value
     else:
         operand = next((a.value for a in call.args if a.keyword is None), None)
     if operand is not None and _from_host(model, operand, host):
         return True
-    if name in SAME_DEVICE_SYNCS or isinstance(func, cst.Attribute) and func.attr.value in SAME_DEVICE_SYNCS:
+    if name in SAME_DEVICE_SYNCS or type(func) is cst.Attribute and func.attr.value in SAME_DEVICE_SYNCS:
         for anc in model.ancestors(call):
-            if isinstance(anc, (cst.Assign, cst.AnnAssign)):
-                targets = [t.target for t in anc.targets] if isinstance(anc, cst.Assign) else [anc.target]
-                return any(isinstance(n, cst.Name) and CPU_NAME.search(n.value) for t in targets for n in walk(t))
+            if type(anc) in (cst.Assign, cst.AnnAssign):
+                targets = [t.target for t in anc.targets] if type(anc) is cst.Assign else [anc.target]
+                return any(type(n) is cst.Name and CPU_NAME.search(n.value) for t in targets for n in walk(t))
             if isinstance(anc, (cst.BaseSuite, cst.FunctionDef, cst.Lambda)):
                 break
     return False
@@ -482,29 +482,28 @@ def _host_operand(model, call: cst.Call) -> bool:
 def _roots(model, node: cst.CSTNode) -> set[str] | None:
     """The local names a tensor expression is computed from (``a[i] == b`` -> {a, b}), or None when
     it also reads something else (an attribute, a call the rule does not know keeps the device)."""
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return set() if node.value in ("None", "True", "False") else {node.value}
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+    if type(node) in (cst.Integer, cst.Float, cst.SimpleString):
         return set()
-    if isinstance(node, cst.Subscript):
+    if type(node) is cst.Subscript:
         return _roots(model, node.value)
-    if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)):
+    if type(node) in (cst.BinaryOperation, cst.BooleanOperation):
         left, right = _roots(model, node.left), _roots(model, node.right)
         return None if left is None or right is None else left | right
-    if isinstance(node, cst.Comparison):
+    if type(node) is cst.Comparison:
         parts = [_roots(model, node.left)] + [_roots(model, c.comparator) for c in node.comparisons]
         return None if any(p is None for p in parts) else set().union(*parts)
-    if isinstance(node, cst.UnaryOperation):
+    if type(node) is cst.UnaryOperation:
         return _roots(model, node.expression)
-    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+    if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":
         return set()  # a constant of the module (``self.doc_token_id``) compared with a host tensor
-    if isinstance(node, cst.Call):
+    if type(node) is cst.Call:
         func = node.func
-        if any(a.keyword is not None and a.keyword.value == "device" for a in node.args) or isinstance(
-                func, cst.Attribute) and func.attr.value in ("to", "cuda", "pin_memory"):
+        if any(a.keyword is not None and a.keyword.value == "device" for a in node.args) or type(func) is cst.Attribute and func.attr.value in ("to", "cuda", "pin_memory"):
             return None  # may move it to the device
         name = model.call_name(node) or ""
-        if isinstance(func, cst.Attribute) and not name.startswith("torch."):
+        if type(func) is cst.Attribute and not name.startswith("torch."):
             return _roots(model, func.value)  # a method of the tensor (``ids.sum(-1)``)
         if name.startswith("torch."):
             parts = [_roots(model, a.value) for a in node.args if a.keyword is None]
@@ -533,15 +532,15 @@ def _host_names(model, function: cst.FunctionDef) -> set[str]:
                 cst.Module([]).code_for_node(p.annotation.annotation).strip()):
             host.add(p.name.value)
     for node in walk(function.body, into_scopes=False):
-        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+        if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
             target, value = node.targets[0].target.value, node.value
-        elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.value is not None:
+        elif type(node) is cst.AnnAssign and type(node.target) is cst.Name and node.value is not None:
             target, value = node.target.value, node.value
         else:
             continue
-        if isinstance(value, cst.Call) and (
+        if type(value) is cst.Call and (
                 (model.call_name(value) or "").startswith("numpy.") or model.is_cpu_factory(value)
-                or isinstance(value.func, cst.Attribute) and value.func.attr.value in ("tolist", "numpy", "cpu")):
+                or type(value.func) is cst.Attribute and value.func.attr.value in ("tolist", "numpy", "cpu")):
             host.add(target)
         elif _from_host(model, value, host):
             host.add(target)
@@ -567,9 +566,9 @@ OTHER_BACKEND = re.compile(r"^_?is_(npu|xpu|cpu|hpu|mps|musa|mlu|tpu)$")
 
 def _isinstance_list(test: cst.CSTNode) -> bool:
     for node in walk(test):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "isinstance" and any(
-            isinstance(n, cst.Name) and n.value in ("list", "tuple", "List", "Sequence", "Tensor")
-            or isinstance(n, cst.Attribute) and n.attr.value == "Tensor" for n in walk(node)
+        if type(node) is cst.Call and type(node.func) is cst.Name and node.func.value == "isinstance" and any(
+            type(n) is cst.Name and n.value in ("list", "tuple", "List", "Sequence", "Tensor")
+            or type(n) is cst.Attribute and n.attr.value == "Tensor" for n in walk(node)
         ):
             return True
     return False

@@ -160,35 +160,35 @@ def _harness_helper(model, region, via: cst.Call) -> bool:
     for root in region.nodes:
         for node in walk(root):
             targets = []  # names bound to what a call returned (``out = fn(x)``, not ``n = shape[0]``)
-            if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and node.value is not None and any(
-                isinstance(n, cst.Call) for n in walk(node.value)
+            if type(node) in (cst.Assign, cst.AnnAssign, cst.AugAssign) and node.value is not None and any(
+                type(n) is cst.Call for n in walk(node.value)
             ):
-                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
             for target in targets:
-                bound.update(n.value for n in walk(target) if isinstance(n, cst.Name))
-    return any(isinstance(n, cst.Name) and n.value in bound for arg in via.args for n in walk(arg.value))
+                bound.update(n.value for n in walk(target) if type(n) is cst.Name)
+    return any(type(n) is cst.Name and n.value in bound for arg in via.args for n in walk(arg.value))
 
 
 def _bound_from(model, call: cst.Call) -> set[str]:
     parent = model.parent(call)
-    if isinstance(parent, cst.Assign):
-        return {n.value for t in parent.targets for n in walk(t.target) if isinstance(n, cst.Name)}
+    if type(parent) is cst.Assign:
+        return {n.value for t in parent.targets for n in walk(t.target) if type(n) is cst.Name}
     return set()
 
 
 def _consumes(call: cst.Call, names: set[str]) -> bool:
-    return bool(names) and any(isinstance(n, cst.Name) and n.value in names for a in call.args for n in walk(a.value))
+    return bool(names) and any(type(n) is cst.Name and n.value in names for a in call.args for n in walk(a.value))
 
 
 def _gathers_statistic(model, call: cst.Call) -> bool:
     """A value sync whose result is folded into a host statistic (``count += int(m.sum().item())``,
     ``lo = min(lo, float(q.min().item()))``): the value is what the code is computing."""
     for anc in model.ancestors(call):
-        if isinstance(anc, cst.AugAssign):
+        if type(anc) is cst.AugAssign:
             return True
-        if isinstance(anc, cst.Assign):
-            names = {n.value for t in anc.targets for n in walk(t.target) if isinstance(n, cst.Name)}
-            return any(isinstance(n, cst.Name) and n.value in names for n in walk(anc.value))
+        if type(anc) is cst.Assign:
+            names = {n.value for t in anc.targets for n in walk(t.target) if type(n) is cst.Name}
+            return any(type(n) is cst.Name and n.value in names for n in walk(anc.value))
         if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             return False
     return False
@@ -198,11 +198,11 @@ def _informational(model, region) -> bool:
     """A host-timer window whose elapsed time (``elapsed = perf_counter() - t0``) is only printed or
     logged: the code times itself for information, it is not a benchmark's measurement."""
     stop = region.stop
-    if region.kind != "host-timer" or region.function is None or not isinstance(stop, cst.SimpleStatementLine):
+    if region.kind != "host-timer" or region.function is None or type(stop) is not cst.SimpleStatementLine:
         return False
     assign = stop.body[0] if len(stop.body) == 1 else None
-    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+    if type(assign) is not cst.Assign or len(assign.targets) != 1 or type(assign.targets[0].target) is not cst.Name:
         return False
     name = assign.targets[0].target.value
-    uses = [n for n in walk(region.function) if isinstance(n, cst.Name) and n.value == name and n is not assign.targets[0].target]
-    return bool(uses) and all(any(isinstance(a, cst.Call) and model.log_kind(a) for a in model.ancestors(n)) for n in uses)
+    uses = [n for n in walk(region.function) if type(n) is cst.Name and n.value == name and n is not assign.targets[0].target]
+    return bool(uses) and all(any(type(a) is cst.Call and model.log_kind(a) for a in model.ancestors(n)) for n in uses)

@@ -162,11 +162,11 @@ class Layer(torch.nn.Module):
         params = {p.name.value for p in function.params.params if p.name.value not in ("self", "cls")}
         for arg in call.args:
             value = arg.value
-            if isinstance(value, cst.Name) and value.value in params:
+            if type(value) is cst.Name and value.value in params:
                 return True
-            if isinstance(value, cst.FormattedString):
+            if type(value) is cst.FormattedString:
                 for part in value.parts:
-                    if isinstance(part, cst.FormattedStringExpression) and isinstance(part.expression, cst.Name) \
+                    if type(part) is cst.FormattedStringExpression and type(part.expression) is cst.Name \
                             and part.expression.value in params:
                         return True
         return False

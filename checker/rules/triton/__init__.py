@@ -44,20 +44,20 @@ def assignments(line: cst.SimpleStatementLine) -> Iterator[tuple[str, cst.BaseSm
     """``(name, statement)`` for each plain name the line's statements assign (``=``, annotated
     with a value, or augmented), in source order."""
     for stmt in line.body:
-        if isinstance(stmt, cst.Assign):
+        if type(stmt) is cst.Assign:
             targets = [t.target for t in stmt.targets]
-        elif isinstance(stmt, (cst.AnnAssign, cst.AugAssign)) and stmt.value is not None:
+        elif type(stmt) in (cst.AnnAssign, cst.AugAssign) and stmt.value is not None:
             targets = [stmt.target]
         else:
             continue
         for target in targets:
-            if isinstance(target, cst.Name):
+            if type(target) is cst.Name:
                 yield target.value, stmt
 
 
 def tl_op(model, call: cst.CSTNode) -> str | None:
     """``load`` for ``tl.load(...)`` (``triton.language`` under any alias), else None."""
-    if not isinstance(call, cst.Call):
+    if type(call) is not cst.Call:
         return None
     name = model.call_name(call) or ""
     for prefix in ("triton.language.", "tl."):
@@ -82,7 +82,7 @@ def arg(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
 
 
 def is_none(node: cst.CSTNode | None) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
+    return type(node) is cst.Name and node.value == "None"
 
 
 @dataclass
@@ -115,7 +115,7 @@ class Kernel:
 
     def calls(self, model, op: str) -> Iterator[cst.Call]:
         for node in nodes_under(self.fn.body):
-            if isinstance(node, cst.Call) and tl_op(model, node) == op:
+            if type(node) is cst.Call and tl_op(model, node) == op:
                 yield node
 
 
@@ -131,26 +131,26 @@ def _kernel(model, fn: cst.FunctionDef) -> Kernel:
         if p.annotation is not None and _is_constexpr(model, p.annotation.annotation):
             k.constexprs.add(p.name.value)
     for node in nodes_under(fn.body):
-        if isinstance(node, cst.Assign):
+        if type(node) is cst.Assign:
             for t in node.targets:
-                if isinstance(t.target, cst.Name):
+                if type(t.target) is cst.Name:
                     k.assigns.append((t.target.value, node.value, node))
-        elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.value is not None:
+        elif type(node) is cst.AnnAssign and type(node.target) is cst.Name and node.value is not None:
             k.assigns.append((node.target.value, node.value, node))
-        elif isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
+        elif type(node) is cst.AugAssign and type(node.target) is cst.Name:
             k.assigns.append((node.target.value, node.value, node))
             k.augmented.add(id(node))
     return k
 
 
 def _is_constexpr(model, annotation: cst.BaseExpression) -> bool:
-    if isinstance(annotation, cst.SimpleString):
+    if type(annotation) is cst.SimpleString:
         return annotation.evaluated_value.split(".")[-1] == "constexpr"
     return (model.qualname(annotation) or "").split(".")[-1] == "constexpr"
 
 
 def names_in(node: cst.CSTNode) -> set[str]:
-    return {n.value for n in nodes_under(node) if isinstance(n, cst.Name)}
+    return {n.value for n in nodes_under(node) if type(n) is cst.Name}
 
 
 def names_outside_loads(model, expr: cst.CSTNode) -> Iterator[str]:
@@ -159,9 +159,9 @@ def names_outside_loads(model, expr: cst.CSTNode) -> Iterator[str]:
     stack = [expr]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Call) and tl_op(model, node) == "load":
+        if type(node) is cst.Call and tl_op(model, node) == "load":
             continue
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             yield node.value
             continue
         stack.extend(children(node))

@@ -127,7 +127,7 @@ def rms(x_ptr, w_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
         for k in kernels(model):
             for dec in k.fn.decorators:
                 call = dec.decorator
-                if isinstance(call, cst.Call) and (model.qualname(call.func) or "") in ("triton.autotune", "autotune"):
+                if type(call) is cst.Call and (model.qualname(call.func) or "") in ("triton.autotune", "autotune"):
                     self._check(k, call)
 
     def _check(self, k, call: cst.Call) -> None:
@@ -135,9 +135,9 @@ def rms(x_ptr, w_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
         if key is None:
             self.report(call, kernel=k.name, what="has no key")
             return
-        if not isinstance(key, (cst.List, cst.Tuple)):
+        if type(key) not in (cst.List, cst.Tuple):
             return  # a key built elsewhere: not ours to judge
-        keys = {e.value.evaluated_value for e in key.elements if isinstance(e.value, cst.SimpleString)}
+        keys = {e.value.evaluated_value for e in key.elements if type(e.value) is cst.SimpleString}
         if not key.elements:
             self.report(call, kernel=k.name, what="has an empty key")
             return
@@ -153,9 +153,9 @@ def rms(x_ptr, w_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
         tuned: set[str] = set()
         if configs is not None:
             for node in nodes_under(configs):
-                if isinstance(node, cst.Dict):
+                if type(node) is cst.Dict:
                     tuned |= {e.key.evaluated_value for e in node.elements
-                              if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)}
+                              if type(e) is cst.DictElement and type(e.key) is cst.SimpleString}
         tuned &= k.constexprs
         return tuned or {p for p in k.constexprs if META_PARAM.search(p)}
 
@@ -166,17 +166,17 @@ def rms(x_ptr, w_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
         for _ in range(3):
             for name, value, _stmt in k.assigns:
                 for n in nodes_under(value):
-                    if (isinstance(n, cst.Call) and tl_op(model, n) == "arange" and names_in(n) & tuned) or (
-                            isinstance(n, cst.Name) and n.value in blocked):
+                    if (type(n) is cst.Call and tl_op(model, n) == "arange" and names_in(n) & tuned) or (
+                            type(n) is cst.Name and n.value in blocked):
                         blocked.add(name)
                         break
         dims: set[str] = set()
         for node in nodes_under(k.fn.body):
-            if isinstance(node, cst.Comparison) and names_in(node.left) & (blocked | tuned):
+            if type(node) is cst.Comparison and names_in(node.left) & (blocked | tuned):
                 for target in node.comparisons:
                     dims |= names_in(target.comparator) & runtime
-            elif isinstance(node, cst.Call) and (
-                    (isinstance(node.func, cst.Name) and node.func.value == "range") or tl_op(model, node) in (
+            elif type(node) is cst.Call and (
+                    (type(node.func) is cst.Name and node.func.value == "range") or tl_op(model, node) in (
                         "range", "cdiv")):
                 args = [a.value for a in node.args]
                 if any(names_in(a) & tuned for a in args[1:] or args):

@@ -223,12 +223,12 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         def below_constant(expr) -> bool:
             """``x % PAGE_SIZE`` with a compile-time modulus (a ``tl.constexpr`` or a literal), or a
             name holding one: the remainder stays below the constant, a small index like a head id."""
-            if isinstance(expr, cst.Name):
+            if type(expr) is cst.Name:
                 return expr.value in bounded
-            if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Modulo)):
+            if not (type(expr) is cst.BinaryOperation and type(expr.operator) is cst.Modulo):
                 return False
             right = expr.right
-            return isinstance(right, cst.Integer) or (isinstance(right, cst.Name) and right.value in k.constexprs)
+            return type(right) is cst.Integer or (type(right) is cst.Name and right.value in k.constexprs)
 
         def whole_slices(other) -> bool:
             """The other factor is a whole tensor's element count at launch (``x.numel() // n``): a
@@ -238,15 +238,15 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         def is_pid(expr) -> bool:
             found = False
             for n in nodes_under(expr):
-                if isinstance(n, cst.Comparison):
+                if type(n) is cst.Comparison:
                     return False  # a mask, not an index
-                if isinstance(n, cst.Call):
+                if type(n) is cst.Call:
                     op = tl_op(model, n)
                     if op == "program_id":
                         found = True
                     elif op not in INDEX_OPS:
                         return False  # loaded data, an offset vector, or math on values
-                elif isinstance(n, cst.Name) and n.value in pids:
+                elif type(n) is cst.Name and n.value in pids:
                     found = True
             return found and not wide(expr)
 
@@ -280,7 +280,7 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
             for anc in model.ancestors(n):
                 if isinstance(anc, cst.BaseSmallStatement):
                     return False
-                if isinstance(anc, cst.BinaryOperation) and isinstance(anc.operator, cst.Add):
+                if type(anc) is cst.BinaryOperation and type(anc.operator) is cst.Add:
                     if any(PARTIAL.search(x) for x in names_in(anc) & params):
                         return True
             return False
@@ -292,11 +292,11 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
             the target of ``ptr += pid * stride``."""
             out: set[str] = set()
             for anc in model.ancestors(n):
-                if isinstance(anc, cst.AugAssign) and isinstance(anc.target, cst.Name):
+                if type(anc) is cst.AugAssign and type(anc.target) is cst.Name:
                     out.add(anc.target.value)
                 if isinstance(anc, (cst.BaseSmallStatement, cst.Call)):
                     break
-                if isinstance(anc, cst.BinaryOperation) and isinstance(anc.operator, cst.Add):
+                if type(anc) is cst.BinaryOperation and type(anc.operator) is cst.Add:
                     out |= names_in(anc) & params
             return out
 
@@ -328,7 +328,7 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
 
         def check(root, report: bool) -> None:
             for n in nodes_under(root):
-                if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply):
+                if type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply:
                     if small_buffer(n):
                         continue
                     for pid_side, other in ((n.left, n.right), (n.right, n.left)):
@@ -349,7 +349,7 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
             request cap), not a row over all tokens."""
             if names_in(expr) & decode_batch:
                 return True
-            return any(isinstance(m, cst.BinaryOperation) and isinstance(m.operator, cst.Multiply)
+            return any(type(m) is cst.BinaryOperation and type(m.operator) is cst.Multiply
                        and any(DECODE_QUERY.search(x) for x in names_in(m) & params)
                        for m in nodes_under(expr))
 
@@ -360,31 +360,31 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
             bounded.clear()
             decode_batch.clear()
             for node in nodes_under(k.fn.body):
-                if isinstance(node, cst.SimpleStatementLine):
+                if type(node) is cst.SimpleStatementLine:
                     check(node, report)
                     for name, stmt in assignments(node):
-                        if not isinstance(stmt, cst.AugAssign) and below_constant(stmt.value) \
-                                and not isinstance(stmt.value, cst.Name):
+                        if type(stmt) is not cst.AugAssign and below_constant(stmt.value) \
+                                and type(stmt.value) is not cst.Name:
                             bounded.add(name)
                         else:
                             bounded.discard(name)
-                        if is_pid(stmt.value) or (isinstance(stmt, cst.AugAssign) and name in pids):
+                        if is_pid(stmt.value) or (type(stmt) is cst.AugAssign and name in pids):
                             pids.add(name)
                             ever_pids.add(name)
-                            if any(isinstance(m, cst.BinaryOperation) and isinstance(m.operator, cst.Multiply)
+                            if any(type(m) is cst.BinaryOperation and type(m.operator) is cst.Multiply
                                    and any(SEQUENCE.search(x) for x in names_in(m) & runtime)
                                    for m in nodes_under(stmt.value)):
                                 scaled.add(name)  # batch * seq_len + t: a row of a whole batch of sequences
-                            if decode_rows(stmt.value) or (isinstance(stmt, cst.AugAssign) and name in decode_batch):
+                            if decode_rows(stmt.value) or (type(stmt) is cst.AugAssign and name in decode_batch):
                                 decode_batch.add(name)
                             else:
                                 decode_batch.discard(name)
                         else:
                             pids.discard(name)
                             decode_batch.discard(name)
-                elif isinstance(node, (cst.If, cst.While)):
+                elif type(node) in (cst.If, cst.While):
                     check(node.test, report)
-                elif isinstance(node, cst.For):
+                elif type(node) is cst.For:
                     check(node.iter, report)
 
         walk(report=False)
@@ -392,10 +392,10 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         # pid -> the strides it multiplies after a cast to int64 (``pid_n.to(tl.int64) * stride_qn``)
         widened: dict[str, set[str]] = {}
         for n in nodes_under(k.fn.body):
-            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply):
+            if type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply:
                 for a, b in ((n.left, n.right), (n.right, n.left)):
-                    if isinstance(a, cst.Call) and isinstance(a.func, cst.Attribute) and \
-                            a.func.attr.value in ("to", "cast") and isinstance(a.func.value, cst.Name) and \
+                    if type(a) is cst.Call and type(a.func) is cst.Attribute and \
+                            a.func.attr.value in ("to", "cast") and type(a.func.value) is cst.Name and \
                             a.func.value.value in ever_pids and wide(a):
                         widened.setdefault(a.func.value.value, set()).update(names_in(b) & runtime)
         walk(report=True)
@@ -407,7 +407,7 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         order = list(k.params)
         for site in self.model.launch_sites.values():
             func = site.call.func
-            if not (isinstance(func, cst.Subscript) and self.model.dotted(func.value) == k.name):
+            if not (type(func) is cst.Subscript and self.model.dotted(func.value) == k.name):
                 continue
             positional = []
             for a in site.call.args:
@@ -445,7 +445,7 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
             addr = call.args[0].value
             ptrs = names_in(addr) & set(k.params)
             if any(WEIGHT.search(p) for p in ptrs) and not any(
-                    isinstance(n, cst.Call) and tl_op(self.model, n) == "program_id" for n in nodes_under(addr)):
+                    type(n) is cst.Call and tl_op(self.model, n) == "program_id" for n in nodes_under(addr)):
                 return True
         return False
 

@@ -217,7 +217,7 @@ def k(a, b):
     def _accumulators(self, k) -> None:
         created: dict[str, cst.Call] = {}
         for name, value, stmt in k.assigns:
-            if isinstance(value, cst.Call) and tl_op(self.model, value) in ("zeros", "full"):
+            if type(value) is cst.Call and tl_op(self.model, value) in ("zeros", "full"):
                 index = 1 if tl_op(self.model, value) == "zeros" else 2
                 if self._low_dtype(arg(value, index, "dtype")):
                     created[name] = value
@@ -234,20 +234,20 @@ def k(a, b):
             self.report(created.pop(name), what=f"{name} is created in a 16-bit type and accumulated into")
         for call in k.calls(self.model, "dot"):
             acc = arg(call, 2, "acc")
-            if isinstance(acc, cst.Name) and acc.value in created:
+            if type(acc) is cst.Name and acc.value in created:
                 self.report(created.pop(acc.value), what=f"{acc.value} is a 16-bit tl.dot accumulator")
 
     def _updates(self, name, value, stmt, k) -> bool:
         if id(stmt) in k.augmented:
             return True
-        return isinstance(value, cst.BinaryOperation) and any(
-            isinstance(side, cst.Name) and side.value == name for side in (value.left, value.right))
+        return type(value) is cst.BinaryOperation and any(
+            type(side) is cst.Name and side.value == name for side in (value.left, value.right))
 
     def _addend(self, name, value, stmt, k):
         """What an update adds to the accumulator: ``v`` of ``acc += v`` or ``acc = acc + v``."""
-        if id(stmt) in k.augmented or not isinstance(value, cst.BinaryOperation):
+        if id(stmt) in k.augmented or type(value) is not cst.BinaryOperation:
             return value
-        left = isinstance(value.left, cst.Name) and value.left.value == name
+        left = type(value.left) is cst.Name and value.left.value == name
         return value.right if left else value.left
 
     def _buffers(self, pointer, k) -> set[str]:
@@ -270,24 +270,24 @@ def k(a, b):
         """The term added in a loop is masked by an equality that the loop variable picks
         (``tl.load(p, mask=axis_masks[axis])`` with ``h_mask = (pairs % 3) == 1``,
         ``tl.where(expert == e, x, 0)``): each element receives one nonzero term in all."""
-        loop = next((a for a in self.model.ancestors(stmt) if isinstance(a, cst.For)), None)
+        loop = next((a for a in self.model.ancestors(stmt) if type(a) is cst.For), None)
         if loop is None or not self._selects(addend, selectors):
             return False
-        variables = {n.value for n in nodes_under(loop.target) if isinstance(n, cst.Name)}
-        return any(isinstance(n, cst.Name) and n.value in variables for n in nodes_under(addend))
+        variables = {n.value for n in nodes_under(loop.target) if type(n) is cst.Name}
+        return any(type(n) is cst.Name and n.value in variables for n in nodes_under(addend))
 
     def _cast_low(self, expr, k, depth: int = 3) -> bool:
         """``x.to(tl.bfloat16)``/``tl.cast(x, tl.float16)``, directly or through a name every
         assignment of which is one."""
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             func = expr.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "to" and expr.args:
+            if type(func) is cst.Attribute and func.attr.value == "to" and expr.args:
                 return is_tl_attr(self.model, expr.args[0].value, *LOW)
             if tl_op(self.model, expr) == "cast":
                 target = arg(expr, 1, "dtype")
                 return target is not None and is_tl_attr(self.model, target, *LOW)
             return False
-        if isinstance(expr, cst.Name) and depth > 0:
+        if type(expr) is cst.Name and depth > 0:
             values = k.values(expr.value)
             return bool(values) and all(self._cast_low(v, k, depth - 1) for v in values)
         return False
@@ -305,7 +305,7 @@ def k(a, b):
         seen: dict[str, list[bool]] = {}
         for site in model.launch_sites.values():
             func = site.call.func
-            if not (isinstance(func, cst.Subscript) and model.dotted(func.value) == k.name):
+            if not (type(func) is cst.Subscript and model.dotted(func.value) == k.name):
                 continue
             host = model.enclosing_function(site.call)
             passed, positional = {}, []
@@ -323,9 +323,9 @@ def k(a, b):
 
     def _host_wide(self, expr, fn, depth: int, visiting: set) -> bool:
         model = self.model
-        if isinstance(expr, cst.Subscript):
+        if type(expr) is cst.Subscript:
             return self._host_wide(expr.value, fn, depth, visiting)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             name = model.call_name(expr) or ""
             func = expr.func
             if name.startswith("torch.") and name[len("torch."):] in TORCH_ALLOC:
@@ -334,7 +334,7 @@ def k(a, b):
                     return model.qualname(dtype) in WIDE_TORCH
                 source = arg(expr, 0, "input") if name.endswith("_like") else None
                 return source is not None and self._host_wide(source, fn, depth, visiting)
-            if not isinstance(func, cst.Attribute):
+            if type(func) is not cst.Attribute:
                 return False
             method = func.attr.value
             if method in ("float", "double"):
@@ -353,16 +353,16 @@ def k(a, b):
             if method in SAME_DTYPE:
                 return self._host_wide(func.value, fn, depth, visiting)
             return False
-        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self" \
+        if type(expr) is cst.Attribute and type(expr.value) is cst.Name and expr.value.value == "self" \
                 and fn is not None:
-            owner = next((a for a in model.ancestors(fn) if isinstance(a, cst.ClassDef)), None)
+            owner = next((a for a in model.ancestors(fn) if type(a) is cst.ClassDef), None)
             key = (id(owner), expr.attr.value)
             if owner is None or key in visiting:
                 return owner is not None
             visiting = visiting | {key}
             sources = [(v, model.enclosing_function(v)) for v in _self_assigns(owner, expr.attr.value)]
             return bool(sources) and all(self._host_wide(v, f, depth, visiting) for v, f in sources)
-        if isinstance(expr, cst.Name) and fn is not None:
+        if type(expr) is cst.Name and fn is not None:
             key = (id(fn), expr.value)
             if key in visiting:
                 return True  # ``x = x.view(...)``: decided by x's other sources
@@ -382,7 +382,7 @@ def k(a, b):
                 if not callers:
                     return False
                 for call in callers:
-                    shift = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, cst.Attribute) else 0
+                    shift = 1 if params and params[0] in ("self", "cls") and type(call.func) is cst.Attribute else 0
                     value = arg(call, index - shift, expr.value)
                     if value is None or not self._host_wide(value, model.enclosing_function(call), depth - 1, visiting):
                         return False
@@ -400,7 +400,7 @@ def k(a, b):
     def _selects(self, values, selectors: set[str]) -> bool:
         """The summed values are masked by an equality (``tl.where(offs == j, x, 0)``,
         ``x * (cols == idx)``): the sum picks one element per row and adds nothing."""
-        return _equality(values) or any(isinstance(n, cst.Name) and n.value in selectors for n in nodes_under(values))
+        return _equality(values) or any(type(n) is cst.Name and n.value in selectors for n in nodes_under(values))
 
     def _sums(self, k) -> None:
         model = self.model
@@ -409,12 +409,12 @@ def k(a, b):
         carried = _float_carried(k.fn)
 
         def kind(expr) -> str | None:
-            if isinstance(expr, cst.Name):
+            if type(expr) is cst.Name:
                 got = kinds.get(expr.value)
                 return F32 if got is None and expr.value in carried else got
-            if isinstance(expr, cst.Call):
+            if type(expr) is cst.Call:
                 func = expr.func
-                if isinstance(func, cst.Attribute) and func.attr.value == "to" and expr.args:
+                if type(func) is cst.Attribute and func.attr.value == "to" and expr.args:
                     target = expr.args[0].value
                     if is_tl_attr(model, target, *WIDE):
                         return F32
@@ -422,12 +422,12 @@ def k(a, b):
                 op = tl_op(model, expr)
                 if op == "load":
                     pointer = arg(expr, 0, "pointer")
-                    bases = {n.value for n in nodes_under(pointer) if isinstance(n, cst.Name)} & set(k.params) \
+                    bases = {n.value for n in nodes_under(pointer) if type(n) is cst.Name} & set(k.params) \
                         if pointer is not None else set()
                     other = arg(expr, 2, "other")
-                    if isinstance(other, cst.UnaryOperation) and isinstance(other.expression, cst.Integer):
+                    if type(other) is cst.UnaryOperation and type(other.expression) is cst.Integer:
                         return None  # other=-1: a sentinel of an integer load
-                    named = {n.value for n in nodes_under(pointer) if isinstance(n, cst.Name)} if pointer else set()
+                    named = {n.value for n in nodes_under(pointer) if type(n) is cst.Name} if pointer else set()
                     if any(INT_POINTER.search(n) for n in named - bases if n.endswith(("_ptr", "_base", "_ptrs"))):
                         return None  # a local pointer named for ids or counts
                     if any(F32_POINTER.search(n) for n in named):
@@ -451,13 +451,13 @@ def k(a, b):
                 if op in ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "maximum", "minimum", "where", "sigmoid"):
                     return combine(a.value for a in expr.args)
                 return None
-            if isinstance(expr, cst.BinaryOperation):
-                if isinstance(expr.operator, cst.FloorDivide):
+            if type(expr) is cst.BinaryOperation:
+                if type(expr.operator) is cst.FloorDivide:
                     return None  # Triton's // takes integers only: counts, group numbers
                 return combine((expr.left, expr.right))
-            if isinstance(expr, cst.UnaryOperation):
+            if type(expr) is cst.UnaryOperation:
                 return kind(expr.expression)
-            if isinstance(expr, cst.Subscript):
+            if type(expr) is cst.Subscript:
                 return kind(expr.value)
             return None
 
@@ -470,19 +470,19 @@ def k(a, b):
             return LOWP if LOWP in found else (LOADED if LOADED in found else None)
 
         for node in nodes_under(k.fn.body):
-            if isinstance(node, cst.SimpleStatementLine):
+            if type(node) is cst.SimpleStatementLine:
                 comment = node.trailing_whitespace.comment
                 # ``s = tl.sum(kv * w, axis=0)  # [BLOCK] fp32``: the line's own type annotation
                 stated = comment is not None and bool(FP32_COMMENT.search(comment.value))
                 for sub in nodes_under(node) if not stated else ():
-                    if isinstance(sub, cst.Call) and tl_op(model, sub) == "sum" and arg(sub, 99, "dtype") is None:
+                    if type(sub) is cst.Call and tl_op(model, sub) == "sum" and arg(sub, 99, "dtype") is None:
                         values = arg(sub, 0, "input")
                         if values is not None and self._selects(values, selectors):
                             continue  # sum(where(idx == j, x, 0)): picks one element, exact
                         if values is not None and kind(values) == LOADED:  # an explicit 16-bit cast is on purpose
                             self.report(sub, what="tl.sum over 16-bit values loaded from memory keeps their precision")
                 for stmt in node.body:
-                    if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name):
+                    if type(stmt) is cst.Assign and len(stmt.targets) == 1 and type(stmt.targets[0].target) is cst.Name:
                         kinds[stmt.targets[0].target.value] = kind(stmt.value)
                         if _equality(stmt.value):
                             selectors.add(stmt.targets[0].target.value)
@@ -495,25 +495,25 @@ def _float_carried(fn: cst.FunctionDef) -> set[str]:
     floats: set[str] = set()
     in_loops: set[str] = set()
     for node in nodes_under(fn.body):
-        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) \
+        if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name \
                 and _float_literal(node.value):
             floats.add(node.targets[0].target.value)
-        elif isinstance(node, (cst.For, cst.While)):
+        elif type(node) in (cst.For, cst.While):
             for sub in nodes_under(node.body):
-                if isinstance(sub, cst.Assign):
-                    in_loops.update(t.target.value for t in sub.targets if isinstance(t.target, cst.Name))
-                elif isinstance(sub, cst.AugAssign) and isinstance(sub.target, cst.Name):
+                if type(sub) is cst.Assign:
+                    in_loops.update(t.target.value for t in sub.targets if type(t.target) is cst.Name)
+                elif type(sub) is cst.AugAssign and type(sub.target) is cst.Name:
                     in_loops.add(sub.target.value)
     return floats & in_loops
 
 
 def _float_literal(expr) -> bool:
     """``0.0``, ``-1e30``, ``float("inf")``, ``-float("inf")``."""
-    if isinstance(expr, cst.UnaryOperation):
+    if type(expr) is cst.UnaryOperation:
         expr = expr.expression
-    if isinstance(expr, cst.Float):
+    if type(expr) is cst.Float:
         return True
-    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "float"
+    return type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value == "float"
 
 
 _TORCH_DTYPES = {"float32", "float", "float64", "double", "float16", "half", "bfloat16", "int8", "uint8", "int16",
@@ -524,9 +524,9 @@ def _host_assigns(fn: cst.FunctionDef) -> list[tuple[str, cst.BaseExpression]]:
     """(name, value) for every ``name = value`` in a host function's own body."""
     out = []
     for node in walk(fn.body, into_scopes=False):
-        if isinstance(node, cst.Assign):
-            out += [(t.target.value, node.value) for t in node.targets if isinstance(t.target, cst.Name)]
-        elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.value is not None:
+        if type(node) is cst.Assign:
+            out += [(t.target.value, node.value) for t in node.targets if type(t.target) is cst.Name]
+        elif type(node) is cst.AnnAssign and type(node.target) is cst.Name and node.value is not None:
             out.append((node.target.value, node.value))
     return out
 
@@ -537,7 +537,7 @@ def _selector_names(k) -> set[str]:
     found: set[str] = set()
     for _ in range(3):
         for name, value, _stmt in k.assigns:
-            if _equality(value) or any(isinstance(n, cst.Name) and n.value in found for n in nodes_under(value)):
+            if _equality(value) or any(type(n) is cst.Name and n.value in found for n in nodes_under(value)):
                 found.add(name)
     return found
 
@@ -546,9 +546,9 @@ def _self_assigns(owner: cst.ClassDef, attr: str) -> list[cst.BaseExpression]:
     """The values every method of a class assigns to ``self.<attr>``."""
     out = []
     for node in walk(owner.body):
-        if isinstance(node, (cst.Assign, cst.AnnAssign)) and node.value is not None:
-            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-            if any(isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self"
+        if type(node) in (cst.Assign, cst.AnnAssign) and node.value is not None:
+            targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
+            if any(type(t) is cst.Attribute and type(t.value) is cst.Name and t.value.value == "self"
                    and t.attr.value == attr for t in targets):
                 out.append(node.value)
     return out
@@ -560,7 +560,7 @@ def _param_names(fn: cst.FunctionDef) -> list[str]:
 
 
 def _equality(expr) -> bool:
-    return any(isinstance(n, cst.Comparison) and any(isinstance(t.operator, cst.Equal) for t in n.comparisons)
+    return any(type(n) is cst.Comparison and any(type(t.operator) is cst.Equal for t in n.comparisons)
                for n in nodes_under(expr))
 
 

@@ -130,14 +130,14 @@ def k(x_ptr, n, BLOCK: tl.constexpr, num_warps):
     def leave_Module(self, original_node: cst.Module) -> None:
         all_kernels = kernels(self.model)
         helpers = {c.func.value for k in all_kernels for c in nodes_under(k.fn.body)
-                   if isinstance(c, cst.Call) and isinstance(c.func, cst.Name)}
+                   if type(c) is cst.Call and type(c.func) is cst.Name}
         for k in all_kernels:
             if k.name in helpers:
                 continue  # an inlined helper: its arguments are constexpr when its callers pass constexprs
             runtime = k.runtime_params()
             shaped: set[str] = set()
             for node in nodes_under(k.fn.body):
-                op = tl_op(self.model, node) if isinstance(node, cst.Call) else None
+                op = tl_op(self.model, node) if type(node) is cst.Call else None
                 if op in SHAPE_OPS:
                     for index, keyword in SHAPE_OPS[op]:
                         a = arg(node, index, keyword)
@@ -156,10 +156,10 @@ def k(x_ptr, n, BLOCK: tl.constexpr, num_warps):
 def _bare_names(node: cst.CSTNode) -> set[str]:
     """Names used as values: in ``x.shape`` the shape of a tensor is read, which is static already,
     and so is ``len(buffers)`` of a tuple argument (Triton specialises on a tuple's length)."""
-    bases = {id(n.value) for n in nodes_under(node) if isinstance(n, cst.Attribute)}
+    bases = {id(n.value) for n in nodes_under(node) if type(n) is cst.Attribute}
     bases |= {id(a.value) for n in nodes_under(node)
-              if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "len" for a in n.args}
-    return {n.value for n in nodes_under(node) if isinstance(n, cst.Name) and id(n) not in bases}
+              if type(n) is cst.Call and type(n.func) is cst.Name and n.func.value == "len" for a in n.args}
+    return {n.value for n in nodes_under(node) if type(n) is cst.Name and id(n) not in bases}
 
 
 # A count of blocks (NUM_BLOCK, N_BLOCKS, NUM_TILES) is a loop bound, not a block size.

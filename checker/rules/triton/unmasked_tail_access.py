@@ -198,7 +198,7 @@ def fill(out, val, n):
         # fallback, ``assert n % BLOCK == 0``): the launcher guarantees whole blocks of them
         self._divisors = {self.model.dotted(n.right) or getattr(n.right, "value", None)
                           for n in nodes_under(original_node, nested=True)
-                          if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)}
+                          if type(n) is cst.BinaryOperation and type(n.operator) is cst.Modulo}
         for k in kernels(self.model):
             doc = k.fn.get_docstring() or ""
             if not (DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name)):
@@ -216,7 +216,7 @@ def fill(out, val, n):
         ragged: set[str] = set()
         for site in self.model.launch_sites.values():
             func = site.call.func
-            if not (isinstance(func, cst.Subscript) and self.model.dotted(func.value) == k.name):
+            if not (type(func) is cst.Subscript and self.model.dotted(func.value) == k.name):
                 continue
             grid = cst.Module([]).code_for_node(func.slice[0].slice) if func.slice else ""
             for a in site.call.args:
@@ -224,8 +224,8 @@ def fill(out, val, n):
                     continue
                 kw = a.keyword.value
                 value = cst.Module([]).code_for_node(a.value)
-                if isinstance(a.value, cst.Call) and (self.model.dotted(a.value.func) or "").endswith("next_power_of_2") \
-                        and not all(isinstance(x.value, cst.Integer) for x in a.value.args):
+                if type(a.value) is cst.Call and (self.model.dotted(a.value.func) or "").endswith("next_power_of_2") \
+                        and not all(type(x.value) is cst.Integer for x in a.value.args):
                     ragged.add(kw)
                 for m in re.finditer(r"cdiv\(([^,()]+(?:\([^()]*\))?[^,()]*),\s*([^()]+?)\s*\)", grid):
                     if m.group(2) == value or re.fullmatch(r"\w+\[['\"]%s['\"]\]" % re.escape(kw), m.group(2)):
@@ -237,11 +237,11 @@ def fill(out, val, n):
         """``offs < n`` with offs carrying a BLOCK bound and n a runtime value: the kernel itself
         says the dimension is not a whole number of blocks."""
         for cmp in nodes_under(node):
-            if not (isinstance(cmp, cst.Comparison) and len(cmp.comparisons) == 1):
+            if not (type(cmp) is cst.Comparison and len(cmp.comparisons) == 1):
                 continue
             right = cmp.comparisons[0].comparator
-            if not isinstance(cmp.comparisons[0].operator, (cst.LessThan, cst.LessThanEqual, cst.GreaterThan,
-                                                             cst.GreaterThanEqual)):
+            if type(cmp.comparisons[0].operator) not in (cst.LessThan, cst.LessThanEqual, cst.GreaterThan,
+                                                             cst.GreaterThanEqual):
                 continue
             for a, b in ((cmp.left, right), (right, cmp.left)):
                 bounds = self._bounds(a, tainted)
@@ -255,16 +255,16 @@ def fill(out, val, n):
         for anc in self.model.ancestors(node):
             if anc is k.fn:
                 return None
-            if isinstance(anc, (cst.For, cst.While)):
+            if type(anc) in (cst.For, cst.While):
                 return anc
         return None
 
     def _runtime(self, expr: cst.CSTNode, k) -> bool:
         """A value known only at run time: a non-constexpr parameter, a local, a load or a call."""
-        if isinstance(expr, (cst.Integer, cst.Float)):
+        if type(expr) in (cst.Integer, cst.Float):
             return False
         names = names_in(expr) - k.constexprs
-        if any(isinstance(n, cst.Call) for n in nodes_under(expr)):
+        if any(type(n) is cst.Call for n in nodes_under(expr)):
             return True
         return any(n in k.params or not n.isupper() for n in names)
 
@@ -275,7 +275,7 @@ def fill(out, val, n):
         launches = 0
         for site in self.model.launch_sites.values():
             func = site.call.func
-            if not (isinstance(func, cst.Subscript) and self.model.dotted(func.value) == k.name):
+            if not (type(func) is cst.Subscript and self.model.dotted(func.value) == k.name):
                 continue
             launches += 1
             order = list(k.params)
@@ -307,7 +307,7 @@ def fill(out, val, n):
             return False
         for site in self.model.launch_sites.values():
             func = site.call.func
-            if isinstance(func, cst.Subscript) and self.model.dotted(func.value) == k.name:
+            if type(func) is cst.Subscript and self.model.dotted(func.value) == k.name:
                 grid = cst.Module([]).code_for_node(func.slice[0].slice) if func.slice else ""
                 if re.search(r"cdiv|//|ceil|\+.*-\s*1|lambda|grid", grid):
                     return False
@@ -321,18 +321,18 @@ def fill(out, val, n):
         stack = [expr]
         while stack:
             node = stack.pop()
-            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            if type(node) is cst.BinaryOperation and type(node.operator) is cst.Modulo:
                 continue
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 op = tl_op(self.model, node)
                 if op in STOPS:
                     continue
                 if op == "arange":
                     bound = arg(node, 1, "end")
-                    if isinstance(bound, cst.Name) and BLOCKED_BOUND.search(bound.value) \
+                    if type(bound) is cst.Name and BLOCKED_BOUND.search(bound.value) \
                             and not EXACT_BOUND.search(bound.value):
                         yield bound.value
-            if isinstance(node, cst.Name) and node.value in tainted:
+            if type(node) is cst.Name and node.value in tainted:
                 yield tainted[node.value]
             stack.extend(node.children)
 
@@ -348,15 +348,15 @@ def fill(out, val, n):
         self._bare: set[str] = set()  # names whose latest value is a bare ``tl.arange(0, BLOCK)``
         self._loaded: set[str] = set()  # names whose latest value is read by ``tl.load`` (page ids)
         for node in nodes_under(k.fn.body):
-            if not isinstance(node, cst.SimpleStatementLine):
+            if type(node) is not cst.SimpleStatementLine:
                 continue
             if not self._report:
                 self._note_ragged(node, k, tainted)
             for sub in nodes_under(node):
-                if self._report and isinstance(sub, cst.Call) and tl_op(self.model, sub) in ("load", "store"):
+                if self._report and type(sub) is cst.Call and tl_op(self.model, sub) in ("load", "store"):
                     self._access(sub, k, tainted)
             for name, stmt in assignments(node):
-                fresh = not isinstance(stmt, cst.AugAssign)
+                fresh = type(stmt) is not cst.AugAssign
                 self._bare.discard(name)
                 self._loaded.discard(name)
                 if fresh and tl_op(self.model, stmt.value) == "arange":
@@ -366,7 +366,7 @@ def fill(out, val, n):
                 bound = self._bound(stmt.value, tainted)
                 if bound is not None:
                     tainted[name] = bound
-                elif not isinstance(stmt, cst.AugAssign):
+                elif type(stmt) is not cst.AugAssign:
                     tainted.pop(name, None)
 
     def _access(self, call: cst.Call, k, tainted: dict[str, str]) -> None:
@@ -384,7 +384,7 @@ def fill(out, val, n):
         if bound is not None and (self._scratch(pointer, k) or self._static_tiles(call, pointer, bound, k)):
             return
         if bound in self._row_blocks and any(
-                isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+                type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply
                 and bound in {getattr(n.left, "value", None), getattr(n.right, "value", None)}
                 for n in nodes_under(pointer)):
             return  # row * BLOCK + tl.arange(0, BLOCK) on a one-program-per-row grid
@@ -403,7 +403,7 @@ def fill(out, val, n):
         names = names_in(pointer)
         for _ in range(2):  # through the kernel's own assignments (mp_ptrs = Mp + pid * BLOCK_M + ...)
             for n in nodes_under(k.fn.body):
-                if isinstance(n, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value in names
+                if type(n) is cst.Assign and any(type(t.target) is cst.Name and t.target.value in names
                                                      for t in n.targets):
                     names |= names_in(n.value)
         return any(SCRATCH.search(n) for n in names & set(k.params))
@@ -414,13 +414,13 @@ def fill(out, val, n):
         for anc in self.model.ancestors(call):
             if anc is k.fn:
                 return False
-            if isinstance(anc, cst.For) and isinstance(anc.iter, cst.Call) and \
-                    tl_op(self.model, anc.iter) == "static_range" and isinstance(anc.target, cst.Name):
+            if type(anc) is cst.For and type(anc.iter) is cst.Call and \
+                    tl_op(self.model, anc.iter) == "static_range" and type(anc.target) is cst.Name:
                 extent = set().union(*(names_in(a.value) for a in anc.iter.args)) if anc.iter.args else set()
                 if not extent <= k.constexprs:
                     return False  # a runtime trip count: the tiles need not cover a whole row
                 var = anc.target.value
-                return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+                return any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply
                            and {getattr(n.left, "value", None), getattr(n.right, "value", None)} == {var, bound}
                            for n in nodes_under(pointer))
         return False
@@ -432,18 +432,18 @@ def fill(out, val, n):
         if not INDEX_LIST.search(" ".join(names_in(pointer))):
             return False
         stmt = self.model.parent(call)
-        while stmt is not None and not isinstance(stmt, (cst.Assign, cst.AnnAssign, cst.SimpleStatementLine)):
+        while stmt is not None and type(stmt) not in (cst.Assign, cst.AnnAssign, cst.SimpleStatementLine):
             stmt = self.model.parent(stmt)
-        if not isinstance(stmt, (cst.Assign, cst.AnnAssign)):
+        if type(stmt) not in (cst.Assign, cst.AnnAssign):
             return False
-        targets = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
-        loaded = {t.value for t in targets if isinstance(t, cst.Name)}
-        return any(isinstance(n, cst.Comparison) and names_in(n) & loaded for n in nodes_under(k.fn.body))
+        targets = [t.target for t in stmt.targets] if type(stmt) is cst.Assign else [stmt.target]
+        loaded = {t.value for t in targets if type(t) is cst.Name}
+        return any(type(n) is cst.Comparison and names_in(n) & loaded for n in nodes_under(k.fn.body))
 
     def _is_load(self, expr: cst.CSTNode) -> bool:
         """``tl.load(...)``, or ``tl.load(...).to(...)``: a value read from memory."""
-        while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and \
-                expr.func.attr.value in ("to", "cast") and isinstance(expr.func.value, cst.Call):
+        while type(expr) is cst.Call and type(expr.func) is cst.Attribute and \
+                expr.func.attr.value in ("to", "cast") and type(expr.func.value) is cst.Call:
             expr = expr.func.value
         return tl_op(self.model, expr) == "load"
 
@@ -453,13 +453,13 @@ def fill(out, val, n):
         shifted by a tile start: the access stays inside one page of a paged cache, and pages are
         allocated whole. (A row base from a program id, ``row * n_cols + cols``, is no page: a row
         can be narrower than the block.)"""
-        paged = any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply) and any(
-            (isinstance(side, cst.Name) and side.value in self._loaded) or self._is_load(side)
+        paged = any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply and any(
+            (type(side) is cst.Name and side.value in self._loaded) or self._is_load(side)
             for side in (n.left, n.right)) for n in nodes_under(pointer))
         if not paged:
             return False
         for n in nodes_under(pointer):
-            if isinstance(n, cst.Name) and n.value in tainted and n.value not in self._bare:
+            if type(n) is cst.Name and n.value in tainted and n.value not in self._bare:
                 return False  # offsets shifted by a start (``pos = i + off_k``) can leave the page
         return True
 
@@ -475,13 +475,13 @@ def fill(out, val, n):
             for n in names_in(expr) & set(tainted) - seen:
                 seen.add(n)
                 exprs.extend(k.values(n))
-        if not any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.FloorDivide)
+        if not any(type(n) is cst.BinaryOperation and type(n.operator) is cst.FloorDivide
                    and self._bounds(n.left, tainted) for e in exprs for n in nodes_under(e)):
             return False
         stmt = self.model.parent(call)
-        while stmt is not None and not isinstance(stmt, (cst.Assign, cst.SimpleStatementLine)):
+        while stmt is not None and type(stmt) not in (cst.Assign, cst.SimpleStatementLine):
             stmt = self.model.parent(stmt)
-        if not isinstance(stmt, cst.Assign) or not all(isinstance(t.target, cst.Name) for t in stmt.targets):
+        if type(stmt) is not cst.Assign or not all(type(t.target) is cst.Name for t in stmt.targets):
             return False
         return self._masked_uses(k, {t.target.value for t in stmt.targets}, call, depth=2)
 
@@ -498,7 +498,7 @@ def fill(out, val, n):
                     ids.add(name)
                     changed = True
         for n in nodes_under(k.fn.body):
-            if not isinstance(n, cst.Call) or n is skip:
+            if type(n) is not cst.Call or n is skip:
                 continue
             op = tl_op(self.model, n)
             if all(ids.isdisjoint(names_outside_loads(self.model, a.value)) for a in n.args):
@@ -508,8 +508,8 @@ def fill(out, val, n):
                 if (mask is None or is_none(mask)) and arg(n, 99, "boundary_check") is None \
                         and not ids.isdisjoint(names_outside_loads(self.model, arg(n, 0, "pointer") or n)):
                     return False  # a page id dereferenced unmasked
-            elif op is None and not (isinstance(n.func, cst.Attribute) and n.func.attr.value in ("to", "cast")):
-                helper = next((h for h in kernels(self.model) if isinstance(n.func, cst.Name)
+            elif op is None and not (type(n.func) is cst.Attribute and n.func.attr.value in ("to", "cast")):
+                helper = next((h for h in kernels(self.model) if type(n.func) is cst.Name
                                and h.name == n.func.value), None)
                 if helper is None or depth == 0:
                     return False  # handed to a function this rule does not read
@@ -530,7 +530,7 @@ def fill(out, val, n):
         for anc in self.model.ancestors(call):
             if anc is k.fn:
                 return False
-            if isinstance(anc, (cst.If, cst.IfExp)) and names_in(anc.test) & k.constexprs:
+            if type(anc) in (cst.If, cst.IfExp) and names_in(anc.test) & k.constexprs:
                 return True
         return False
 
