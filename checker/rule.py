@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 # ``PREFILTER`` patterns are matched cheaply. A regex that tries several alternatives at every
 # position of a large file is slow, and ``\b`` defeats the regex engine's literal-prefix search, so
 # each ``|`` alternative is matched on its own: a plain word (``\.``, ``\(`` allowed) with
-# ``str.__contains__``, anything else with a small regex that runs only when its longest required
+# ``str.__contains__``, a whole word (``\bword\b``) by finding the word and looking at the
+# characters around it, anything else with a small regex that runs only when its longest required
 # literal is in the text. The answer is exactly the regex's.
 _PLAIN = re.compile(r"(?:[^\\|()\[\]{}.*+?^$]|\\[.()\[\]{}*+?^$])+")
 _ATOM = re.compile(r"\\[bB]|\\.|\[(?:\\.|[^\]])*\]|.")
@@ -67,11 +68,14 @@ def text_matcher(pattern: str):
         whole = re.compile(pattern)  # groups or a literal "|": keep the regex whole
         return lambda text: whole.search(text) is not None
     plain: list[str] = []
+    whole: list[str] = []
     guarded: list[tuple[str, re.Pattern]] = []
     for word in body.split("|"):
         if _PLAIN.fullmatch(word):
             literal = re.sub(r"\\(.)", r"\1", word)
             plain.append(literal.lower() if fold else literal)
+        elif not fold and _WHOLE.fullmatch(word):  # (lower-casing can change the characters around a word)
+            whole.append(word[2:-2])
         else:
             literal = _required_literal(word) or ""
             guarded.append((literal.lower() if fold else literal, re.compile(word, re.IGNORECASE if fold else 0)))
@@ -80,9 +84,28 @@ def text_matcher(pattern: str):
     def matches(text: str) -> bool:
         if fold:
             text = text.lower()
-        return any(w in text for w in words) or any(lit in text and rx.search(text) for lit, rx in guarded)
+        return (any(w in text for w in words) or any(_whole_word(text, w) for w in whole)
+                or any(lit in text and rx.search(text) for lit, rx in guarded))
 
     return matches
+
+
+_WHOLE = re.compile(r"\\b\w+\\b")  # \bword\b, the word made of letters, digits and underscores only
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"  # what ``\w`` matches in a str pattern
+
+
+def _whole_word(text: str, word: str) -> bool:
+    r"""Whether ``\bword\b`` matches in ``text`` (``word`` made of word characters only)."""
+    end = len(text) - len(word)
+    i = text.find(word)
+    while i >= 0:
+        if (i == 0 or not _is_word_char(text[i - 1])) and (i == end or not _is_word_char(text[i + len(word)])):
+            return True
+        i = text.find(word, i + 1)
+    return False
 
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Options", "References")

@@ -200,13 +200,14 @@ def _prefilter_texts() -> list[str]:
     texts += [ex for r in all_rules() for ex in (*r.VALID, *r.INVALID)]
     texts += ["", "x.item()", "x.item ()", "SpeedUp", "speed-up", "SPEED_UP", "_C", "torch._C.foo", "my_C1",
               "kernel[grid](x)", "kernel[grid] (x)", "half", "behalf", "'cpu'", '"cpu"', "cpu", "if", "elif x:",
-              "aab", "ac", "abc", "xxyz", "a|b", "a.b", "axb"]
+              "aab", "ac", "abc", "xxyz", "a|b", "a.b", "axb", "if_x = 1", "x_if\nif", "assert", "reassert",
+              "(assert)", "raise\u00e9", "\u00e9raise", "except:", "_C_", "x._C.y", "diff if", "shift"]
     return texts
 
 
 @pytest.mark.parametrize("pattern", sorted(
     {p for r in __import__("kcheck.registry", fromlist=["all_rules"]).all_rules() for p in r.PREFILTER}
-    | {r"\b_C\b", r"ab?c", r"a+b", r"x{2}yz", r"a\|b", r"(a|b)c", r"a\.b", r"[|]", r"(?i)speed[- _]?up|faster"}))
+    | {r"\b_C\b", r"\bif\b|\bhalf\b", r"x|\bab\b|a+b", r"ab?c", r"a+b", r"x{2}yz", r"a\|b", r"(a|b)c", r"a\.b", r"[|]", r"(?i)speed[- _]?up|faster"}))
 def test_prefilter_matcher_answers_exactly_what_the_regex_answers(pattern):
     import re
 
