@@ -39,6 +39,7 @@ class FileResult:
     errors: list[str] = field(default_factory=list)  # internal errors and notices, for stderr
     parsed: bool = False  # whether libcst parsed it
     cached: bool = False
+    key: str = ""  # the content key its findings are cached under ("" when the cache is off)
 
 
 @dataclass
@@ -428,26 +429,28 @@ def _read(job: Job) -> tuple[str | None, bytes, Finding | None]:
     return text, data, None
 
 
-def check_job(job: Job, shortcuts: bool, cache_root: str | None) -> FileResult:
+def check_job(job: Job, shortcuts: bool, cache: dict[str, list] | None = None) -> FileResult:
+    """One file's findings; ``cache`` (content key -> findings, see :class:`_ContentCache`) answers
+    for a text checked before with the same kcheck code, configuration and path."""
     text, data, problem = _read(job)
     if problem is not None:
         return FileResult(findings=[problem] if job.config.is_enabled("KC900", "unparsable-file", job.config_rel) else [])
     if text is None:
         return FileResult(errors=[f"{job.rel}: skipped: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"])
-    key = None
-    if cache_root and shortcuts:
+    key = ""
+    if cache is not None and shortcuts:
         key = hashlib.sha256(b"\0".join([code_fingerprint().encode(), job.config.fingerprint().encode(),
                                           job.rel.encode(), data])).hexdigest()
-        cached = _cache_get(cache_root, key)
+        cached = cache.get(key)
         if cached is not None:
-            return FileResult(findings=[Finding.from_dict(d) for d in cached], cached=True)
+            return FileResult(findings=[Finding.from_dict(d) for d in cached], cached=True, key=key)
     try:
         with collector_paused():
             result = check_source(text, job.rel, job.config, shortcuts, job.config_rel)
     except Exception:  # noqa: BLE001 - never let one file stop the scan
         return FileResult(errors=[f"internal error while checking {job.rel}:\n{traceback.format_exc()}"])
-    if key is not None and not result.errors:
-        _cache_put(cache_root, key, [f.to_dict() for f in result.findings])
+    if not result.errors:
+        result.key = key
     return result
 
 
@@ -479,31 +482,18 @@ def _size(path: str) -> int:
         return 0
 
 
-def _check_chunk(chunk: list[Job], shortcuts: bool, cache_root: str | None) -> list[FileResult]:
-    return [check_job(job, shortcuts, cache_root) for job in chunk]
+_WORKER_CACHE: list[dict[str, list] | None] = [None]  # a worker process's copy of the content cache
+
+
+def _start_worker(cache: dict[str, list] | None) -> None:
+    _WORKER_CACHE[0] = cache
+
+
+def _check_chunk(chunk: list[Job], shortcuts: bool) -> list[FileResult]:
+    return [check_job(job, shortcuts, _WORKER_CACHE[0]) for job in chunk]
 
 
 # -- cache -------------------------------------------------------------------------------------
-
-
-def _cache_get(cache_root: str, key: str) -> list | None:
-    try:
-        with open(os.path.join(cache_root, key[:2], key), encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
-
-
-def _cache_put(cache_root: str, key: str, findings: list) -> None:
-    folder = os.path.join(cache_root, key[:2])
-    try:
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f".{key}.{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(findings, fh)
-        os.replace(tmp, os.path.join(folder, key))  # atomic: a reader never sees half a file
-    except OSError:
-        pass
 
 
 _CODE_FINGERPRINT: list[str] = []
@@ -552,6 +542,7 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
         cache_root = cache_dir_for(first.config.root if first.config.source else Path(first.root) if first.root
                                    else project_root(Path(first.path).resolve().parent))
     index = _StatIndex(cache_root) if cache_root else None
+    contents = _ContentCache(cache_root) if cache_root else None
     known: dict[int, FileResult] = {}
     if index is not None:
         for i, job in enumerate(jobs):
@@ -561,6 +552,7 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
         if progress and known:
             progress(len(known))
     todo = [job for i, job in enumerate(jobs) if i not in known]
+    cache_map = contents.load() if contents is not None and todo else None
     n = jobs_n or os.cpu_count() or 1
     fresh: list[FileResult] = []
     if n > 1 and len(todo) >= 32:
@@ -570,10 +562,9 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
         size = max(2, min(16, len(todo) // (n * 32) or 1))
         chunks = [order[i:i + size] for i in range(0, len(order), size)]
         slots: list[FileResult | None] = [None] * len(todo)
-        with ProcessPoolExecutor(max_workers=n) as pool:
+        with ProcessPoolExecutor(max_workers=n, initializer=_start_worker, initargs=(cache_map,)) as pool:
             for chunk, chunk_result in zip(chunks, pool.map(
-                    _check_chunk, [[todo[i] for i in c] for c in chunks], [shortcuts] * len(chunks),
-                    [cache_root] * len(chunks))):
+                    _check_chunk, [[todo[i] for i in c] for c in chunks], [shortcuts] * len(chunks))):
                 for i, fr in zip(chunk, chunk_result):
                     slots[i] = fr
                 if progress:
@@ -581,13 +572,15 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
         fresh = [fr for fr in slots if fr is not None]
     else:
         for job in todo:
-            fresh.append(check_job(job, shortcuts, cache_root))
+            fresh.append(check_job(job, shortcuts, cache_map))
             if progress:
                 progress(1)
     if index is not None:
         for job, fr in zip(todo, fresh):
             index.put(job, fr)
         index.save()
+    if contents is not None and cache_map is not None:
+        contents.save(fresh)
     for fr in [*known.values(), *fresh]:
         result.findings.extend(fr.findings)
         result.errors.extend(fr.errors)
@@ -638,19 +631,56 @@ class _StatIndex:
         self.changed = True
 
     def save(self) -> None:
-        if not self.changed:
-            return
-        tmp = f"{self.path}.{os.getpid()}"
+        if self.changed:
+            _write_json(self.path, self.entries)
+
+
+class _ContentCache:
+    """Findings by content key (kcheck code, configuration, path and the file's bytes), in one file
+    per kcheck code version: what answers for a file whose time stamp changed but whose text is one
+    checked before (a branch switched and switched back, a fresh checkout). Read once per scan and
+    written once, by the main process; the most recently used ``LIMIT`` keys are kept."""
+
+    LIMIT = 100_000
+
+    def __init__(self, cache_root: str) -> None:
+        self.path = os.path.join(cache_root, f"content-{code_fingerprint()}.json")
+        self.entries: dict[str, list] = {}
+
+    def load(self) -> dict[str, list]:
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(self.entries, fh)
-            os.replace(tmp, self.path)
-            folder, own = os.path.split(self.path)
-            for name in os.listdir(folder):  # indexes written by other kcheck code are never read again
-                if name.startswith("index-") and name.endswith(".json") and name != own:
-                    os.unlink(os.path.join(folder, name))
-        except OSError:
-            pass
+            with open(self.path, encoding="utf-8") as fh:
+                self.entries = json.load(fh)
+        except (OSError, ValueError):
+            self.entries = {}
+        return self.entries
+
+    def save(self, results: list[FileResult]) -> None:
+        entries = self.entries
+        for fr in results:
+            if fr.key:  # moved to the end: the most recently used are kept
+                entries.pop(fr.key, None)
+                entries[fr.key] = [f.to_dict() for f in fr.findings]
+        if len(entries) > self.LIMIT:
+            entries = dict(list(entries.items())[-self.LIMIT:])
+        _write_json(self.path, entries)
+
+
+def _write_json(path: str, data: dict) -> None:
+    """Write ``data`` to ``path`` atomically (a reader never sees half a file) and remove the files
+    of the same kind written by other kcheck code, which are never read again."""
+    tmp = f"{path}.{os.getpid()}"
+    folder, own = os.path.split(path)
+    kind = own.split("-")[0] + "-"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+        for name in os.listdir(folder):
+            if name.startswith(kind) and name.endswith(".json") and name != own:
+                os.unlink(os.path.join(folder, name))
+    except OSError:
+        pass
 
 
 def stdin_job(filename: str, explicit_config: Path | None = None) -> Job:

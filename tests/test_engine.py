@@ -167,6 +167,27 @@ def test_shortcuts_change_no_finding_on_a_whole_tree(folder):
         assert fast.parsed < slow.parsed  # the shortcuts did skip work
 
 
+def test_worker_processes_answer_from_the_content_cache_when_only_time_stamps_changed(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {f"m{i}.py": (BENCH if i % 5 == 0 else f"x = {i}\n") for i in range(40)})
+    for path in tmp_path.glob("m*.py"):
+        os.utime(path, ns=(10**18, 10**18))  # older than the index's two-second window
+    jobs, _ = discover(["."])
+    cold = scan(jobs, 2)
+    assert cold.cached == 0 and len(cold.findings) == 8
+    stored = sorted(p.name.split("-")[0] for p in (tmp_path / ".kcheck_cache").rglob("*") if p.is_file())
+    assert stored == [".gitignore", "content", "index"]  # one file per store, not one per checked file
+    for path in tmp_path.glob("m*.py"):
+        os.utime(path, ns=(1, 1))  # a checkout rewrites every file: same bytes, new time stamps
+    touched = scan(jobs, 2)
+    assert touched.cached == 40 and _keys(touched) == _keys(cold)
+    (tmp_path / "m0.py").write_text(BENCH.replace("fn(x).item()", "fn(x).cpu()"))
+    edited = scan(jobs, 2)
+    assert edited.cached == 39 and [f.message.split()[0] for f in edited.findings if f.path == "m0.py"] == [".cpu()"]
+
+
 def test_warm_scan_reads_no_file_whose_stat_is_unchanged(tmp_path, monkeypatch):
     import os
     import time as _time
