@@ -86,3 +86,27 @@ def test_low_precision_sum_gate_wants_a_16_bit_type_in_the_text(note, passes):
     assert _gate("KC503", source, "ops/row_sum.py") is passes
     found = [f for f in check_source(source, "ops/row_sum.py", Config(), shortcuts=False).findings if f.code == "KC503"]
     assert bool(found) is passes
+
+
+LOOSE = '''
+import torch
+from mylib import ops
+def test_norm():
+    x = torch.randn(8, 64, dtype=torch.bfloat16)
+    {setup}torch.testing.assert_close(ops.norm(x), ref(x), atol=1.0, rtol=1.0){comment}
+'''
+
+
+@pytest.mark.parametrize(("setup", "comment", "passes"), [
+    ("", "", True),  # the rule reports it
+    ("", "  # bf16 accumulation error", False),  # a reason on the comparison's line: the rule is silent
+    ("", "  # see below", True),
+    ("x = ops.per_token_quant(x)\n    ", "", False),  # a quantised path in the test's own body
+    ("x = ops.scale(x)\n    ", "", True),
+])
+def test_loose_tolerance_gate_reads_the_reason_and_the_quantised_path(setup, comment, passes):
+    source = LOOSE.format(setup=setup, comment=comment)
+    assert _gate("KC402", source, "tests/test_norm.py") is passes
+    found = [f for f in check_source(source, "tests/test_norm.py", Config(), shortcuts=False).findings
+             if f.code == "KC402"]
+    assert bool(found) is passes

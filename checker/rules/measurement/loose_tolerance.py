@@ -5,6 +5,7 @@ import re
 
 import libcst as cst
 
+from kcheck.gate import dotted
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     DTYPE_NAMES, QUANTIZED, TOLERANCE_COMPARES, TOLERANCE_LIMITS, Scope, arg, calls, dtypes_in, gate_facts, is_compare,
@@ -128,11 +129,15 @@ def test_softmax():
                     found.append(float(v.value))
             return found
 
+        lines = summary.source.split("\n") if summary.source is not None and "\r" not in summary.source else None
         for call, f in summary.calls:
             if not facts.lasts(call) & TOLERANCE_COMPARES or not facts.in_scope(f):
                 continue
-            if f is not None and (QUANTIZED.search(f.name) or QUICK_REDUCE.search(f.name)):
-                continue
+            if f is not None and (QUANTIZED.search(f.name) or QUICK_REDUCE.search(f.name) or _quantized_calls(facts, f)):
+                continue  # _quantized_path
+            if lines is not None and any(REASON.search(c) for line in lines[call.lineno - 1:call.end_lineno]
+                                         for c in re.findall(r"#[^\n]*", line)):
+                continue  # _reasoned: a comment on the call's own lines is in its statement's text
             loosest = max(values(call), default=0.0)
             if loosest <= floor:
                 continue
@@ -248,6 +253,15 @@ def test_softmax():
                     "float", "double", "to"):
                 return True
         return False
+
+
+def _quantized_calls(facts, f) -> bool:
+    """A call in ``f``'s own body (nested defs, classes and lambdas left out) named for a quantised
+    path or a quick all-reduce: what ``LooseTolerance._quantized_path`` finds in its body."""
+    node = facts.node(f)
+    return node is not None and any(
+        QUANTIZED.search(name) or QUICK_REDUCE.search(name) for n in own_nodes(node.body) if type(n) is ast.Call
+        for name in [(dotted(n.func) or "").split(".")[-1]])
 
 
 def _named_dtypes(roots: list[ast.AST]) -> tuple[set[str], bool]:
