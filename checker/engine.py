@@ -441,9 +441,9 @@ def check_job(job: Job, shortcuts: bool, cache: dict[str, list] | None = None) -
     if cache is not None and shortcuts:
         key = hashlib.sha256(b"\0".join([code_fingerprint().encode(), job.config.fingerprint().encode(),
                                           job.rel.encode(), data])).hexdigest()
-        cached = cache.get(key)
-        if cached is not None:
-            return FileResult(findings=[Finding.from_dict(d) for d in cached], cached=True, key=key)
+        findings = _decoded(cache.get(key))
+        if findings is not None:
+            return FileResult(findings=findings, cached=True, key=key)
     try:
         with collector_paused():
             result = check_source(text, job.rel, job.config, shortcuts, job.config_rel)
@@ -605,6 +605,8 @@ class _StatIndex:
                 self.entries: dict[str, list] = json.load(fh)
         except (OSError, ValueError):
             self.entries = {}
+        if type(self.entries) is not dict:  # damaged: start again
+            self.entries = {}
         self.changed = False
 
     @staticmethod
@@ -617,9 +619,10 @@ class _StatIndex:
 
     def get(self, job: Job) -> FileResult | None:
         entry = self.entries.get(os.path.abspath(job.path))
-        if entry is None or entry[:4] != self._stamp(job):
+        if type(entry) is not list or len(entry) != 5 or entry[:4] != self._stamp(job):
             return None
-        return FileResult(findings=[Finding.from_dict(d) for d in entry[4]], cached=True)
+        findings = _decoded(entry[4])
+        return None if findings is None else FileResult(findings=findings, cached=True)
 
     def put(self, job: Job, fr: FileResult) -> None:
         stamp = self._stamp(job)
@@ -653,6 +656,8 @@ class _ContentCache:
                 self.entries = json.load(fh)
         except (OSError, ValueError):
             self.entries = {}
+        if type(self.entries) is not dict:  # damaged: start again
+            self.entries = {}
         return self.entries
 
     def save(self, results: list[FileResult]) -> None:
@@ -664,6 +669,16 @@ class _ContentCache:
         if len(entries) > self.LIMIT:
             entries = dict(list(entries.items())[-self.LIMIT:])
         _write_json(self.path, entries)
+
+
+def _decoded(stored) -> list[Finding] | None:
+    """The findings a cache entry holds, or None when it is not one (a damaged cache is a miss)."""
+    if type(stored) is not list:
+        return None
+    try:
+        return [Finding.from_dict(d) for d in stored]
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def _write_json(path: str, data: dict) -> None:

@@ -289,3 +289,24 @@ def test_checking_a_file_pauses_the_collector_and_leaves_no_cyclic_garbage(tmp_p
             gc.enable()
     finally:
         engine.check_source = real
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[1, 2]", "null", "entries"])
+def test_a_damaged_cache_is_ignored_and_rewritten(tmp_path, monkeypatch, damage):
+    import json
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"bench.py": BENCH, "clean.py": "x = 1\n"})
+    for path in tmp_path.glob("*.py"):
+        os.utime(path, ns=(10**18, 10**18))
+    jobs, _ = discover(["."])
+    cold = scan(jobs, 1)
+    stores = list((tmp_path / ".kcheck_cache").rglob("*.json"))
+    assert sorted(p.name.split("-")[0] for p in stores) == ["content", "index"]
+    for path in stores:  # the whole file damaged, or ("entries") every entry in a sound table
+        path.write_text(json.dumps({k: "damaged" for k in json.loads(path.read_text())}) if damage == "entries"
+                        else damage)
+    again = scan(jobs, 1)
+    assert again.cached == 0 and _keys(again) == _keys(cold) and not again.errors
+    assert scan(jobs, 1).cached == 2  # and written afresh
