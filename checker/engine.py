@@ -80,9 +80,21 @@ def _git_files(folder: Path) -> list[Path] | None:
 def _walk(folder: Path, config: Config, root: Path) -> list[Path]:
     found: list[Path] = []
     given = _rel(folder, root)
+    # each folder's path relative to the root, from its parent's: os.walk never enters a symlinked
+    # folder, so below ``folder`` no path needs resolving again
+    rels = {str(folder): "" if given == "." else given}
     for dirpath, dirnames, filenames in os.walk(folder):  # never follows symlinked folders: no loops
         here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not config.is_excluded(_rel(here / d, root), given))
+        prefix = rels.pop(dirpath, None)
+        if prefix is None:
+            prefix = rels[dirpath] = _rel(here, root)
+        kept = []
+        for d in sorted(dirnames):
+            rel = f"{prefix}/{d}" if prefix else d
+            if not config.is_excluded(rel, given):
+                kept.append(d)
+                rels[os.path.join(dirpath, d)] = rel
+        dirnames[:] = kept
         found.extend(here / f for f in sorted(filenames) if f.endswith((".py", ".pyi")))
     return found
 
@@ -132,6 +144,7 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
         root = project_root(folder.resolve())
         report_root = report_root or root
         given = _rel(path, root) if path.is_dir() else ""
+        given_rel: dict[Path, str] = {}  # ``path`` relative to each configuration's folder
         if path.is_dir():
             in_git = (root / ".git").exists()
             files = (_git_files(path) if in_git else None)
@@ -156,7 +169,9 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
             config = config_for(resolved.parent, explicit_config)
             base = config.root if config.source else root
             config_rel = _rel(resolved, base, resolved=True)
-            if (not explicit or force_exclude) and config.is_excluded(config_rel, _rel(path, base) if given else ""):
+            if given and base not in given_rel:
+                given_rel[base] = _rel(path, base)
+            if (not explicit or force_exclude) and config.is_excluded(config_rel, given_rel[base] if given else ""):
                 continue
             jobs.append(Job(str(f), _rel(resolved, report_root, resolved=True), config, config_rel, str(report_root)))
     return jobs, problems
