@@ -85,9 +85,7 @@ def _walk(folder: Path, config: Config, root: Path) -> list[Path]:
     rels = {str(folder): "" if given == "." else given}
     for dirpath, dirnames, filenames in os.walk(folder):  # never follows symlinked folders: no loops
         here = Path(dirpath)
-        prefix = rels.pop(dirpath, None)
-        if prefix is None:
-            prefix = rels[dirpath] = _rel(here, root)
+        prefix = rels.pop(dirpath)  # os.walk names a folder as os.path.join(parent, name), as recorded
         kept = []
         for d in sorted(dirnames):
             rel = f"{prefix}/{d}" if prefix else d
@@ -497,15 +495,16 @@ def _size(path: str) -> int:
         return 0
 
 
-_WORKER_CACHE: list[dict[str, list] | None] = [None]  # a worker process's copy of the content cache
+_worker_cache: dict[str, list] | None = None  # a worker process's copy of the content cache
 
 
 def _start_worker(cache: dict[str, list] | None) -> None:
-    _WORKER_CACHE[0] = cache
+    global _worker_cache
+    _worker_cache = cache
 
 
 def _check_chunk(chunk: list[Job], shortcuts: bool) -> list[FileResult]:
-    return [check_job(job, shortcuts, _WORKER_CACHE[0]) for job in chunk]
+    return [check_job(job, shortcuts, _worker_cache) for job in chunk]
 
 
 # -- cache -------------------------------------------------------------------------------------
@@ -615,13 +614,7 @@ class _StatIndex:
 
     def __init__(self, cache_root: str) -> None:
         self.path = os.path.join(cache_root, f"index-{code_fingerprint()}.json")
-        try:
-            with open(self.path, encoding="utf-8") as fh:
-                self.entries: dict[str, list] = json.load(fh)
-        except (OSError, ValueError):
-            self.entries = {}
-        if type(self.entries) is not dict:  # damaged: start again
-            self.entries = {}
+        self.entries: dict[str, list] = _read_json(self.path)
         self.changed = False
 
     @staticmethod
@@ -666,13 +659,7 @@ class _ContentCache:
         self.entries: dict[str, list] = {}
 
     def load(self) -> dict[str, list]:
-        try:
-            with open(self.path, encoding="utf-8") as fh:
-                self.entries = json.load(fh)
-        except (OSError, ValueError):
-            self.entries = {}
-        if type(self.entries) is not dict:  # damaged: start again
-            self.entries = {}
+        self.entries = _read_json(self.path)
         return self.entries
 
     def save(self, results: list[FileResult]) -> None:
@@ -694,6 +681,16 @@ def _decoded(stored) -> list[Finding] | None:
         return [Finding.from_dict(d) for d in stored]
     except (TypeError, ValueError, KeyError):
         return None
+
+
+def _read_json(path: str) -> dict:
+    """The table a cache file holds; empty when it is missing or damaged (the scan starts again)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if type(data) is dict else {}
 
 
 def _write_json(path: str, data: dict) -> None:

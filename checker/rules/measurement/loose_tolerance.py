@@ -129,19 +129,18 @@ def test_softmax():
                     found.append(float(v.value))
             return found
 
+        # the file's lines as ast numbers them (a lone CR ends a line for ast, not for split)
         lines = summary.source.split("\n") if summary.source is not None and "\r" not in summary.source else None
         for call, f in summary.calls:
             if not facts.lasts(call) & TOLERANCE_COMPARES or not facts.in_scope(f):
                 continue
-            if f is not None and (QUANTIZED.search(f.name) or QUICK_REDUCE.search(f.name) or _quantized_calls(facts, f)):
+            if f is not None and (_quantized_name(f.name) or _quantized_calls(facts, f)):
                 continue  # _quantized_path
-            if lines is not None and any(REASON.search(c) for line in lines[call.lineno - 1:call.end_lineno]
-                                         for c in re.findall(r"#[^\n]*", line)):
-                continue  # _reasoned: a comment on the call's own lines is in its statement's text
             loosest = max(values(call), default=0.0)
-            if loosest <= floor:
+            if loosest <= floor or loosest <= _limit_floor(facts, summary, f, floor):
                 continue
-            if loosest > _limit_floor(facts, summary, f, floor):
+            # _reasoned: a comment on the call's own lines is in the text of its statement
+            if lines is None or not _gives_reason("\n".join(lines[call.lineno - 1:call.end_lineno])):
                 return True
         return False
 
@@ -222,8 +221,7 @@ def test_softmax():
         """A comment on the comparison (or just above it) gives the reason for the tolerance."""
         for anc in self.model.ancestors(call):
             if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-                text = cst.Module([]).code_for_node(anc)
-                return any(REASON.search(c) for c in re.findall(r"#[^\n]*", text))
+                return _gives_reason(cst.Module([]).code_for_node(anc))
         return False
 
     def _quantized_path(self, call: cst.Call) -> bool:
@@ -232,11 +230,9 @@ def test_softmax():
         fn = self.model.enclosing_function(call)
         if fn is None:
             return False
-        if QUANTIZED.search(fn.name.value) or QUICK_REDUCE.search(fn.name.value):
-            return True
-        return any(QUANTIZED.search(name) or QUICK_REDUCE.search(name)
-                   for c in nodes_under(fn.body) if type(c) is cst.Call
-                   for name in [(self.model.dotted(c.func) or "").split(".")[-1]])
+        return _quantized_name(fn.name.value) or any(
+            _quantized_name((self.model.dotted(c.func) or "").split(".")[-1])
+            for c in nodes_under(fn.body) if type(c) is cst.Call)
 
     def _dtypes(self, call: cst.Call) -> set[str]:
         """Dtypes named in the enclosing functions and their decorators (empty: ask the module)."""
@@ -259,9 +255,18 @@ def _quantized_calls(facts, f) -> bool:
     """A call in ``f``'s own body (nested defs, classes and lambdas left out) named for a quantised
     path or a quick all-reduce: what ``LooseTolerance._quantized_path`` finds in its body."""
     node = facts.node(f)
-    return node is not None and any(
-        QUANTIZED.search(name) or QUICK_REDUCE.search(name) for n in own_nodes(node.body) if type(n) is ast.Call
-        for name in [(dotted(n.func) or "").split(".")[-1]])
+    return node is not None and any(_quantized_name((dotted(n.func) or "").split(".")[-1])
+                                    for n in own_nodes(node.body) if type(n) is ast.Call)
+
+
+def _quantized_name(name: str) -> bool:
+    """A function or call named for a quantised path or a quick all-reduce."""
+    return bool(QUANTIZED.search(name) or QUICK_REDUCE.search(name))
+
+
+def _gives_reason(code: str) -> bool:
+    """Whether a comment in ``code`` gives a reason for a tolerance."""
+    return any(REASON.search(c) for c in re.findall(r"#[^\n]*", code))
 
 
 def _named_dtypes(roots: list[ast.AST]) -> tuple[set[str], bool]:
