@@ -499,6 +499,7 @@ def compute_uses(model, function: cst.FunctionDef, attrs: dict[str, tuple], dept
                 uses.append(use)
 
     visit(function.body, None, 0)
+    del visit  # it calls itself through its cell: a reference cycle holding the model
     return uses
 
 

@@ -155,14 +155,43 @@ def _last(node: ast.AST) -> str:
     return ""
 
 
-# fields that never hold a node worth visiting (``ctx`` is Load/Store, the same for every name)
-_NOT_CHILDREN = {"ctx", "id", "attr", "kind", "type_comment", "level", "module", "arg", "conversion", "is_async",
-                 "simple"}
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+def _child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of ``kind`` that may hold a node worth visiting, reversed (for a stack): never
+    ``ctx`` (Load/Store) nor operators (``op``, ``ops``), which hold no names, nor fields that hold
+    only strings, numbers or constants. (Anything else the walk meets it pops and passes over.)"""
+    skip = {"ctx", "id", "attr", "kind", "type_comment", "level", "module", "arg", "conversion", "is_async",
+            "simple", "op", "ops", "asname", "rest"}
+    if kind.__name__ != "TypeAlias":  # ``type X = ...`` (3.12) names its alias with a Name node
+        skip.add("name")
+    if kind in (ast.Global, ast.Nonlocal):
+        skip.add("names")
+    if kind is ast.Constant:
+        skip.add("value")
+    return tuple(f for f in reversed(getattr(kind, "_fields", ())) if f not in skip)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+class _Leave:
+    """Pushed under the children of a def or a class: popping it leaves that scope."""
+
+    __slots__ = ("restore", "merge_into", "names")
+
+    def __init__(self, restore: tuple, merge_into: tuple[set[str], ...], names: set[str]) -> None:
+        self.restore = restore  # (sinks, function, bucket) around the scope
+        self.merge_into = merge_into  # the name sets around the scope, which get its names when it ends
+        self.names = names
 
 
 def summarize(tree: ast.Module) -> Summary:
-    """One pass over the tree; each name is added to every function that encloses it."""
+    """One pass over the tree; each name is added to every function that encloses it.
+
+    A name goes into the innermost name set only (``bucket``: a function's, the top level of a
+    class's, the module's), and a function's set is merged into the sets around it (``sinks``) when
+    the walk leaves the function: the same sets as adding each name to all of them at once. Code at
+    the top level goes to ``module_names``, a top-level class body to ``class_level``, and a def or
+    class directly in the module body starts with no set around it."""
     functions: list[FunctionSummary] = []
     classes: set[str] = set()
     bases: set[str] = set()
@@ -170,33 +199,59 @@ def summarize(tree: ast.Module) -> Summary:
     module_names: set[str] = set()
     class_level: set[str] = set()  # names in class bodies outside methods
     calls: list[tuple[ast.Call, FunctionSummary | None]] = []
-    stack: list[tuple[ast.AST, tuple[set[str], ...], FunctionSummary | None]] = [
-        (stmt, () if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else (module_names,), None)
-        for stmt in reversed(tree.body)
-    ]
-    fields_of = _CHILD_FIELDS
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    top = {id(stmt) for stmt in tree.body if type(stmt) in scopes}  # defs and classes with no set around them
+    stack: list = list(reversed(tree.body))
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    sinks: tuple[set[str], ...] = (module_names,)
+    bucket = module_names
+    function: FunctionSummary | None = None
+    fields_of = _FIELDS
     while stack:
-        node, sinks, function = stack.pop()
+        node = pop()
         kind = type(node)
-        name = None
+        if kind is ast.Name:
+            bucket.add(node.id)
+            continue
+        if kind is ast.Attribute:
+            bucket.add(node.attr)
+            push(node.value)
+            continue
+        if kind is ast.Constant:
+            value = node.value
+            if type(value) is str and len(value) <= 12:
+                bucket.add(value)
+            continue
         if kind is ast.Call:
             calls.append((node, function))
-        elif kind is ast.Name:
-            name = node.id
-        elif kind is ast.Attribute:
-            name = node.attr
-        elif kind is ast.Constant:
-            if type(node.value) is str and len(node.value) <= 12:
-                name = node.value
+            extend(node.keywords[::-1])
+            extend(node.args[::-1])
+            push(node.func)
+            continue
+        if kind is ast.keyword:
+            push(node.value)
+            continue
+        if kind is ast.Subscript:
+            push(node.slice)
+            push(node.value)
+            continue
+        if kind is _Leave:
+            for sink in node.merge_into:
+                sink |= node.names
+            sinks, function, bucket = node.restore
+            continue
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
             f = FunctionSummary(node.name, set(), {_last(d) for d in node.decorator_list})
             functions.append(f)
-            sinks = (*sinks, f.names)
-            function = f
+            around = () if id(node) in top else sinks
+            push(_Leave((sinks, function, bucket), around, f.names))
+            sinks, function, bucket = (*around, f.names), f, f.names
         elif kind is ast.ClassDef:
             classes.add(node.name)
             bases.update(_last(b) for b in node.bases)
-            sinks = sinks or (class_level,)
+            push(_Leave((sinks, function, bucket), (), class_level))
+            if id(node) in top:
+                sinks, bucket = (class_level,), class_level
             function = None
         elif kind is ast.Import:
             imports.update(a.name for a in node.names)
@@ -205,20 +260,17 @@ def summarize(tree: ast.Module) -> Summary:
             imports.add(mod)
             imports.update(f"{mod}.{a.name}" for a in node.names)
         marker = MARKERS.get(kind)
-        for sink in sinks:
-            if name is not None:
-                sink.add(name)
-            if marker is not None:
-                sink.add(marker)
+        if marker is not None:
+            bucket.add(marker)
         fields = fields_of.get(kind)
         if fields is None:
-            fields = fields_of[kind] = tuple(f for f in reversed(kind._fields) if f not in _NOT_CHILDREN)
+            fields = fields_of[kind] = _child_fields(kind)
         for field_name in fields:
             value = getattr(node, field_name, None)
             if type(value) is list:
-                stack.extend([(v, sinks, function) for v in reversed(value) if isinstance(v, ast.AST)])
-            elif isinstance(value, ast.AST):
-                stack.append((value, sinks, function))
+                extend([v for v in reversed(value) if v is not None and type(v) is not str])
+            elif value is not None:
+                push(value)
     all_names = module_names | class_level
     for f in functions:
         all_names |= f.names

@@ -208,19 +208,7 @@ class ModuleModel:
         are not entered (they do not run where they are defined), nor is a helper whose call
         site ``follow`` rejects (at any depth: a call under ``if debug:`` two helpers down).
         """
-        seen: set[int] = set()
-
-        def walk(roots, via, level):
-            for root in roots:
-                for call in _calls_under(root):
-                    yield call, via
-                    target = self.callee(call)
-                    if (target is not None and level < depth and id(target) not in seen and not _memoized(target)
-                            and not _generator(target) and (follow is None or follow(call))):
-                        seen.add(id(target))
-                        yield from walk([target.body], via or call, level + 1)
-
-        yield from walk(nodes, None, 0)
+        return _calls_in(self, nodes, None, depth, follow, set())
 
     # -- classification ---------------------------------------------------------------------------
 
@@ -442,6 +430,20 @@ def _generator(fn: cst.FunctionDef) -> bool:
     if any("contextmanager" in name for name in _decorator_names(fn)):
         return False
     return fn.asynchronous is None and any(type(n) is cst.Yield for n in walk(fn.body, into_scopes=False))
+
+
+def _calls_in(model: "ModuleModel", roots, via, depth: int, follow, seen: set[int]):
+    """``ModuleModel.calls_in``'s walk, ``depth`` more helpers down (a module-level function: a
+    nested one that calls itself is a reference cycle, which keeps the model alive until the
+    cycle collector runs)."""
+    for root in roots:
+        for call in _calls_under(root):
+            yield call, via
+            target = model.callee(call)
+            if (target is not None and depth > 0 and id(target) not in seen and not _memoized(target)
+                    and not _generator(target) and (follow is None or follow(call))):
+                seen.add(id(target))
+                yield from _calls_in(model, [target.body], via or call, depth - 1, follow, seen)
 
 
 def _calls_under(root: cst.CSTNode) -> Iterator[cst.Call]:

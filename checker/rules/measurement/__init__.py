@@ -176,6 +176,7 @@ class GateFacts:
         self.summary = summary
         self.aliases: dict[str, set[str]] = {}  # local name -> the dotted names it was imported as
         self.constants: dict[str, list[float]] = {}  # module-level NAME = number
+        self.quantized: dict[int, bool] = {}  # id(function) -> a quantised call in its own body (KC402's gate)
         defs: list[ast.AST] = []  # every def, in the order of ``summary.functions``
         parents: list[int] = []  # index of the enclosing def in ``defs``, or -1
         self.class_parents: list[int] = []  # index of the def around each class (-1: none)

@@ -338,9 +338,8 @@ def check_scale(n=128):
             return found
 
         sides = [a.value for a in compare.args if a.keyword is None][:2]
-        if len(sides) != 2 or any(by_hand(s) for s in sides):
-            return False
-        computed = [computations(s) for s in sides]
+        computed = [computations(s) for s in sides] if len(sides) == 2 and not any(by_hand(s) for s in sides) else []
+        del scalar, by_hand, computations  # they call themselves through their cells: a reference cycle
         # a reference is computed, and by something else than the result it checks (not a cache,
         # determinism or round-trip test calling the same function twice)
         return any(computed) and computed[0] != computed[1]

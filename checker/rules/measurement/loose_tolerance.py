@@ -134,10 +134,12 @@ def test_softmax():
         for call, f in summary.calls:
             if not facts.lasts(call) & TOLERANCE_COMPARES or not facts.in_scope(f):
                 continue
+            loosest = max(values(call), default=0.0)
+            if loosest <= floor:
+                continue
             if f is not None and (_quantized_name(f.name) or _quantized_calls(facts, f)):
                 continue  # _quantized_path
-            loosest = max(values(call), default=0.0)
-            if loosest <= floor or loosest <= _limit_floor(facts, summary, f, floor):
+            if loosest <= _limit_floor(facts, summary, f, floor):
                 continue
             # _reasoned: a comment on the call's own lines is in the text of its statement
             if lines is None or not _gives_reason("\n".join(lines[call.lineno - 1:call.end_lineno])):
@@ -254,9 +256,12 @@ def test_softmax():
 def _quantized_calls(facts, f) -> bool:
     """A call in ``f``'s own body (nested defs, classes and lambdas left out) named for a quantised
     path or a quick all-reduce: what ``LooseTolerance._quantized_path`` finds in its body."""
-    node = facts.node(f)
-    return node is not None and any(_quantized_name((dotted(n.func) or "").split(".")[-1])
-                                    for n in own_nodes(node.body) if type(n) is ast.Call)
+    memo = facts.quantized
+    if id(f) not in memo:
+        node = facts.node(f)
+        memo[id(f)] = node is not None and any(_quantized_name((dotted(n.func) or "").split(".")[-1])
+                                               for n in own_nodes(node.body) if type(n) is ast.Call)
+    return memo[id(f)]
 
 
 def _quantized_name(name: str) -> bool:

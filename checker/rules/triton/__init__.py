@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -262,7 +263,7 @@ class GateKernel:
     """A function the model will take for a Triton kernel, as the gates see it."""
 
     node: ast.FunctionDef | ast.AsyncFunctionDef
-    view: "GateView"
+    view: "GateView"  # a weak proxy: the view owns its kernels
     params: list[str]  # positional-only, plain and keyword-only, as ``Kernel.params``
     constexprs: set[str]  # annotated ``tl.constexpr`` (never more than the rule's: string annotations are not counted)
     # every call in the kernel's own scope with its ``triton.language`` op (None for other calls):
@@ -403,7 +404,7 @@ def _gate_view(summary) -> GateView | None:
             constexprs = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)
                           if p.annotation is not None and not isinstance(p.annotation, ast.Constant)
                           and (view.qualname(p.annotation) or "").split(".")[-1] == "constexpr"}
-            kernel = GateKernel(node, view, params, constexprs)
+            kernel = GateKernel(node, weakref.proxy(view), params, constexprs)  # no cycle: the view holds the kernels
             view.kernels.append(kernel)
             by_summary[id(fs)] = kernel
     if by_summary:

@@ -486,6 +486,7 @@ def k(a, b):
                         kinds[stmt.targets[0].target.value] = kind(stmt.value)
                         if _equality(stmt.value):
                             selectors.add(stmt.targets[0].target.value)
+        del kind, combine  # they call each other through their cells: a reference cycle holding the rule
 
 
 def _float_carried(fn: cst.FunctionDef) -> set[str]:
