@@ -110,3 +110,31 @@ def test_loose_tolerance_gate_reads_the_reason_and_the_quantised_path(setup, com
     found = [f for f in check_source(source, "tests/test_norm.py", Config(), shortcuts=False).findings
              if f.code == "KC402"]
     assert bool(found) is passes
+
+
+UNPOISONED = '''
+import torch
+def test_sum({params}):
+    expert_map = torch.tensor([0, -1, 1, -1], device="cuda")
+    out = torch.empty(x.shape[0], x.shape[-1], device=x.device)
+    {setup}moe_sum(x, out, ids, expert_map)
+    torch.testing.assert_close(out, ref_sum(x, ids, expert_map))
+'''
+
+
+@pytest.mark.parametrize(("params", "setup", "passes"), [
+    ("x, ids", "", True),  # the rule reports it
+    ("x, ids", "out.fill_(float('nan'))\n    ", False),  # poisoned before the kernel: the rule is silent
+    ("x, ids", "out.normal_()\n    ", False),
+    ("x, ids", "out[0] = float('nan')\n    ", False),  # written by assignment
+    ("x, ids", "out.fill_(0)\n    ", True),  # a zero fill poisons nothing
+    ("x, ids", "out.fill_(value=0.0)\n    ", True),
+    ("x, ids", "ref = torch.empty(4)\n    ref.fill_(1.0)\n    ", True),  # another buffer's fill
+    ("x, ids, mocker", "", False),  # a test on stand-ins
+])
+def test_unpoisoned_output_gate_reads_fills_and_stand_ins(params, setup, passes):
+    source = UNPOISONED.format(params=params, setup=setup)
+    assert _gate("KC405", source, "tests/test_sum.py") is passes
+    found = [f for f in check_source(source, "tests/test_sum.py", Config(), shortcuts=False).findings
+             if f.code == "KC405"]
+    assert bool(found) is passes

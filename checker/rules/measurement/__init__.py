@@ -110,6 +110,14 @@ def mocked(model, fn: cst.FunctionDef) -> bool:
         for d in fn.decorators)
 
 
+def mocked_def(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """What :func:`mocked` certainly finds in a def, read off the ``ast``: a plain parameter, a name
+    or an attribute named for a stand-in anywhere in it (each is a libcst ``Name`` too)."""
+    return any(a.arg in MOCKS for a in node.args.args) or any(
+        (type(n) is ast.Name and n.id in MOCKS) or (type(n) is ast.Attribute and n.attr in MOCKS)
+        for n in ast.walk(node))
+
+
 def last(name: str | None) -> str:
     return (name or "").split(".")[-1]
 

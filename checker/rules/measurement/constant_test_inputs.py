@@ -7,8 +7,8 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    COMPARES, CONSTANT_FACTORIES, MOCKS, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, dotted, arg, calls,
-    gate_facts, is_compare, kernel_call, last, mocked, nodes_under, own_nodes, uses,
+    COMPARES, CONSTANT_FACTORIES, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, dotted, arg, calls,
+    gate_facts, is_compare, kernel_call, last, mocked, mocked_def, nodes_under, own_nodes, uses,
 )
 
 
@@ -155,9 +155,7 @@ def check_scale(n=128):
                 continue  # a torch.full of a value chosen on purpose: an edge-case test
             if any(id(c) not in decorators and id(c) not in outside and _varies(facts, c) for c in own):
                 continue  # _varied_data: arange/linspace data, fractional literals, an input helper
-            if any(a.arg in MOCKS for a in node.args.args) or any(
-                    (type(n) is ast.Name and n.id in MOCKS) or (type(n) is ast.Attribute and n.attr in MOCKS)
-                    for n in ast.walk(node)):
+            if mocked_def(node):
                 continue  # mocked()
             return True
         return False

@@ -7,7 +7,8 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    COMPARES, EMPTY_FACTORIES, Scope, calls, gate_facts, is_compare, last, mocked, nodes_under, uses,
+    COMPARES, EMPTY_FACTORIES, Scope, calls, gate_facts, is_compare, last, mocked, mocked_def, nodes_under, own_nodes,
+    uses,
 )
 
 FILLS = {"fill_", "copy_", "normal_", "uniform_", "random_", "fill_diagonal_"}
@@ -153,6 +154,13 @@ def test_sum(x, ids):
             candidates = {b for b in buffers if not REFERENCE_BUFFER.search(b)}
             if not candidates:
                 continue
+            node = facts.node(f)
+            if node is not None:
+                if mocked_def(node):
+                    continue  # mocked()
+                candidates -= _poisoned(node)
+                if not candidates:
+                    continue
             compared: set[str] = set()
             written: set[str] = set()
             for call in own_calls[id(f)]:
@@ -255,6 +263,28 @@ def _empty_call(facts, value: ast.AST) -> bool:
     if type(value.func) is ast.Attribute and value.func.attr == "new_empty":
         return True
     return not facts.qualnames(value.func).isdisjoint(EMPTY_FACTORIES)
+
+
+def _poisoned(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Names the rule certainly finds poisoned in the def's own body (``_check``'s ``poisoned``): a
+    ``b.fill_(v)``-style call whose first positional argument is no zero literal (a call with keyword
+    arguments alone may be a zero fill: left out), or an assignment to ``b[...]``. Calls in lambdas,
+    which the rule also reads, are left out: fewer names, never more."""
+    found: set[str] = set()
+    for n in own_nodes(node.body):
+        kind = type(n)
+        if kind is ast.Call:
+            func = n.func
+            if type(func) is ast.Attribute and type(func.value) is ast.Name and func.attr in FILLS:
+                first = n.args[0] if n.args else None
+                if first is None and n.keywords:
+                    continue
+                if type(first) is ast.Constant and type(first.value) in (int, float) and first.value == 0:
+                    continue  # _zero_fill
+                found.add(func.value.id)
+        elif kind is ast.Assign:
+            found.update(t.value.id for t in n.targets if type(t) is ast.Subscript and type(t.value) is ast.Name)
+    return found
 
 
 def _arg_values(call: ast.Call) -> list[ast.AST]:
