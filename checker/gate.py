@@ -156,21 +156,63 @@ def _last(node: ast.AST) -> str:
 
 
 def _child_fields(kind: type) -> tuple[str, ...]:
-    """The fields of ``kind`` that may hold a node worth visiting, reversed (for a stack): never
-    ``ctx`` (Load/Store) nor operators (``op``, ``ops``), which hold no names, nor fields that hold
-    only strings, numbers or constants. (Anything else the walk meets it pops and passes over.)"""
+    """The fields of ``kind`` that may hold a node worth visiting, in field order: never ``ctx``
+    (Load/Store) nor operators (``op``, ``ops``), which hold no code, nor fields that hold only
+    strings, numbers or constants."""
     skip = {"ctx", "id", "attr", "kind", "type_comment", "level", "module", "arg", "conversion", "is_async",
             "simple", "op", "ops", "asname", "rest"}
     if kind.__name__ != "TypeAlias":  # ``type X = ...`` (3.12) names its alias with a Name node
         skip.add("name")
     if kind in (ast.Global, ast.Nonlocal):
         skip.add("names")
-    if kind is ast.Constant:
+    if kind is ast.Constant or kind is ast.MatchSingleton:
         skip.add("value")
-    return tuple(f for f in reversed(getattr(kind, "_fields", ())) if f not in skip)
+    return tuple(f for f in getattr(kind, "_fields", ()) if f not in skip)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, tuple[str, ...]] = {}  # type -> its child fields, reversed (for a stack)
+_FORWARD: dict[type, tuple[str, ...]] = {}  # type -> its child fields, in order
+
+
+def stack_fields(kind: type) -> tuple[str, ...]:
+    """``kind``'s child fields reversed: pushed in this order, children pop off a stack in source
+    order (a pre-order walk)."""
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = _child_fields(kind)[::-1]
+    return fields
+
+
+def ast_children(node: ast.AST) -> list[ast.AST]:
+    """The child nodes of ``node`` that can hold code, in order: ``ast.iter_child_nodes`` without
+    the context and operator nodes, with each node type's fields looked up once."""
+    kind = type(node)
+    fields = _FORWARD.get(kind)
+    if fields is None:
+        fields = _FORWARD[kind] = _child_fields(kind)
+    out: list[ast.AST] = []
+    for name in fields:
+        value = getattr(node, name, None)
+        if type(value) is list:
+            out += [v for v in value if v is not None and type(v) is not str]
+        elif value is not None:
+            out.append(value)
+    return out
+
+
+NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+"""Nodes whose code does not run where they are written."""
+
+
+def ast_nodes(roots, into_scopes: bool = True) -> Iterator[ast.AST]:
+    """Every node under ``roots`` (themselves included) that can hold code, in no set order; nested
+    functions, classes and lambdas are yielded but not entered unless ``into_scopes``."""
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        yield node
+        if into_scopes or type(node) not in NESTED_SCOPES:
+            stack += ast_children(node)
 
 
 class _Leave:
@@ -262,9 +304,7 @@ def summarize(tree: ast.Module) -> Summary:
         marker = MARKERS.get(kind)
         if marker is not None:
             bucket.add(marker)
-        fields = fields_of.get(kind)
-        if fields is None:
-            fields = fields_of[kind] = _child_fields(kind)
+        fields = fields_of.get(kind) or stack_fields(kind)
         for field_name in fields:
             value = getattr(node, field_name, None)
             if type(value) is list:

@@ -138,3 +138,60 @@ def test_unpoisoned_output_gate_reads_fills_and_stand_ins(params, setup, passes)
     found = [f for f in check_source(source, "tests/test_sum.py", Config(), shortcuts=False).findings
              if f.code == "KC405"]
     assert bool(found) is passes
+
+
+def test_ast_children_is_iter_child_nodes_without_contexts_and_operators():
+    """The gates' shared child walk yields what ``ast.iter_child_nodes`` yields, in the same order,
+    less the Load/Store/Del contexts and the operators (which hold no code), over every node of
+    this repository's own source and tests and of a snippet with every kind of statement; and
+    ``ast_nodes`` reaches the same nodes as such a walk, entering nested scopes or not."""
+    from kcheck.gate import NESTED_SCOPES, ast_children, ast_nodes
+
+    snippet = """
+import a.b as c
+from .m import (x as y, z)
+global g
+async def f(p, /, q: int = 1, *r, s=2, **t) -> None:
+    async with u as v, w:
+        async for i in j:
+            await k[i:2, ...]
+    try:
+        pass
+    except* ValueError as e:
+        raise
+    match m:
+        case {"k": 1, **rest}: pass
+        case Point(x=0, y=[1, *others]) | None as q: pass
+        case True: pass
+    del d[0]
+    lam = lambda a=1, *, b=None: (a if b else -a) @ b
+    s = f"{x!r:>{width}}" + b"raw"
+    return {**d, 1: 2}, {k: v for k, v in zip(a, b) if k}, [*a], (yield)
+class C(B, metaclass=M):
+    x: int = 0
+    def m(self):
+        nonlocal_free = [i for i in range(3)]
+"""
+    skipped = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+
+    def reference(roots, into_scopes):
+        out, stack = [], list(roots)
+        while stack:
+            node = stack.pop()
+            out.append(id(node))
+            if into_scopes or type(node) not in NESTED_SCOPES:
+                stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, skipped))
+        return sorted(out)
+
+    sources = [snippet] + [p.read_text() for root in ("checker", "tests") for p in sorted(Path(root).rglob("*.py"))]
+    visited = 0
+    for source in sources:
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            expected = [c for c in ast.iter_child_nodes(node) if not isinstance(c, skipped)]
+            got = ast_children(node)
+            assert len(got) == len(expected) and all(a is b for a, b in zip(got, expected)), ast.dump(node)[:200]
+            visited += 1
+        for into_scopes in (True, False):
+            assert sorted(id(n) for n in ast_nodes(tree.body, into_scopes)) == reference(tree.body, into_scopes)
+    assert visited > 100_000

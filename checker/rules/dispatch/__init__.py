@@ -15,7 +15,7 @@ from kcheck.claims import (
     BUILTINS, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
     is_reference_name, library_family,
 )
-from kcheck.gate import dotted, import_bindings, resolve
+from kcheck.gate import ast_children, dotted, import_bindings, resolve, stack_fields
 from kcheck.rule import Rule
 
 CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "register_kernel", "impl",
@@ -69,10 +69,6 @@ class AstFacts:
 
 
 _FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
-# fields that never hold a node worth visiting (as in kcheck.gate); per node type, in reverse order
-_NOT_CHILDREN = {"ctx", "id", "attr", "kind", "type_comment", "level", "module", "arg", "conversion", "is_async",
-                 "simple", "name", "names", "asname"}
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def ast_facts(summary) -> AstFacts:
@@ -84,7 +80,6 @@ def ast_facts(summary) -> AstFacts:
     facts = AstFacts({})
     aliases, defs, classes, tries, matmul = facts.aliases, facts.defs, facts.classes, facts.tries, facts.matmul
     stack: list[tuple[ast.AST, tuple[str, ...]]] = [(summary.tree, ())] if summary.tree is not None else []
-    fields_of = _CHILD_FIELDS
     while stack:
         node, enclosing = stack.pop()
         kind = type(node)
@@ -104,16 +99,13 @@ def ast_facts(summary) -> AstFacts:
             continue
         elif kind is ast.Name or kind is ast.Constant:
             continue
-        fields = fields_of.get(kind)
-        if fields is None:
-            fields = fields_of[kind] = tuple(f for f in reversed(kind._fields) if f not in _NOT_CHILDREN)
         # children pushed in reverse: a pre-order walk in source order, so that a name imported twice
         # resolves to its last import, as in the model's table
-        for name in fields:
+        for name in stack_fields(kind):
             value = getattr(node, name, None)
             if type(value) is list:
-                stack.extend([(v, enclosing) for v in reversed(value) if isinstance(v, ast.AST)])
-            elif isinstance(value, ast.AST):
+                stack.extend([(v, enclosing) for v in reversed(value) if v is not None and type(v) is not str])
+            elif value is not None:
                 stack.append((value, enclosing))
     summary.memo["dispatch"] = facts
     return facts
@@ -285,7 +277,7 @@ def _own_calls(fn: ast.AST):
             continue
         if isinstance(node, ast.Call):
             yield node
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(ast_children(node))
 
 
 def _claim_calls(facts: AstFacts, fn: ast.AST):

@@ -17,6 +17,7 @@ from typing import Iterator
 import libcst as cst
 
 from kcheck.claims import BUILTINS, KERNEL_MODULES, _walk, is_reference_name
+from kcheck.gate import ast_children
 from kcheck.rules.dispatch import (
     _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, by_name, dotted, reachable,
 )
@@ -225,7 +226,7 @@ def _broad_handler(handler: ast.ExceptHandler) -> bool:
         if isinstance(node, ast.Call) and not _builtin_or_logger(node):
             calls = True
         nested = nested or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
-        stack.extend((child, nested) for child in ast.iter_child_nodes(node))
+        stack.extend((child, nested) for child in ast_children(node))
     return calls
 
 

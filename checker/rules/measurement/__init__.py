@@ -25,7 +25,7 @@ import re
 
 import libcst as cst
 
-from kcheck.gate import dotted, import_bindings
+from kcheck.gate import ast_nodes, dotted, import_bindings
 from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH
 from kcheck.rules.triton import arg, nodes_under  # noqa: F401 - shared helpers, re-exported
 
@@ -340,13 +340,7 @@ def _number(node: ast.AST) -> float | None:
 def own_nodes(roots: list[ast.AST]):
     """Every node under ``roots`` outside nested defs, classes and lambdas: ``nodes_under`` on the
     ast (``own_nodes(fn.body)`` for a def's body)."""
-    stack = list(reversed(roots))
-    while stack:
-        node = stack.pop()
-        yield node
-        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
-            continue
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+    return ast_nodes(roots, into_scopes=False)
 
 
 def calls(model, root: cst.CSTNode, depth: int = 3):

@@ -5,7 +5,7 @@ import re
 
 import libcst as cst
 
-from kcheck.gate import dotted
+from kcheck.gate import ast_children, dotted
 from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
@@ -308,7 +308,7 @@ def _calls(roots, direct: bool):
         if direct and type(node) in (ast.With, ast.AsyncWith):
             stack.extend(node.body)
             continue
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(ast_children(node))
 
 
 def _text(call: ast.Call) -> str | None:

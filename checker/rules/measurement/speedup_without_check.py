@@ -5,6 +5,7 @@ import re
 
 import libcst as cst
 
+from kcheck.gate import ast_children
 from kcheck.model import LOG_METHODS, MEASUREMENT_FUNCTION, children, walk
 from kcheck.rule import Rule
 from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, nodes_under, timing
@@ -626,5 +627,5 @@ def _gate_claim(tree: ast.Module, whole_file: bool) -> bool:
             elif kind is ast.Assign:
                 if any(isinstance(t, ast.Name) and "speedup" in t.id.lower() for t in node.targets):
                     return True
-        stack.extend((child, scoped) for child in ast.iter_child_nodes(node))
+        stack.extend((child, scoped) for child in ast_children(node))
     return False

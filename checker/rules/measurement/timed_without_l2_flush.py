@@ -5,6 +5,7 @@ import re
 
 import libcst as cst
 
+from kcheck.gate import ast_children
 from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
@@ -164,7 +165,7 @@ def bench(fn, x, iters=100):
                 loop = next((s for s in stmts if type(s) in LOOPS), around)
                 if loop is None or not device:
                     continue
-                roots = [c for s in stmts for c in (ast.iter_child_nodes(s) if type(s) in SCOPES else [s])]
+                roots = [c for s in stmts for c in (ast_children(s) if type(s) in SCOPES else [s])]
                 nodes = list(own_nodes(roots))
                 if any(type(n) is ast.AugAssign and _reads_item(n.value) for n in nodes):
                     continue  # reads_back

@@ -15,7 +15,7 @@ import ast
 import re
 from functools import cached_property
 
-from kcheck.gate import dotted
+from kcheck.gate import NESTED_SCOPES, ast_children, dotted
 from kcheck.model import HOST_TIMERS, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, SYNC_FUNCTIONS, SYNC_METHODS
 from kcheck.rules.measurement import GPU_MODULES, gate_facts, uses
 
@@ -26,7 +26,6 @@ HOST_TIMER_LASTS = {name.split(".")[-1] for name in HOST_TIMERS}
 TIMING_NAMES = HOST_TIMER_LASTS | {"record", "elapsed_time", "do_bench"}
 # the last part of every call ``ModuleModel.sync_kind`` may take for a host sync
 SYNC_LASTS = {name.split(".")[-1] for name in SYNC_FUNCTIONS} | set(SYNC_METHODS) | {"synchronize", "where", "to"}
-NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
 def gpu(summary) -> bool:
@@ -99,7 +98,7 @@ def identifiers(root: ast.AST, nested: bool) -> set[str]:
                 continue
             if kind is not ast.Lambda:
                 out.add(node.name)
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(ast_children(node))
     return out
 
 
@@ -310,4 +309,4 @@ def _calls_outside_lambdas(roots: list[ast.AST]):
             continue
         if type(node) is ast.Call:
             yield node
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(ast_children(node))

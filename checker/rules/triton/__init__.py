@@ -16,7 +16,7 @@ from typing import Iterator
 import libcst as cst
 
 from kcheck.claims import TRITON_DECORATORS
-from kcheck.gate import dotted, import_bindings, resolve
+from kcheck.gate import NESTED_SCOPES, ast_children, ast_nodes, dotted, import_bindings, resolve
 from kcheck.model import SCOPES_AND_LAMBDAS, children, subtree
 
 TRITON_TEXT = r"triton"
@@ -216,39 +216,6 @@ def ast_identifiers(node: ast.AST) -> tuple[str, ...]:
     return tuple(out)
 
 
-_NOT_CHILDREN = {"ctx", "op", "ops"}  # nodes, but never code (Load/Store, operators)
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-
-
-def ast_children(node: ast.AST) -> list[ast.AST]:
-    """The child nodes of ``node`` that can hold code (``ast.iter_child_nodes``, cheaper: the
-    child fields of each node type are looked up once)."""
-    kind = type(node)
-    fields = _CHILD_FIELDS.get(kind)
-    if fields is None:
-        fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in _NOT_CHILDREN)
-    out: list[ast.AST] = []
-    for name in fields:
-        value = getattr(node, name, None)
-        if type(value) is list:
-            out.extend([v for v in value if isinstance(v, ast.AST)])
-        elif isinstance(value, ast.AST):
-            out.append(value)
-    return out
-
-
-def ast_nodes(roots, into_scopes: bool = True) -> Iterator[ast.AST]:
-    """Every node under ``roots`` (themselves included), in no set order; nested functions,
-    classes and lambdas are yielded but not entered unless ``into_scopes``."""
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        yield node
-        if into_scopes or type(node) not in _SCOPES:
-            stack.extend(ast_children(node))
-
-
 def ast_arg(call: ast.Call, index: int, keyword: str) -> ast.AST | None:
     """``arg`` over ``ast``: the argument given by ``keyword`` or at positional ``index``."""
     for kw in call.keywords:
@@ -303,7 +270,7 @@ class GateKernel:
                         self._assigned.setdefault(node.target.id, []).append(node.value)
                         if isinstance(node, ast.AugAssign):
                             self._augmented.add(node.target.id)
-                elif not isinstance(node, _SCOPES):
+                elif not isinstance(node, NESTED_SCOPES):
                     for name in _body_fields(type(node)):
                         stack.extend(getattr(node, name))
         return self._assigned
@@ -315,7 +282,7 @@ class GateKernel:
             node = stack.pop()
             if isinstance(node, kinds):
                 yield node
-            if not isinstance(node, _SCOPES):
+            if not isinstance(node, NESTED_SCOPES):
                 for name in _body_fields(type(node)):
                     stack.extend(getattr(node, name))
 
