@@ -30,6 +30,12 @@ def _gate(code: str, source: str, path: str) -> bool:
     return find_rule(code).gate(summary, Config())
 
 
+def _gate_and_rule(code: str, source: str, path: str) -> tuple[bool, bool]:
+    """Whether the rule's gate lets the file through, and whether the rule (every shortcut off) reports."""
+    found = [f for f in check_source(source, path, Config(), shortcuts=False).findings if f.code == code]
+    return _gate(code, source, path), bool(found)
+
+
 @pytest.mark.parametrize(("cls", "path", "passes"), [
     ("LlamaModel", "models/llama.py", True),  # a language model's step: the rule can fire
     ("SiglipVisionTransformer", "models/llama.py", False),  # a vision tower: once per image
@@ -40,11 +46,8 @@ def _gate(code: str, source: str, path: str) -> bool:
     ("TextModel", "pipelines/encoders/t5.py", False),  # a model zoo's encoders/ folder: once per request
 ])
 def test_host_sync_gate_turns_away_what_runs_once_per_input(cls, path, passes):
-    source = HOT_SYNC.format(cls=cls)
-    assert _gate("KC203", source, path) is passes
     # the gate turns away exactly what the rule is silent on here
-    found = [f for f in check_source(source, path, Config(), shortcuts=False).findings if f.code == "KC203"]
-    assert bool(found) is passes
+    assert _gate_and_rule("KC203", HOT_SYNC.format(cls=cls), path) == (passes, passes)
 
 
 def _modules():
@@ -82,10 +85,7 @@ def launch(x, out):{note}
     ("\n    assert x.dtype == torch.bfloat16", True),  # bf16 data: a sum of loads in bf16 is reported
 ])
 def test_low_precision_sum_gate_wants_a_16_bit_type_in_the_text(note, passes):
-    source = SUM_KERNEL.format(note=note)
-    assert _gate("KC503", source, "ops/row_sum.py") is passes
-    found = [f for f in check_source(source, "ops/row_sum.py", Config(), shortcuts=False).findings if f.code == "KC503"]
-    assert bool(found) is passes
+    assert _gate_and_rule("KC503", SUM_KERNEL.format(note=note), "ops/row_sum.py") == (passes, passes)
 
 
 LOOSE = '''
@@ -105,11 +105,7 @@ def test_norm():
     ("x = ops.scale(x)\n    ", "", True),
 ])
 def test_loose_tolerance_gate_reads_the_reason_and_the_quantised_path(setup, comment, passes):
-    source = LOOSE.format(setup=setup, comment=comment)
-    assert _gate("KC402", source, "tests/test_norm.py") is passes
-    found = [f for f in check_source(source, "tests/test_norm.py", Config(), shortcuts=False).findings
-             if f.code == "KC402"]
-    assert bool(found) is passes
+    assert _gate_and_rule("KC402", LOOSE.format(setup=setup, comment=comment), "tests/test_norm.py") == (passes, passes)
 
 
 UNPOISONED = '''
@@ -133,11 +129,7 @@ def test_sum({params}):
     ("x, ids, mocker", "", False),  # a test on stand-ins
 ])
 def test_unpoisoned_output_gate_reads_fills_and_stand_ins(params, setup, passes):
-    source = UNPOISONED.format(params=params, setup=setup)
-    assert _gate("KC405", source, "tests/test_sum.py") is passes
-    found = [f for f in check_source(source, "tests/test_sum.py", Config(), shortcuts=False).findings
-             if f.code == "KC405"]
-    assert bool(found) is passes
+    assert _gate_and_rule("KC405", UNPOISONED.format(params=params, setup=setup), "tests/test_sum.py") == (passes, passes)
 
 
 def test_ast_children_is_iter_child_nodes_without_contexts_and_operators():
