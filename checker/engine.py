@@ -263,9 +263,7 @@ def _compiles(source: str, rel: str) -> bool:
 def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Finding], str | None]:
     import libcst as cst
 
-    from kcheck import positions
-    from kcheck.model import build_model
-    from kcheck.rule import FileContext
+    from kcheck.model import release
 
     try:
         module = parse_cst(source)
@@ -283,6 +281,18 @@ def _run_rules(source, rel, config, rules, lines, result, tree) -> tuple[list[Fi
         if module is None:
             return [], f"libcst cannot parse this file: {str(exc).splitlines()[0]}"
     result.parsed = True
+    try:
+        return _check_module(source, rel, config, rules, lines, result, tree, module)
+    finally:
+        release()  # the node index holds the whole libcst tree
+
+
+def _check_module(source, rel, config, rules, lines, result, tree, module) -> tuple[list[Finding], str | None]:
+    """Build the model of a parsed module, run the rules over it, and place what they report."""
+    from kcheck import positions
+    from kcheck.model import build_model
+    from kcheck.rule import FileContext
+
     model = build_model(module, config, rel)
     context = FileContext(rel, source, module, model, config)
     visitors = []

@@ -384,7 +384,14 @@ class NodeIndex:
             j = end[j] if type(node) in skip else j + 1
 
 
-_INDEX: NodeIndex | None = None  # the module being checked (set by ``build_model``)
+_INDEX: NodeIndex | None = None  # the module being checked (set by ``build_model``, cleared by ``release``)
+
+
+def release() -> None:
+    """Forget the checked module's node index, which holds every node of its tree: once a file is
+    done, refcounting then frees the tree at once instead of keeping it until the next file."""
+    global _INDEX
+    _INDEX = None
 
 
 def subtree(root: cst.CSTNode, skip: tuple[type, ...] = ()) -> Iterator[cst.CSTNode]:

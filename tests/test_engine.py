@@ -312,6 +312,10 @@ def test_checking_leaves_no_reference_cycles_of_its_own():
         ours = sorted({f"{type(o).__module__}.{type(o).__name__}" for o in gc.garbage
                        if type(o).__module__.split(".")[0] in ("kcheck", "libcst", "ast")})
         assert ours == []
+        # and the last file's libcst tree is not kept for the next one by the model's node index
+        import kcheck.model
+
+        assert kcheck.model._INDEX is None
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
