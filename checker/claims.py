@@ -476,31 +476,32 @@ def compute_uses(model, function: cst.FunctionDef, attrs: dict[str, tuple], dept
     """Library ops, launches and opaque calls reached from ``function``'s body, following
     same-module helpers (not reference functions or ``forward_native``) to ``depth``."""
     uses: list[Use] = []
-    seen = {id(function)}
-
-    def visit(root: cst.CSTNode, via, level: int) -> None:
-        for node in _walk(root):
-            if type(node) is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
-                uses.append(Use("library", node, via, "@", "gemm"))
-                continue
-            if type(node) is not cst.Call:
-                continue
-            target = model.callee(node)
-            if target is not None:
-                if is_reference_name(target.name.value) or target.name.value == "forward_native":
-                    continue
-                if level < depth and id(target) not in seen:
-                    seen.add(id(target))
-                    visit(target.body, via or node, level + 1)
-                continue
-            use = classify_call(model, node, attrs)
-            if use is not None:
-                use.via = via
-                uses.append(use)
-
-    visit(function.body, None, 0)
-    del visit  # it calls itself through its cell: a reference cycle holding the model
+    _visit_uses(model, attrs, function.body, None, depth, {id(function)}, uses)
     return uses
+
+
+def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: int, seen: set[int],
+                uses: list[Use]) -> None:
+    """``compute_uses``' walk of ``root``, ``depth`` more helpers down (a module-level function: a
+    nested one that calls itself is a reference cycle, which keeps the model alive)."""
+    for node in _walk(root):
+        if type(node) is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
+            uses.append(Use("library", node, via, "@", "gemm"))
+            continue
+        if type(node) is not cst.Call:
+            continue
+        target = model.callee(node)
+        if target is not None:
+            if is_reference_name(target.name.value) or target.name.value == "forward_native":
+                continue
+            if depth > 0 and id(target) not in seen:
+                seen.add(id(target))
+                _visit_uses(model, attrs, target.body, via or node, depth - 1, seen, uses)
+            continue
+        use = classify_call(model, node, attrs)
+        if use is not None:
+            use.via = via
+            uses.append(use)
 
 
 def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:

@@ -304,7 +304,9 @@ def summarize(tree: ast.Module) -> Summary:
         marker = MARKERS.get(kind)
         if marker is not None:
             bucket.add(marker)
-        fields = fields_of.get(kind) or stack_fields(kind)
+        fields = fields_of.get(kind)
+        if fields is None:
+            fields = stack_fields(kind)
         for field_name in fields:
             value = getattr(node, field_name, None)
             if type(value) is list:

@@ -280,64 +280,11 @@ def check_scale(n=128):
         """Neither side of the comparison is worked out by hand (a constant, a literal tensor, or
         plain arithmetic of the inputs with a number: ``inp * world_size``, ``2.0 / FP8_MAX``): the
         result is checked against a reference computation, which the same constants fool."""
-        model = self.model
-        values, passed, tensors, unpacked = self._bindings(fn)
-
-        def scalar(e, depth=0) -> bool:
-            if type(e) in (cst.Integer, cst.Float):
-                return True
-            if type(e) is cst.UnaryOperation:
-                return scalar(e.expression, depth)
-            if type(e) is cst.Name:
-                if e.value in tensors:
-                    return False
-                if e.value in values and depth < 4:
-                    return scalar(values[e.value], depth + 1)
-                if e.value.isupper():
-                    return True  # WORLD_SIZE, FP8_MAX: a module constant
-                return e.value not in passed and e.value not in unpacked  # a parameter or constant: a number
-            if type(e) is cst.Attribute:
-                return e.value is not None and type(e.value) is not cst.Call and (model.dotted(e) or "").isupper()
-            if type(e) is cst.BinaryOperation:
-                return scalar(e.left, depth) and scalar(e.right, depth)
-            return False
-
-        def by_hand(e, depth=0) -> bool:
-            while type(e) is cst.Call and type(e.func) is cst.Attribute and e.func.attr.value in AS_IS | SHAPE:
-                e = e.func.value
-            if type(e) in (cst.Integer, cst.Float, cst.UnaryOperation):
-                return scalar(e)
-            if type(e) is cst.Name:
-                if e.value in passed or e.value not in values or depth >= 4:
-                    return scalar(e)
-                return by_hand(values[e.value], depth + 1)
-            if type(e) is cst.Call:
-                return (model.call_name(e) or "") in LITERAL_TENSORS | {"torch.arange", "torch.linspace"}
-            if type(e) is cst.Subscript:
-                return by_hand(e.value, depth)
-            if type(e) in (cst.ListComp, cst.GeneratorExp):
-                return by_hand(e.elt, depth)
-            if type(e) is cst.DictComp:
-                return by_hand(e.value, depth)
-            if type(e) is cst.BinaryOperation:
-                return scalar(e.left) or scalar(e.right) or (by_hand(e.left, depth) and by_hand(e.right, depth))
-            return False
-
-        def computations(e, depth=0) -> set[str]:
-            """The calls that compute ``e`` (names resolved through assignments), casts aside."""
-            found: set[str] = set()
-            for n in nodes_under(e, nested=True):
-                if type(n) is cst.Name and n.value in values and depth < 4:
-                    found |= computations(values[n.value], depth + 1)
-                elif type(n) is cst.Call and not (type(n.func) is cst.Attribute and n.func.attr.value in AS_IS):
-                    name = model.dotted(n.func) or ""
-                    if name not in LITERAL_TENSORS and last(model.call_name(n)) not in TENSOR_FACTORIES:
-                        found.add(name)
-            return found
-
+        work = _HandWork(self.model, *self._bindings(fn))
         sides = [a.value for a in compare.args if a.keyword is None][:2]
-        computed = [computations(s) for s in sides] if len(sides) == 2 and not any(by_hand(s) for s in sides) else []
-        del scalar, by_hand, computations  # they call themselves through their cells: a reference cycle
+        if len(sides) != 2 or any(work.by_hand(s) for s in sides):
+            return False
+        computed = [work.computations(s) for s in sides]
         # a reference is computed, and by something else than the result it checks (not a cache,
         # determinism or round-trip test calling the same function twice)
         return any(computed) and computed[0] != computed[1]
@@ -562,3 +509,65 @@ def _chosen(facts, call: ast.Call) -> bool:
         return False
     fill = _fill(call)
     return not (type(fill) is ast.Constant and type(fill.value) in (int, float) and fill.value in (0, 1))
+
+
+class _HandWork:
+    """Whether a compared value is worked out by hand (``by_hand``, ``scalar``) or computed, and by
+    which calls (``computations``), through one test function's assignments (``_bindings``)."""
+
+    def __init__(self, model, values, passed, tensors, unpacked) -> None:
+        self.model, self.values, self.passed, self.tensors, self.unpacked = model, values, passed, tensors, unpacked
+
+    def scalar(self, e, depth=0) -> bool:
+        if type(e) in (cst.Integer, cst.Float):
+            return True
+        if type(e) is cst.UnaryOperation:
+            return self.scalar(e.expression, depth)
+        if type(e) is cst.Name:
+            if e.value in self.tensors:
+                return False
+            if e.value in self.values and depth < 4:
+                return self.scalar(self.values[e.value], depth + 1)
+            if e.value.isupper():
+                return True  # WORLD_SIZE, FP8_MAX: a module constant
+            # a parameter or a constant: a number
+            return e.value not in self.passed and e.value not in self.unpacked
+        if type(e) is cst.Attribute:
+            return e.value is not None and type(e.value) is not cst.Call and (self.model.dotted(e) or "").isupper()
+        if type(e) is cst.BinaryOperation:
+            return self.scalar(e.left, depth) and self.scalar(e.right, depth)
+        return False
+
+    def by_hand(self, e, depth=0) -> bool:
+        while type(e) is cst.Call and type(e.func) is cst.Attribute and e.func.attr.value in AS_IS | SHAPE:
+            e = e.func.value
+        if type(e) in (cst.Integer, cst.Float, cst.UnaryOperation):
+            return self.scalar(e)
+        if type(e) is cst.Name:
+            if e.value in self.passed or e.value not in self.values or depth >= 4:
+                return self.scalar(e)
+            return self.by_hand(self.values[e.value], depth + 1)
+        if type(e) is cst.Call:
+            return (self.model.call_name(e) or "") in LITERAL_TENSORS | {"torch.arange", "torch.linspace"}
+        if type(e) is cst.Subscript:
+            return self.by_hand(e.value, depth)
+        if type(e) in (cst.ListComp, cst.GeneratorExp):
+            return self.by_hand(e.elt, depth)
+        if type(e) is cst.DictComp:
+            return self.by_hand(e.value, depth)
+        if type(e) is cst.BinaryOperation:
+            return self.scalar(e.left) or self.scalar(e.right) or (
+                self.by_hand(e.left, depth) and self.by_hand(e.right, depth))
+        return False
+
+    def computations(self, e, depth=0) -> set[str]:
+        """The calls that compute ``e`` (names resolved through assignments), casts aside."""
+        found: set[str] = set()
+        for n in nodes_under(e, nested=True):
+            if type(n) is cst.Name and n.value in self.values and depth < 4:
+                found |= self.computations(self.values[n.value], depth + 1)
+            elif type(n) is cst.Call and not (type(n.func) is cst.Attribute and n.func.attr.value in AS_IS):
+                name = self.model.dotted(n.func) or ""
+                if name not in LITERAL_TENSORS and last(self.model.call_name(n)) not in TENSOR_FACTORIES:
+                    found.add(name)
+        return found

@@ -16,7 +16,7 @@ from typing import Iterator
 import libcst as cst
 
 from kcheck.claims import TRITON_DECORATORS
-from kcheck.gate import NESTED_SCOPES, ast_children, ast_nodes, dotted, import_bindings, resolve
+from kcheck.gate import NESTED_SCOPES, ast_nodes, dotted, import_bindings, resolve
 from kcheck.model import SCOPES_AND_LAMBDAS, children, subtree
 
 TRITON_TEXT = r"triton"

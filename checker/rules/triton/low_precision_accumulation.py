@@ -404,70 +404,9 @@ def k(a, b):
 
     def _sums(self, k) -> None:
         model = self.model
-        kinds: dict[str, str | None] = {}
-
+        kinds: dict[str, str | None] = {}  # what each name assigned so far holds (see _kind)
         carried = _float_carried(k.fn)
-
-        def kind(expr) -> str | None:
-            if type(expr) is cst.Name:
-                got = kinds.get(expr.value)
-                return F32 if got is None and expr.value in carried else got
-            if type(expr) is cst.Call:
-                func = expr.func
-                if type(func) is cst.Attribute and func.attr.value == "to" and expr.args:
-                    target = expr.args[0].value
-                    if is_tl_attr(model, target, *WIDE):
-                        return F32
-                    return LOWP if is_tl_attr(model, target, *LOW) else None
-                op = tl_op(model, expr)
-                if op == "load":
-                    pointer = arg(expr, 0, "pointer")
-                    bases = {n.value for n in nodes_under(pointer) if type(n) is cst.Name} & set(k.params) \
-                        if pointer is not None else set()
-                    other = arg(expr, 2, "other")
-                    if type(other) is cst.UnaryOperation and type(other.expression) is cst.Integer:
-                        return None  # other=-1: a sentinel of an integer load
-                    named = {n.value for n in nodes_under(pointer) if type(n) is cst.Name} if pointer else set()
-                    if any(INT_POINTER.search(n) for n in named - bases if n.endswith(("_ptr", "_base", "_ptrs"))):
-                        return None  # a local pointer named for ids or counts
-                    if any(F32_POINTER.search(n) for n in named):
-                        return F32  # partial sums, maxima, statistics and scales are kept in fp32
-                    buffers = self._buffers(pointer, k) if pointer is not None else set()
-                    if buffers & self._wide:
-                        return F32  # every launch passes a buffer allocated in float32
-                    if any(F32_POINTER.search(n) and not SIZE_NAME.search(n) for n in buffers - bases):
-                        return F32  # row = state_ptr + slot * stride; tl.load(row + d): the buffer is named
-                    return None if any(INT_POINTER.search(n) for n in bases) else LOADED
-                if op == "cast":
-                    return kind(cst.Call(cst.Attribute(expr.args[0].value, cst.Name("to")), [expr.args[1]])) \
-                        if len(expr.args) >= 2 else None
-                if op in ("zeros", "full"):  # an fp32 accumulator or running max promotes what meets it
-                    dtype = arg(expr, 1 if op == "zeros" else 2, "dtype")
-                    return F32 if dtype is not None and is_tl_attr(model, dtype, *WIDE) else None
-                if op in ("dot", "sum"):
-                    return F32 if op == "dot" else None
-                if op in ("max", "min"):
-                    return combine(a.value for a in expr.args[:1])
-                if op in ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "maximum", "minimum", "where", "sigmoid"):
-                    return combine(a.value for a in expr.args)
-                return None
-            if type(expr) is cst.BinaryOperation:
-                if type(expr.operator) is cst.FloorDivide:
-                    return None  # Triton's // takes integers only: counts, group numbers
-                return combine((expr.left, expr.right))
-            if type(expr) is cst.UnaryOperation:
-                return kind(expr.expression)
-            if type(expr) is cst.Subscript:
-                return kind(expr.value)
-            return None
-
         selectors: set[str] = set()  # names holding an equality mask (cols == idx)
-
-        def combine(parts) -> str | None:
-            found = [kind(p) for p in parts]
-            if F32 in found:
-                return F32
-            return LOWP if LOWP in found else (LOADED if LOADED in found else None)
 
         for node in nodes_under(k.fn.body):
             if type(node) is cst.SimpleStatementLine:
@@ -479,14 +418,78 @@ def k(a, b):
                         values = arg(sub, 0, "input")
                         if values is not None and self._selects(values, selectors):
                             continue  # sum(where(idx == j, x, 0)): picks one element, exact
-                        if values is not None and kind(values) == LOADED:  # an explicit 16-bit cast is on purpose
+                        # LOADED, not LOWP: an explicit 16-bit cast is on purpose
+                        if values is not None and self._kind(values, k, kinds, carried) == LOADED:
                             self.report(sub, what="tl.sum over 16-bit values loaded from memory keeps their precision")
                 for stmt in node.body:
                     if type(stmt) is cst.Assign and len(stmt.targets) == 1 and type(stmt.targets[0].target) is cst.Name:
-                        kinds[stmt.targets[0].target.value] = kind(stmt.value)
+                        kinds[stmt.targets[0].target.value] = self._kind(stmt.value, k, kinds, carried)
                         if _equality(stmt.value):
                             selectors.add(stmt.targets[0].target.value)
-        del kind, combine  # they call each other through their cells: a reference cycle holding the rule
+
+    def _kind(self, expr, k, kinds: dict[str, str | None], carried: set[str]) -> str | None:
+        """The precision ``expr`` holds in kernel ``k``: F32, LOWP, LOADED (16-bit values loaded from
+        memory) or None (unknown), given the kinds of the names assigned before it."""
+        model = self.model
+        if type(expr) is cst.Name:
+            got = kinds.get(expr.value)
+            return F32 if got is None and expr.value in carried else got
+        if type(expr) is cst.Call:
+            func = expr.func
+            if type(func) is cst.Attribute and func.attr.value == "to" and expr.args:
+                target = expr.args[0].value
+                if is_tl_attr(model, target, *WIDE):
+                    return F32
+                return LOWP if is_tl_attr(model, target, *LOW) else None
+            op = tl_op(model, expr)
+            if op == "load":
+                pointer = arg(expr, 0, "pointer")
+                bases = {n.value for n in nodes_under(pointer) if type(n) is cst.Name} & set(k.params) \
+                    if pointer is not None else set()
+                other = arg(expr, 2, "other")
+                if type(other) is cst.UnaryOperation and type(other.expression) is cst.Integer:
+                    return None  # other=-1: a sentinel of an integer load
+                named = {n.value for n in nodes_under(pointer) if type(n) is cst.Name} if pointer else set()
+                if any(INT_POINTER.search(n) for n in named - bases if n.endswith(("_ptr", "_base", "_ptrs"))):
+                    return None  # a local pointer named for ids or counts
+                if any(F32_POINTER.search(n) for n in named):
+                    return F32  # partial sums, maxima, statistics and scales are kept in fp32
+                buffers = self._buffers(pointer, k) if pointer is not None else set()
+                if buffers & self._wide:
+                    return F32  # every launch passes a buffer allocated in float32
+                if any(F32_POINTER.search(n) and not SIZE_NAME.search(n) for n in buffers - bases):
+                    return F32  # row = state_ptr + slot * stride; tl.load(row + d): the buffer is named
+                return None if any(INT_POINTER.search(n) for n in bases) else LOADED
+            if op == "cast":
+                if len(expr.args) < 2:
+                    return None
+                as_to = cst.Call(cst.Attribute(expr.args[0].value, cst.Name("to")), [expr.args[1]])  # x.to(dtype)
+                return self._kind(as_to, k, kinds, carried)
+            if op in ("zeros", "full"):  # an fp32 accumulator or running max promotes what meets it
+                dtype = arg(expr, 1 if op == "zeros" else 2, "dtype")
+                return F32 if dtype is not None and is_tl_attr(model, dtype, *WIDE) else None
+            if op in ("dot", "sum"):
+                return F32 if op == "dot" else None
+            if op in ("max", "min"):
+                return self._combine([a.value for a in expr.args[:1]], k, kinds, carried)
+            if op in ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "maximum", "minimum", "where", "sigmoid"):
+                return self._combine([a.value for a in expr.args], k, kinds, carried)
+            return None
+        if type(expr) is cst.BinaryOperation:
+            if type(expr.operator) is cst.FloorDivide:
+                return None  # Triton's // takes integers only: counts, group numbers
+            return self._combine((expr.left, expr.right), k, kinds, carried)
+        if type(expr) is cst.UnaryOperation:
+            return self._kind(expr.expression, k, kinds, carried)
+        if type(expr) is cst.Subscript:
+            return self._kind(expr.value, k, kinds, carried)
+        return None
+
+    def _combine(self, parts, k, kinds: dict[str, str | None], carried: set[str]) -> str | None:
+        found = [self._kind(p, k, kinds, carried) for p in parts]
+        if F32 in found:
+            return F32
+        return LOWP if LOWP in found else (LOADED if LOADED in found else None)
 
 
 def _float_carried(fn: cst.FunctionDef) -> set[str]:

@@ -5,9 +5,10 @@ import re
 
 import libcst as cst
 
+from kcheck.gate import ast_children
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, ast_children, dotted, ast_identifiers,
+    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, dotted, ast_identifiers,
     ast_nodes, is_none, kernels, names_in, names_outside_loads, nodes_under, tl_op, triton_gate_view,
 )
 
