@@ -265,15 +265,20 @@ def load_file(path: Path, _seen: tuple[Path, ...] = ()) -> Config:
     return _apply(base, table, path)
 
 
-@lru_cache(maxsize=256)
 def find_config_file(directory: Path) -> Path | None:
     """The nearest kcheck.toml or pyproject.toml with a [tool.kcheck] table at or above ``directory``."""
-    for folder in (directory, *directory.parents):
-        for name in CONFIG_FILES:
-            candidate = folder / name
-            if candidate.is_file() and (name == "kcheck.toml" or _has_table(candidate)):
-                return candidate
-    return None
+    return _config_file_at_or_above(directory)
+
+
+@lru_cache(maxsize=4096)
+def _config_file_at_or_above(folder: Path) -> Path | None:
+    # one folder's own candidates, then its parent's answer: each folder of a tree is looked at once
+    for name in CONFIG_FILES:
+        candidate = folder / name
+        if candidate.is_file() and (name == "kcheck.toml" or _has_table(candidate)):
+            return candidate
+    parent = folder.parent
+    return None if parent == folder else _config_file_at_or_above(parent)
 
 
 def _has_table(pyproject: Path) -> bool:
@@ -283,7 +288,7 @@ def _has_table(pyproject: Path) -> bool:
         return True  # report the broken file when it is loaded
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=1024)
 def config_for(directory: Path, explicit: Path | None = None) -> Config:
     """The settings that apply to files in ``directory`` (an explicit ``--config`` wins)."""
     if explicit is not None:
@@ -294,27 +299,31 @@ def config_for(directory: Path, explicit: Path | None = None) -> Config:
     return load_file(found)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def project_root(directory: Path) -> Path:
     """The folder report paths are relative to: a config with root = true, else the git top level, else the folder."""
     directory = directory.resolve()
-    for folder in (directory, *directory.parents):
-        for name in CONFIG_FILES:
-            candidate = folder / name
-            if candidate.is_file():
-                try:
-                    table = _read_table(candidate)
-                except ConfigError:
-                    table = None
-                if table and table.get("root") is True:
-                    return folder
-        if (folder / ".git").exists():
-            return folder
-    return directory
+    return _root_at_or_above(directory) or directory
+
+
+@lru_cache(maxsize=4096)
+def _root_at_or_above(folder: Path) -> Path | None:
+    for name in CONFIG_FILES:
+        candidate = folder / name
+        if candidate.is_file():
+            try:
+                table = _read_table(candidate)
+            except ConfigError:
+                table = None
+            if table and table.get("root") is True:
+                return folder
+    if (folder / ".git").exists():
+        return folder
+    parent = folder.parent
+    return None if parent == folder else _root_at_or_above(parent)
 
 
 def clear_caches() -> None:
     """Forget discovered configuration files (for long-lived processes and tests)."""
-    find_config_file.cache_clear()
-    config_for.cache_clear()
-    project_root.cache_clear()
+    for cached in (_config_file_at_or_above, config_for, project_root, _root_at_or_above):
+        cached.cache_clear()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BENCH
-from kcheck.config import Config, ConfigError, clear_caches, config_for, load_file
+from kcheck.config import Config, ConfigError, clear_caches, config_for, load_file, project_root
 
 
 
@@ -40,6 +40,23 @@ def test_nearest_config_wins_and_extend_inherits(tmp_path):
     assert top.ignore == ("KC203",) and top.fail_level == "error"
     assert sub.ignore == ("KC203",) and sub.extend_select == ("KC1",) and sub.fail_level == "error"
     assert sub.root == (tmp_path / "sub").resolve()
+
+
+def test_project_root_is_the_nearest_root_config_else_the_git_top_level(tmp_path):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / "svc" / "pyproject.toml", '[tool.kcheck]\nroot = true\n')
+    write(tmp_path / "svc" / "not_root" / "kcheck.toml", 'ignore = ["KC2"]\n')
+    for deep in ("a/b/c", "svc/x/y", "svc/not_root/z"):
+        (tmp_path / deep).mkdir(parents=True)
+    top = tmp_path.resolve()
+    # asked deepest first, then a sibling and a parent: answers cached for one folder never leak to another
+    assert project_root(tmp_path / "a" / "b" / "c") == top
+    assert project_root(tmp_path / "svc" / "x" / "y") == top / "svc"
+    assert project_root(tmp_path / "svc" / "not_root" / "z") == top / "svc"
+    assert project_root(tmp_path / "a") == top and project_root(tmp_path / "svc") == top / "svc"
+    assert config_for(tmp_path / "svc" / "not_root" / "z").ignore == ("KC2",)
+    assert config_for(tmp_path / "svc" / "x" / "y").ignore == ()
+    assert config_for(tmp_path / "a" / "b").root == top
 
 
 def test_pyproject_without_table_is_skipped(tmp_path):
