@@ -110,6 +110,35 @@ def import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, st
             yield alias.asname or alias.name, qualify_from(module, alias.name)
 
 
+def by_name(summary) -> dict[str, list]:
+    """Every ``FunctionSummary`` of the file, by function name (all definitions of a name)."""
+    out = summary.memo.get("by_name")
+    if out is None:
+        out = summary.memo["by_name"] = {}
+        for f in summary.functions:
+            out.setdefault(f.name, []).append(f)
+    return out
+
+
+def reachable(summary, start: set[str], depth: int = 3, skip=None) -> set[str]:
+    """Names of the functions named in ``start`` and of every same-module function they name, to
+    ``depth`` calls: a superset of what ``ModuleModel.callee`` follows (which resolves one definition
+    of a name; here every definition counts). ``skip(name)`` stops the walk at a name."""
+    functions = by_name(summary)
+    seen = {n for n in start if n in functions}
+    frontier = list(seen)
+    for _ in range(depth):
+        nxt = []
+        for name in frontier:
+            for f in functions[name]:
+                for callee in f.names & functions.keys():
+                    if callee not in seen and not (skip and skip(callee)):
+                        seen.add(callee)
+                        nxt.append(callee)
+        frontier = nxt
+    return seen
+
+
 # names that serving code re-exports from its own modules and that always mean the package:
 # vLLM's ``from vllm.triton_utils import tl, triton`` is Triton (or a placeholder when Triton is
 # missing, where nothing runs anyway)

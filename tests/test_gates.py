@@ -108,6 +108,36 @@ def test_loose_tolerance_gate_reads_the_reason_and_the_quantised_path(setup, com
     assert _gate_and_rule("KC402", LOOSE.format(setup=setup, comment=comment), "tests/test_norm.py") == (passes, passes)
 
 
+NO_KERNEL = '''
+import torch
+{imports}
+{helpers}
+def test_op():
+    x = torch.ones(16, 64, dtype=torch.bfloat16)
+    {setup}out = {call}
+    torch.testing.assert_close(out, reference(x), atol=1.0, rtol=1.0)
+'''
+
+
+@pytest.mark.parametrize(("imports", "helpers", "setup", "call", "passes"), [
+    ("", "", "", "torch.nn.functional.silu(x)", False),  # torch only: no kernel under test
+    ("", "", "", "apply_rope(x)", False),  # a plain function: no kernel by its name
+    ("from mylib import ops", "", "", "ops.silu(x)", True),  # a kernel module
+    ("import mylib.ops as K", "", "", "K.silu(x)", True),  # the same under another name
+    ("", "", "", "silu_kernel[(16,)](x)", True),  # a Triton launch
+    ("", "", "", "torch.ops.mylib.silu(x)", True),  # a custom op
+    ("", "def run(x):\n    return step(x)\ndef step(x):\n    return fused_silu(x)", "", "run(x)", True),  # two helpers down
+    ("", "def run(x):\n    return x.float()", "", "run(x)", False),  # a helper that launches nothing
+    # a kernel looked up in a registry, or a function of an extension built here: plain names launch
+    ("", "ACTS = {'silu': torch.ops.mylib.silu}", "act = ACTS.get('silu')\n    ", "act(x)", True),
+    ("from torch.utils.cpp_extension import load_inline", "ext = load_inline('e', '')", "", "ext.silu(x)", True),
+])
+@pytest.mark.parametrize("code", ["KC401", "KC402"])
+def test_verification_gates_want_a_kernel_under_test(code, imports, helpers, setup, call, passes):
+    source = NO_KERNEL.format(imports=imports, helpers=helpers, setup=setup, call=call)
+    assert _gate_and_rule(code, source, "tests/test_op.py") == (passes, passes)
+
+
 UNPOISONED = '''
 import torch
 def test_sum({params}):

@@ -15,7 +15,7 @@ from kcheck.claims import (
     BUILTINS, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
     is_reference_name, library_family,
 )
-from kcheck.gate import ast_children, dotted, import_bindings, resolve, stack_fields
+from kcheck.gate import ast_children, by_name, dotted, import_bindings, reachable, resolve, stack_fields
 from kcheck.rule import Rule
 
 CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "register_kernel", "impl",
@@ -109,35 +109,6 @@ def ast_facts(summary) -> AstFacts:
                 stack.append((value, enclosing))
     summary.memo["dispatch"] = facts
     return facts
-
-
-def by_name(summary) -> dict[str, list]:
-    """Every ``FunctionSummary`` of the file, by function name (all definitions of a name)."""
-    out = summary.memo.get("dispatch_by_name")
-    if out is None:
-        out = summary.memo["dispatch_by_name"] = {}
-        for f in summary.functions:
-            out.setdefault(f.name, []).append(f)
-    return out
-
-
-def reachable(summary, start: set[str], depth: int = 3, skip=None) -> set[str]:
-    """Names of the functions named in ``start`` and of every same-module function they name, to
-    ``depth`` calls: a superset of what ``ModuleModel.callee`` follows (which resolves one definition
-    of a name; here every definition counts). ``skip(name)`` stops the walk at a name."""
-    functions = by_name(summary)
-    seen = {n for n in start if n in functions}
-    frontier = list(seen)
-    for _ in range(depth):
-        nxt = []
-        for name in frontier:
-            for f in functions[name]:
-                for callee in f.names & functions.keys():
-                    if callee not in seen and not (skip and skip(callee)):
-                        seen.add(callee)
-                        nxt.append(callee)
-        frontier = nxt
-    return seen
 
 
 @dataclass

@@ -17,10 +17,8 @@ from typing import Iterator
 import libcst as cst
 
 from kcheck.claims import BUILTINS, KERNEL_MODULES, _walk, is_reference_name
-from kcheck.gate import ast_children
-from kcheck.rules.dispatch import (
-    _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, by_name, dotted, reachable,
-)
+from kcheck.gate import ast_children, by_name, reachable
+from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
 
 # Text every file with a launch or dispatch site contains (a Triton launch ends in ``](``).
 DISPATCH_TEXT = r"\]\s*\(|torch\.ops\.|_custom_ops|sgl_kernel|cpp_extension|\b_C\b"

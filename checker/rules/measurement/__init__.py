@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import fnmatch
 import re
 
 import libcst as cst
 
-from kcheck.gate import ast_nodes, dotted, import_bindings
+from kcheck.claims import KERNEL_MODULES
+from kcheck.gate import ast_nodes, dotted, import_bindings, reachable
 from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH
 from kcheck.rules.triton import arg, nodes_under  # noqa: F401 - shared helpers, re-exported
 
@@ -95,6 +97,26 @@ def kernel_call(model, call: cst.Call) -> bool:
     if name.startswith("torch.") or last(name) in PLACEMENT:
         return False
     return bool(KERNEL_CALL.search(name.rsplit("().", 1)[-1]))
+
+
+def _may_be_kernel_call(facts, call: ast.Call) -> bool:
+    """Whether :func:`kernel_call` may hold for an ``ast`` call, by every reading of its name: a
+    subscripted launch (``kernel[grid](...)``), a ``torch.ops`` or kernel-module launch, or a name
+    the kernel pattern matches. Launches through names bound to a registry or an extension are
+    the caller's to rule out (``GateFacts.may_reach_kernel``)."""
+    func = call.func
+    if type(func) is ast.Subscript:
+        return True
+    names = facts.qualnames(func)
+    written = dotted(func)
+    if written is not None:
+        names = names | {written}
+    for name in names:
+        if name.startswith("torch.ops.") or any(fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES):
+            return True
+        if not (name.startswith("torch.") or last(name) in PLACEMENT) and KERNEL_CALL.search(name.rsplit("().", 1)[-1]):
+            return True
+    return False
 
 
 MOCKS = {"monkeypatch", "mocker", "Mock", "MagicMock", "AsyncMock", "patch", "SimpleNamespace", "create_autospec"}
@@ -185,6 +207,7 @@ class GateFacts:
         self.aliases: dict[str, set[str]] = {}  # local name -> the dotted names it was imported as
         self.constants: dict[str, list[float]] = {}  # module-level NAME = number
         self.quantized: dict[int, bool] = {}  # id(function) -> a quantised call in its own body (KC402's gate)
+        self._reaches_kernel: dict[int, bool] = {}  # id(function) -> may_reach_kernel's answer
         defs: list[ast.AST] = []  # every def, in the order of ``summary.functions``
         parents: list[int] = []  # index of the enclosing def in ``defs``, or -1
         self.class_parents: list[int] = []  # index of the def around each class (-1: none)
@@ -209,6 +232,12 @@ class GateFacts:
         self.whole_file = bool(MEASUREMENT_PATH.search(summary.path)) or any(
             self.called(c, SCOPE_CALLS) for c, _ in summary.calls)
         self._module_in_scope = self.whole_file or class_in_measured or not self.aligned
+        # calls of plain names that the model may count as launches: names bound to a built
+        # extension (``torch.utils.cpp_extension``) or looked up in a module-level dict (a registry)
+        self._launches_by_binding = "cpp_extension" in summary.all_names or any(
+            "cpp_extension" in i for i in summary.imports) or any(
+            type(s) in (ast.Assign, ast.AnnAssign) and type(s.value) is ast.Dict and s.value.keys
+            for s in (summary.tree.body if summary.tree is not None else ()))
 
     def _walk(self, body, defs, parents, parent: int, owner: int | None) -> None:
         """``parent``: the innermost enclosing def (-1: none); ``owner``: whose own statements
@@ -316,6 +345,23 @@ class GateFacts:
                 break
         functions = self.summary.functions
         return {id(functions[j]) for j in inside}
+
+    def may_reach_kernel(self, f) -> bool:
+        """Whether a call that ``calls(model, fn.body)`` reaches from ``f``'s def may be a kernel
+        call (:func:`kernel_call`): one written in ``f`` or in a same-module function it names, to
+        three calls down (every definition of a name counts), that may be a kernel call by any
+        reading of its name. Always yes where calls of plain names can be launches (a kernel
+        registry, a built extension in the file)."""
+        if self._launches_by_binding:
+            return True
+        got = self._reaches_kernel.get(id(f))
+        if got is None:
+            summary = self.summary
+            helpers = reachable(summary, f.names, 3)
+            got = self._reaches_kernel[id(f)] = any(
+                _may_be_kernel_call(self, call) for call, g in summary.calls
+                if g is not None and (g is f or g.name in helpers))
+        return got
 
     def own_assigns(self, f) -> list[ast.Assign]:
         """The ``=`` statements in ``f``'s body, outside nested defs and classes."""

@@ -125,7 +125,8 @@ def check_scale(n=128):
         in it that no per-call exemption covers (an integer, FP8, empty or tiny tensor) and a
         comparison written in it or in a def nested in it, which neither draws anything random nor
         builds a ``torch.full`` of a chosen value (in its body, nested defs or decorators) nor uses
-        stand-ins (``monkeypatch``, ``Mock``, ...): what a report needs."""
+        stand-ins (``monkeypatch``, ``Mock``, ...), and which may run a kernel
+        (``GateFacts.may_reach_kernel``): what a report needs."""
         if not (uses(summary, CONSTANT_LAST) and uses(summary, COMPARES)):
             return False
         facts = gate_facts(summary)
@@ -157,6 +158,8 @@ def check_scale(n=128):
                 continue  # _varied_data: arange/linspace data, fractional literals, an input helper
             if mocked_def(node):
                 continue  # mocked()
+            if not facts.may_reach_kernel(f):
+                continue  # _kernel_call: no kernel under test
             return True
         return False
 

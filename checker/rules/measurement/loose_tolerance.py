@@ -113,7 +113,8 @@ def test_softmax():
         a module-level constant holding one, above the limit it is judged by. That limit is at
         least the smallest limit of the dtypes the file names (BF16's when it names none), and BF16's
         (FP16's) when the functions around the comparison name ``torch.bfloat16`` (``float16``), or
-        name no dtype while the module's top level names BF16 (FP16) or none: the loosest wins."""
+        name no dtype while the module's top level names BF16 (FP16) or none: the loosest wins; and, in
+        a function, one that may run a kernel (``GateFacts.may_reach_kernel``)."""
         if not uses(summary, TOLERANCE_COMPARES):
             return False
         facts = gate_facts(summary)
@@ -141,6 +142,8 @@ def test_softmax():
                 continue  # _quantized_path
             if loosest <= _limit_floor(facts, summary, f, floor):
                 continue
+            if f is not None and not facts.may_reach_kernel(f):
+                continue  # _checks_kernel: no kernel under test
             # _reasoned: a comment on the call's own lines is in the text of its statement
             if lines is None or not _gives_reason("\n".join(lines[call.lineno - 1:call.end_lineno])):
                 return True
