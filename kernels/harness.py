@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import os
 import platform
 import secrets
@@ -203,7 +204,7 @@ def verify_case(
     graph = device.type == "cuda" if graph is None else graph
     tdtype = DTYPES[dtype]
     inputs = _fresh_inputs(spec, case, tdtype, device)
-    passed, rel, mabs, detail = _check_once(spec, tdtype, device, inputs, lambda: spec.impl(**inputs))
+    passed, rel, mabs, detail = _check_once(spec, tdtype, device, inputs, functools.partial(spec.impl, **inputs))
     replayed: bool | None = None
     if passed and graph:
         replayed, detail = _graph_replay(spec, case, tdtype, device, inputs)

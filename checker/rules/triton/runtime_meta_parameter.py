@@ -7,7 +7,7 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    META_PARAM, TRITON_TEXT, arg, ast_arg, ast_identifiers, ast_nodes, kernels, names_in, nodes_under, tl_op,
+    META_PARAM, TRITON_TEXT, arg, ast_arg, ast_identifiers, ast_nodes, kernels, nodes_under, tl_op,
     triton_gate_view,
 )
 
