@@ -1,12 +1,13 @@
 """Candidate designs of the reference kernels, timed against the current kernels and their peers.
 
-    python benchmarks/kernels_variants.py [--round 1|2|3|4|5] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
+    python benchmarks/kernels_variants.py [--round 1|2|3|4|5|6] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
 
 Round 1: persistent grids with the next row prefetched, register caps, streaming stores, RoPE
 head groups, FP8 division variants. Round 2: TMA descriptors and cache hints for the norms, RoPE
 group sizes, FP8 with the reciprocal and fma correction. Round 3: FP8 and RoPE follow-ups. Round 4:
 the shapes where a final run put kcheck within noise of a peer, timed in more interleaved rounds. Round 5:
-RoPE with the key heads of several tokens in one program.
+RoPE with the key heads of several tokens in one program. Round 6: the ties of the final run
+(few-token SiLU-and-mul, RMSNorm at T=16384) in 15 interleaved rounds.
 
 Each variant is checked against the op's torch reference (normwise error; for FP8 the number of
 e4m3 values that differ from torch's) and timed with the harness's :class:`Timer` (median of
@@ -729,6 +730,32 @@ VARIANTS4 = {
 }
 
 
+# --------------------------------------------------------------------------- round 6: the ties, again
+
+# The final run of 2 Dec put SiLU-and-mul at T=1 and 32 at 0.99 of torch.compile and RMSNorm at
+# T=16384 at 65.49 us against Liger's 65.47: timed again in 15 interleaved rounds, with smaller
+# programs for the few-token SiLU (more of them in flight on the 132 multiprocessors).
+
+
+def silu_variants6(inp):
+    from kcheck.kernels import silu_and_mul as m
+    x, out = inp["x"], inp["out"]
+    M, I = x.shape[0], x.shape[1] // 2
+    v = {}
+    for bi, nw in ((256, 1), (256, 2), (512, 1), (512, 2), (512, 4), (1024, 2), (1024, 4), (1024, 8)):
+        def f(bi=bi, nw=nw):
+            _fn(m._silu_and_mul_kernel)[(M * triton.cdiv(I, bi),)](x, out, x.stride(0), out.stride(0), 0, I=I, BLOCK_I=bi, num_warps=nw)
+            return out
+        v[f"block{bi}-w{nw}"] = f
+    return v
+
+
+VARIANTS6 = {
+    "rms_norm": (lambda inp: {}, ("kcheck", "liger", "torch.compile")),
+    "silu_and_mul": (silu_variants6, ("kcheck", "liger", "torch.compile")),
+}
+
+
 # --------------------------------------------------------------------------- round 5: RoPE key blocks
 
 # With 32 heads a program, a token's key program holds 8 key heads in a 32-head tile: half the
@@ -810,9 +837,9 @@ def main():
     parser.add_argument("--tokens", default="16384,4096")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=100)
-    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4, 5))
+    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4, 5, 6))
     args = parser.parse_args()
-    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5}[args.round]
+    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6}[args.round]
     device = torch.device("cpu" if INTERPRET else "cuda")
     tokens = [int(t) for t in args.tokens.split(",")]
     timer = None if INTERPRET else Timer(device, reps=args.reps)

@@ -31,11 +31,13 @@ def _prune(configs, named_args, **_):
     return [c for c in configs if (c.kwargs["BLOCK_I"], c.num_warps) == pick] or configs
 
 
-SMALL_BATCH = {1: (1024, 4), 64: (1024, 4), 1024: (2048, 4)}
-"""(BLOCK_I, num_warps) by token bucket up to 1024 tokens, from a sweep on an H200 (2026-12-02, three
-rounds of 200 timings): at T=1, 32 and 256 they were within 0.07 us of the best candidate, and
+SMALL_BATCH = {1: (1024, 8), 64: (1024, 8), 1024: (2048, 4)}
+"""(BLOCK_I, num_warps) by token bucket up to 1024 tokens, from sweeps on an H200: at T=1, 32 and 256
+the candidates are within 0.07 us of each other (2026-12-02, three rounds of 200 timings), and
 timings of a few microseconds differ by less than their noise, so the autotuner's pick there
-depended on the call that tuned the bucket."""
+depended on the call that tuned the bucket. Up to 64 tokens, 8 warps (four elements a thread)
+were one event tick (0.03 us) ahead of 4 warps at T=1 and 32 in 15 interleaved rounds
+(2026-12-03, ``benchmarks/kernels_variants.py --round 6``), level with torch.compile at T=1."""
 
 
 @triton.autotune(
