@@ -710,17 +710,22 @@ def fused_variants4(inp):
     return v
 
 
-def silu_variants4(inp):
+def _silu_blocks(inp, picks):
+    """SiLU-and-mul's kernel with each (BLOCK_I, num_warps) of ``picks``."""
     from kcheck.kernels import silu_and_mul as m
     x, out = inp["x"], inp["out"]
     M, I = x.shape[0], x.shape[1] // 2
     v = {}
-    for bi, nw in ((1024, 4), (2048, 4), (512, 2), (4096, 8), (4096, 4)):
+    for bi, nw in picks:
         def f(bi=bi, nw=nw):
             _fn(m._silu_and_mul_kernel)[(M * triton.cdiv(I, bi),)](x, out, x.stride(0), out.stride(0), 0, I=I, BLOCK_I=bi, num_warps=nw)
             return out
         v[f"block{bi}-w{nw}"] = f
     return v
+
+
+def silu_variants4(inp):
+    return _silu_blocks(inp, ((1024, 4), (2048, 4), (512, 2), (4096, 8), (4096, 4)))
 
 
 VARIANTS4 = {
@@ -738,16 +743,7 @@ VARIANTS4 = {
 
 
 def silu_variants6(inp):
-    from kcheck.kernels import silu_and_mul as m
-    x, out = inp["x"], inp["out"]
-    M, I = x.shape[0], x.shape[1] // 2
-    v = {}
-    for bi, nw in ((256, 1), (256, 2), (512, 1), (512, 2), (512, 4), (1024, 2), (1024, 4), (1024, 8)):
-        def f(bi=bi, nw=nw):
-            _fn(m._silu_and_mul_kernel)[(M * triton.cdiv(I, bi),)](x, out, x.stride(0), out.stride(0), 0, I=I, BLOCK_I=bi, num_warps=nw)
-            return out
-        v[f"block{bi}-w{nw}"] = f
-    return v
+    return _silu_blocks(inp, ((256, 1), (256, 2), (512, 1), (512, 2), (512, 4), (1024, 2), (1024, 4), (1024, 8)))
 
 
 VARIANTS6 = {
