@@ -138,6 +138,30 @@ def test_verification_gates_want_a_kernel_under_test(code, imports, helpers, set
     assert _gate_and_rule(code, source, "tests/test_op.py") == (passes, passes)
 
 
+NAN_EQUAL = '''
+import torch
+{imports}
+def test_norm(x, w):
+    out = {out}
+    ref = {ref}
+    ops.rms_norm(out, x, w)
+    ops.rms_norm_reference(ref, x, w)
+    torch.testing.assert_close(out, ref, equal_nan=True)
+'''
+
+
+@pytest.mark.parametrize(("imports", "out", "ref", "passes"), [
+    ("", "torch.empty_like(x)", "torch.empty_like(x)", True),  # both unset: an unwritten element matches
+    ("", "torch.empty_like(x)", "reference(x, w)", False),  # an independent reference: a NaN still fails
+    ("", "x.new_empty(x.shape)", "torch.full_like(x, float('nan'))", True),
+    ("from torch import empty_like as alloc", "alloc(x)", "alloc(x)", True),  # under another name
+    ("", "torch.zeros_like(x)", "torch.zeros_like(x)", False),  # filled with values
+])
+def test_nan_equal_gate_wants_both_sides_unset(imports, out, ref, passes):
+    source = NAN_EQUAL.format(imports=imports, out=out, ref=ref)
+    assert _gate_and_rule("KC403", source, "tests/test_norm.py") == (passes, passes)
+
+
 UNPOISONED = '''
 import torch
 def test_sum({params}):

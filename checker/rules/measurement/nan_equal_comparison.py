@@ -93,8 +93,9 @@ def check_topk(scores, k):
     @classmethod
     def gate(cls, summary, config) -> bool:
         """A comparison with ``equal_nan=True`` written in a function in measurement code, whose two
-        compared values are plain names (``out``, ``out[:n]``, ``out.float()``), in a file that
-        allocates or fills a buffer (``empty*``, ``new_empty``, ``fill_``, ``full*``): what a report needs."""
+        compared values are plain names (``out``, ``out[:n]``, ``out.float()``) that the function
+        assigns a call that may allocate or fill a buffer without values (``empty*``, ``new_empty``,
+        ``fill_``, ``full*``): what a report needs."""
         facts = gate_facts(summary)
         if not any(facts.lasts(c) & UNSET_LAST for c, _ in summary.calls):
             return False
@@ -107,8 +108,9 @@ def check_topk(scores, k):
             # the positional arguments as libcst lists them: ``*x`` and ``**x`` are ``x``
             sides = ([a.value if type(a) is ast.Starred else a for a in call.args]
                      + [k.value for k in call.keywords if k.arg is None])[:2]
+            names = [_ast_base(s) for s in sides]
             if (facts.lasts(call) & TOLERANCE_COMPARES and facts.in_scope(f) and len(sides) == 2
-                    and all(_ast_base(s) is not None for s in sides)):
+                    and None not in names and _may_be_unset(facts, f, names)):
                 return True
         return False
 
@@ -183,6 +185,19 @@ def _unset_value(model, value: cst.CSTNode) -> bool:
 
 # The calls ``_unset_value`` accepts, by the last component of their name.
 UNSET_LAST = {name.split(".")[-1] for name in EMPTY_FACTORIES} | {"new_empty", "empty_like", "fill_", "full", "full_like"}
+
+
+def _may_be_unset(facts, f, names: list[str]) -> bool:
+    """``_both_unset`` on the ast: every name is assigned, somewhere in ``f``'s def, a call that
+    ``_unset_value`` may accept (by the last component of its name). Yes where the def is unknown
+    (a class body inside a def, or a file the gate's walk and the summary disagree on)."""
+    node = facts.node(f) if f is not None else None
+    if node is None:
+        return True
+    unset = {n.targets[0].id for n in ast.walk(node)
+             if type(n) is ast.Assign and len(n.targets) == 1 and type(n.targets[0]) is ast.Name
+             and type(n.value) is ast.Call and facts.lasts(n.value) & UNSET_LAST}
+    return all(name in unset for name in names)
 
 
 def _ast_base(expr: ast.AST) -> str | None:
