@@ -247,10 +247,14 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
             # ``self.act = ext.act_cuda`` in __init__, ``self.act(x)`` in forward
             source = extensions.get(ext_functions[parts[1]])
             model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
-        elif (model.dotted(func) or "").split(".")[0] in model.imports and not name.startswith("torch.") and any(
-            fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES
-        ):  # torch._C is the framework's own binding, not a kernel module
+        elif (model.dotted(func) or "").split(".")[0] in model.imports and not name.startswith("torch.") and \
+                in_kernel_module(name):  # torch._C is the framework's own binding, not a kernel module
             model.launch_sites[id(node)] = Launch("kernel-module", node, name)
+
+
+def in_kernel_module(name: str) -> bool:
+    """Whether a qualified name lies in a kernel module (``*_custom_ops.*``, ``*._C.*``, ``sgl_kernel.*``)."""
+    return any(fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES)
 
 
 def _registries(model, module, local_kernels) -> set[str]:
@@ -274,7 +278,7 @@ def _is_kernel_ref(model, node, local_kernels) -> bool:
     name = model.qualname(node) or ""
     parts = name.split(".")
     return (name in local_kernels or (name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] != "aten")
-            or any(fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES))
+            or in_kernel_module(name))
 
 
 def _registry_names(model, registries) -> dict[int, dict[str, str]]:

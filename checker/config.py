@@ -265,20 +265,16 @@ def load_file(path: Path, _seen: tuple[Path, ...] = ()) -> Config:
     return _apply(base, table, path)
 
 
-def find_config_file(directory: Path) -> Path | None:
-    """The nearest kcheck.toml or pyproject.toml with a [tool.kcheck] table at or above ``directory``."""
-    return _config_file_at_or_above(directory)
-
-
 @lru_cache(maxsize=4096)
-def _config_file_at_or_above(folder: Path) -> Path | None:
-    # one folder's own candidates, then its parent's answer: each folder of a tree is looked at once
+def find_config_file(folder: Path) -> Path | None:
+    """The nearest kcheck.toml or pyproject.toml with a [tool.kcheck] table at or above ``folder``:
+    its own candidates, then its parent's cached answer (each folder of a tree is looked at once)."""
     for name in CONFIG_FILES:
         candidate = folder / name
         if candidate.is_file() and (name == "kcheck.toml" or _has_table(candidate)):
             return candidate
     parent = folder.parent
-    return None if parent == folder else _config_file_at_or_above(parent)
+    return None if parent == folder else find_config_file(parent)
 
 
 def _has_table(pyproject: Path) -> bool:
@@ -325,5 +321,5 @@ def _root_at_or_above(folder: Path) -> Path | None:
 
 def clear_caches() -> None:
     """Forget discovered configuration files (for long-lived processes and tests)."""
-    for cached in (_config_file_at_or_above, config_for, project_root, _root_at_or_above):
+    for cached in (find_config_file, config_for, project_root, _root_at_or_above):
         cached.cache_clear()

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from kcheck.claims import BUILTINS, KERNEL_MODULES, _walk, is_reference_name
+from kcheck.claims import BUILTINS, _walk, in_kernel_module, is_reference_name
 from kcheck.gate import ast_children, by_name, reachable
 from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
 
@@ -70,8 +70,8 @@ def _launch_like(facts, call: ast.Call, function, kernels: set[str], extensions:
     if extensions and (parts[0] in extensions and len(parts) >= 2 and parts[0] not in facts.aliases
                        or parts[0] == "self" and len(parts) >= 2):
         return True  # ext.fn(...), self.ext.fn(...), self.fn(...) bound to an inline extension
-    return (dotted(func) or "").split(".")[0] in facts.aliases and not name.startswith("torch.") and any(
-        fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES)
+    return (dotted(func) or "").split(".")[0] in facts.aliases and not name.startswith("torch.") and \
+        in_kernel_module(name)
 
 
 def _may_launch(summary) -> bool:

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import ast
 import builtins
-import fnmatch
 import re
+from functools import cached_property
 
 import libcst as cst
 
-from kcheck.claims import KERNEL_MODULES
+from kcheck.claims import in_kernel_module
 from kcheck.gate import ast_nodes, dotted, import_bindings, reachable
 from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH
 from kcheck.rules.triton import arg, nodes_under  # noqa: F401 - shared helpers, re-exported
@@ -93,7 +93,12 @@ def kernel_call(model, call: cst.Call) -> bool:
     own (judged when met), and ``.cuda()`` places a module or tensor on the device."""
     if id(call) in model.launch_sites:
         return True
-    name = model.call_name(call) or model.dotted(call.func) or ""
+    return _kernel_name(model.call_name(call) or model.dotted(call.func) or "")
+
+
+def _kernel_name(name: str) -> bool:
+    """A called name into kernel code (``kernel_call``'s test of the name): not ``torch.*`` nor a
+    placement method, and the kernel pattern matches its last call in a chain."""
     if name.startswith("torch.") or last(name) in PLACEMENT:
         return False
     return bool(KERNEL_CALL.search(name.rsplit("().", 1)[-1]))
@@ -111,12 +116,7 @@ def _may_be_kernel_call(facts, call: ast.Call) -> bool:
     written = dotted(func)
     if written is not None:
         names = names | {written}
-    for name in names:
-        if name.startswith("torch.ops.") or any(fnmatch.fnmatchcase(name, p) for p in KERNEL_MODULES):
-            return True
-        if not (name.startswith("torch.") or last(name) in PLACEMENT) and KERNEL_CALL.search(name.rsplit("().", 1)[-1]):
-            return True
-    return False
+    return any(name.startswith("torch.ops.") or in_kernel_module(name) or _kernel_name(name) for name in names)
 
 
 MOCKS = {"monkeypatch", "mocker", "Mock", "MagicMock", "AsyncMock", "patch", "SimpleNamespace", "create_autospec"}
@@ -137,7 +137,7 @@ def mocked_def(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     or an attribute named for a stand-in anywhere in it (each is a libcst ``Name`` too)."""
     return any(a.arg in MOCKS for a in node.args.args) or any(
         (type(n) is ast.Name and n.id in MOCKS) or (type(n) is ast.Attribute and n.attr in MOCKS)
-        for n in ast.walk(node))
+        for n in ast_nodes([node]))
 
 
 def last(name: str | None) -> str:
@@ -232,12 +232,6 @@ class GateFacts:
         self.whole_file = bool(MEASUREMENT_PATH.search(summary.path)) or any(
             self.called(c, SCOPE_CALLS) for c, _ in summary.calls)
         self._module_in_scope = self.whole_file or class_in_measured or not self.aligned
-        # calls of plain names that the model may count as launches: names bound to a built
-        # extension (``torch.utils.cpp_extension``) or looked up in a module-level dict (a registry)
-        self._launches_by_binding = "cpp_extension" in summary.all_names or any(
-            "cpp_extension" in i for i in summary.imports) or any(
-            type(s) in (ast.Assign, ast.AnnAssign) and type(s.value) is ast.Dict and s.value.keys
-            for s in (summary.tree.body if summary.tree is not None else ()))
 
     def _walk(self, body, defs, parents, parent: int, owner: int | None) -> None:
         """``parent``: the innermost enclosing def (-1: none); ``owner``: whose own statements
@@ -352,7 +346,7 @@ class GateFacts:
         three calls down (every definition of a name counts), that may be a kernel call by any
         reading of its name. Always yes where calls of plain names can be launches (a kernel
         registry, a built extension in the file)."""
-        if self._launches_by_binding:
+        if self.launches_by_binding:
             return True
         got = self._reaches_kernel.get(id(f))
         if got is None:
@@ -362,6 +356,15 @@ class GateFacts:
                 _may_be_kernel_call(self, call) for call, g in summary.calls
                 if g is not None and (g is f or g.name in helpers))
         return got
+
+    @cached_property
+    def launches_by_binding(self) -> bool:
+        """Whether calls of plain names may be launches to the model: names bound to an extension
+        built here (``torch.utils.cpp_extension``) or looked up in a module-level dict (a registry)."""
+        summary = self.summary
+        return "cpp_extension" in summary.all_names or any("cpp_extension" in i for i in summary.imports) or any(
+            type(s) in (ast.Assign, ast.AnnAssign) and type(s.value) is ast.Dict and s.value.keys
+            for s in (summary.tree.body if summary.tree is not None else ()))
 
     def own_assigns(self, f) -> list[ast.Assign]:
         """The ``=`` statements in ``f``'s body, outside nested defs and classes."""

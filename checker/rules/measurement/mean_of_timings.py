@@ -5,6 +5,7 @@ import re
 
 import libcst as cst
 
+from kcheck.gate import dotted
 from kcheck.model import HOST_TIMERS, MEASUREMENT_FUNCTION
 from kcheck.rule import Rule
 from kcheck.rules.measurement import Scope, arg, device_timing, int_value, last, nodes_under, region_root, timing
@@ -254,7 +255,7 @@ def _gate_mean_of_list(facts) -> bool:
         return False
     for call, g in summary.calls:
         if facts.facts.lasts(call).isdisjoint(MEANS) and not (
-                timing.last(call.func) == "sum" and timing.dotted(call.func) is not None):
+                timing.last(call.func) == "sum" and dotted(call.func) is not None):
             continue
         if not any(isinstance(n, ast.Name) and n.id in lists for n in ast.walk(call)):
             continue

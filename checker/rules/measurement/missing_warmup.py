@@ -5,7 +5,7 @@ import re
 
 import libcst as cst
 
-from kcheck.gate import ast_children, dotted
+from kcheck.gate import NESTED_SCOPES, ast_children, dotted
 from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
@@ -298,7 +298,7 @@ def _calls(roots, direct: bool):
     first = stack[0] if isinstance(roots, ast.AST) else None
     while stack:
         node = stack.pop()
-        if isinstance(node, timing.NESTED_SCOPES) and node is not first:
+        if isinstance(node, NESTED_SCOPES) and node is not first:
             continue
         if type(node) is ast.Call:
             yield node

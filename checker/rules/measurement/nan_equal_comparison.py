@@ -4,6 +4,7 @@ import ast
 
 import libcst as cst
 
+from kcheck.gate import ast_nodes
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     EMPTY_FACTORIES, TOLERANCE_COMPARES, Scope, arg, gate_facts, is_compare, nodes_under,
@@ -194,7 +195,7 @@ def _may_be_unset(facts, f, names: list[str]) -> bool:
     node = facts.node(f) if f is not None else None
     if node is None:
         return True
-    unset = {n.targets[0].id for n in ast.walk(node)
+    unset = {n.targets[0].id for n in ast_nodes([node])
              if type(n) is ast.Assign and len(n.targets) == 1 and type(n.targets[0]) is ast.Name
              and type(n.value) is ast.Call and facts.lasts(n.value) & UNSET_LAST}
     return all(name in unset for name in names)

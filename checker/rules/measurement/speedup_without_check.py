@@ -5,7 +5,7 @@ import re
 
 import libcst as cst
 
-from kcheck.gate import ast_children
+from kcheck.gate import ast_children, dotted
 from kcheck.model import LOG_METHODS, MEASUREMENT_FUNCTION, children, walk
 from kcheck.rule import Rule
 from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, nodes_under, timing
@@ -603,7 +603,7 @@ def _gate_checks(facts) -> bool:
         if id(call) in logged:
             continue
         if lasts(call) <= COMPARES or (
-                timing.dotted(call.func) is not None and timing.last(call.func).lower().startswith(CHECKERS)):
+                dotted(call.func) is not None and timing.last(call.func).lower().startswith(CHECKERS)):
             return True
     return any(type(s) is ast.Assert and not any(
         w.startswith(NOT_OUTPUT_CHECKS) for w in timing.identifiers(s.test, nested=True)) for s in facts.statements)

@@ -15,7 +15,7 @@ import ast
 import re
 from functools import cached_property
 
-from kcheck.gate import NESTED_SCOPES, ast_children, dotted  # noqa: F401 - dotted: timing.dotted in the rules
+from kcheck.gate import NESTED_SCOPES, ast_children
 from kcheck.model import HOST_TIMERS, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, SYNC_FUNCTIONS, SYNC_METHODS
 from kcheck.rules.measurement import GPU_MODULES, gate_facts, uses
 
