@@ -181,6 +181,11 @@ def test_sum({params}):
     ("x, ids", "out.fill_(value=0.0)\n    ", True),
     ("x, ids", "ref = torch.empty(4)\n    ref.fill_(1.0)\n    ", True),  # another buffer's fill
     ("x, ids, mocker", "", False),  # a test on stand-ins
+    ("x, ids", "moe_sum(x, out, ids, expert_map)\n    ", False),  # written twice: a fill guards the first only
+    ("x, ids", "ops.moe_sum(x, out, ids, expert_map)\n    ", False),  # a kernel called through a module
+    ("x, ids", "torch.add(x, 1, out=out)\n    ", True),  # a torch op: the rule counts no second write
+    ("x, ids", "torch.testing.assert_close(out, out)\n    ", True),  # a comparison is no write
+    ("x, ids", "def again():\n        moe_sum(x, out, ids, expert_map)\n    ", True),  # a nested def is not run here
 ])
 def test_unpoisoned_output_gate_reads_fills_and_stand_ins(params, setup, passes):
     assert _gate_and_rule("KC405", UNPOISONED.format(params=params, setup=setup), "tests/test_sum.py") == (passes, passes)

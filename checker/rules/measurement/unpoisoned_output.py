@@ -174,11 +174,10 @@ def test_sum(x, ids):
                 if lasts & COMPARES:
                     compared |= passed
                 names = facts.qualnames(func)
-                if lasts - COMPARES and (not names or any(
-                        not n.startswith("torch.") or n.startswith("torch.ops.") for n in names)):
+                if lasts - COMPARES and (not names or any(_writer(n) for n in names)):
                     written |= passed
-                if compared & written:
-                    return True
+            if compared & written and not compared & written <= _written_twice(facts, node, buffers):
+                return True
         return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
@@ -285,6 +284,34 @@ def _poisoned(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
         elif kind is ast.Assign:
             found.update(t.value.id for t in n.targets if type(t) is ast.Subscript and type(t.value) is ast.Name)
     return found
+
+
+def _writer(name: str) -> bool:
+    """A call the rule counts as writing the buffers passed to it (``_check``): outside ``torch.``
+    but for ``torch.ops``."""
+    return not name.startswith("torch.") or name.startswith("torch.ops.")
+
+
+def _written_twice(facts, node: ast.FunctionDef | ast.AsyncFunctionDef | None, buffers: set[str]) -> set[str]:
+    """Buffers that calls in the def's own body certainly write more than once, by every reading of
+    their names (``_Evidence.why`` excuses them: a fill at allocation would guard the first write
+    only). Counted on the calls the rule also walks (lambdas left out) and skipping every call on a
+    name the gate takes for a buffer (more than the rule skips): never more writes than the rule
+    counts."""
+    if node is None:
+        return set()
+    count: dict[str, int] = {}
+    for call in own_nodes(node.body):
+        if type(call) is not ast.Call:
+            continue
+        func = call.func
+        if type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id in buffers:
+            continue
+        if facts.lasts(call) & COMPARES or not all(_writer(n) for n in facts.qualnames(func)):
+            continue  # a comparison or a torch op by some reading
+        for name in {v.id for v in _arg_values(call) if type(v) is ast.Name}:
+            count[name] = count.get(name, 0) + 1
+    return {name for name, n in count.items() if n > 1}
 
 
 def _arg_values(call: ast.Call) -> list[ast.AST]:
