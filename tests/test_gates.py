@@ -88,6 +88,31 @@ def test_low_precision_sum_gate_wants_a_16_bit_type_in_the_text(note, passes):
     assert _gate_and_rule("KC503", SUM_KERNEL.format(note=note), "ops/row_sum.py") == (passes, passes)
 
 
+ROW_SUM = '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def row_sum({params}, out_ptr, N: tl.constexpr):
+    row = tl.program_id(0)
+    {assign}
+    x = tl.load(p + tl.arange(0, N))
+    tl.store(out_ptr + row, tl.sum(x, axis=0))  # bf16 activations
+'''
+
+
+@pytest.mark.parametrize(("params", "assign", "passes"), [
+    ("part_ptr, stride", "p = part_ptr + row * stride", False),  # a local pointer into fp32 partial sums
+    ("part_ptr, stride", "base = part_ptr + row * stride\n    p = base", False),  # two names down
+    ("x_ptr, stride", "p = x_ptr + row * stride", True),  # the activations: reported
+    ("part_ptr: tl.constexpr, stride", "p = part_ptr + row * stride", True),  # a constexpr is no buffer
+    ("x_ptr, sum_len", "p = x_ptr + row * sum_len", True),  # named for a size, not a buffer
+    ("x_ptr, part_ptr", "p = x_ptr + tl.load(part_ptr + row)", True),  # through a load: an offset, not the buffer
+])
+def test_low_precision_sum_gate_follows_local_pointers(params, assign, passes):
+    assert _gate_and_rule("KC503", ROW_SUM.format(params=params, assign=assign), "ops/row_sum.py") == (passes, passes)
+
+
 LOOSE = '''
 import torch
 from mylib import ops

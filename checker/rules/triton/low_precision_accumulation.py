@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
+from kcheck.gate import ast_children
 from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
@@ -586,6 +588,8 @@ class _GateKinds:
 
     def __init__(self, view, k) -> None:
         self.view, self.kernel, self.params = view, k, set(k.params)
+        a = k.node.args
+        self.plain = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.annotation is None}
         self.values: dict[str, list] = {}  # single-target assignments, as the rule records them
         for node in k.statements(ast.Assign):
             if len(node.targets) == 1 and type(node.targets[0]) is ast.Name:
@@ -657,7 +661,43 @@ class _GateKinds:
             return None
         if any(F32_POINTER.search(n) for n in named):
             return F32
+        if any(F32_POINTER.search(n) and not SIZE_NAME.search(n) for n in self._buffers(pointer) - bases):
+            return F32  # row = state_ptr + slot * stride; tl.load(row + d): the buffer is named
         return None if any(INT_POINTER.search(n) for n in bases) else LOADED
+
+    def _buffers(self, pointer) -> set[str]:
+        """The rule's ``_buffers``: the runtime parameters a pointer is built from through the
+        kernel's assignments, not through loads. Only parameters with no annotation count (the
+        rule leaves out every ``tl.constexpr``, string annotations included), and nothing when the
+        walk would pass the rule's limit of 32 names, where the rule may stop and find fewer."""
+        if pointer is None:
+            return set()
+        assigned = self.kernel.assigned()
+        found: set[str] = set()
+        seen: set[str] = set()
+        todo = [pointer]
+        while todo:
+            for name in _names_outside_loads(self.view, todo.pop()):
+                if name in self.params:
+                    found.add(name)
+                elif assigned.get(name) and name not in seen:
+                    if len(seen) >= 32:
+                        return set()
+                    seen.add(name)
+                    todo.extend(assigned[name])
+        return found & self.plain
+
+
+def _names_outside_loads(view, expr) -> Iterator[str]:
+    """``names_outside_loads`` over ``ast``: the identifiers libcst holds in ``Name`` nodes (names,
+    attributes, keywords) outside ``tl.load`` calls."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if type(node) is ast.Call and view.tl_op(node) == "load":
+            continue
+        yield from ast_identifiers(node)
+        stack.extend(ast_children(node))
 
 
 _NONE = frozenset({None})
