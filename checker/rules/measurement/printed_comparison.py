@@ -91,7 +91,7 @@ def verify(out, ref):
     logger.info("max abs diff %f", diff)
 """,
     ]
-    PREFILTER = (r"print|log|write|warn",)
+    PREFILTER = (r"print|log|warn|write",)
 
     @classmethod
     def gate(cls, summary, config) -> bool:
