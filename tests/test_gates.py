@@ -128,6 +128,10 @@ def test_norm():
     ("", "  # see below", True),
     ("x = ops.per_token_quant(x)\n    ", "", False),  # a quantised path in the test's own body
     ("x = ops.scale(x)\n    ", "", True),
+    ("y = x.to(torch.float8_e4m3fn)\n    ", "", False),  # a quantised type named in the test
+    ("y = x.to(dtype=FP8)\n    ", "", False),  # under a name the rule also reads
+    ("y = x.to(dtype=DT)\n    ", "", True),
+    ("def fp8_ref(t):\n        return t\n    ", "", True),  # a nested def's name is not read
 ])
 def test_loose_tolerance_gate_reads_the_reason_and_the_quantised_path(setup, comment, passes):
     assert _gate_and_rule("KC402", LOOSE.format(setup=setup, comment=comment), "tests/test_norm.py") == (passes, passes)

@@ -207,6 +207,7 @@ class GateFacts:
         self.aliases: dict[str, set[str]] = {}  # local name -> the dotted names it was imported as
         self.constants: dict[str, list[float]] = {}  # module-level NAME = number
         self.quantized: dict[int, bool] = {}  # id(function) -> a quantised call in its own body (KC402's gate)
+        self.names_quantized: dict[int, bool] = {}  # id(function) -> a quantised type named around it (KC402's gate)
         self._reaches_kernel: dict[int, bool] = {}  # id(function) -> may_reach_kernel's answer
         defs: list[ast.AST] = []  # every def, in the order of ``summary.functions``
         parents: list[int] = []  # index of the enclosing def in ``defs``, or -1

@@ -5,7 +5,7 @@ import re
 
 import libcst as cst
 
-from kcheck.gate import dotted
+from kcheck.gate import NESTED_SCOPES, ast_identifiers, dotted
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     DTYPE_NAMES, QUANTIZED, TOLERANCE_COMPARES, TOLERANCE_LIMITS, Scope, arg, calls, dtypes_in, gate_facts, is_compare,
@@ -138,8 +138,8 @@ def test_softmax():
             loosest = max(values(call), default=0.0)
             if loosest <= floor:
                 continue
-            if f is not None and (_quantized_name(f.name) or _quantized_calls(facts, f)):
-                continue  # _quantized_path
+            if f is not None and (_quantized_name(f.name) or _quantized_calls(facts, f) or _names_quantized(facts, f)):
+                continue  # _quantized_path, or a quantised type among the dtypes the rule reads
             if loosest <= _limit_floor(facts, summary, f, floor):
                 continue
             if f is not None and not facts.may_reach_kernel(f):
@@ -264,6 +264,23 @@ def _quantized_calls(facts, f) -> bool:
         node = facts.node(f)
         memo[id(f)] = node is not None and any(_quantized_name((dotted(n.func) or "").split(".")[-1])
                                                for n in own_nodes(node.body) if type(n) is ast.Call)
+    return memo[id(f)]
+
+
+def _names_quantized(facts, f) -> bool:
+    """Whether an identifier in ``f`` or a def around it (in the def, its decorators and its
+    signature; not in nested defs, classes or lambdas) is named for a quantised type: ``_dtypes``
+    then finds ``quantized`` (it reads every libcst ``Name``, the spelling of each identifier) and
+    the rule skips the comparison. Strings are left out: libcst splits a concatenated string where
+    the ``ast`` joins it."""
+    memo = facts.names_quantized
+    if id(f) not in memo:
+        memo[id(f)] = any(
+            QUANTIZED.search(d.name) or any(
+                QUANTIZED.search(name) for n in own_nodes([*d.decorator_list, d.args, *([d.returns] if d.returns else []),
+                                                           *d.body])
+                if type(n) not in NESTED_SCOPES for name in ast_identifiers(n))
+            for d in facts.chain(f))
     return memo[id(f)]
 
 

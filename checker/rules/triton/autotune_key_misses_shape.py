@@ -4,9 +4,10 @@ import ast
 
 import libcst as cst
 
+from kcheck.gate import ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    META_PARAM, TRITON_TEXT, arg, ast_arg, ast_identifiers, kernels, names_in, nodes_under, tl_op, triton_gate_view,
+    META_PARAM, TRITON_TEXT, arg, ast_arg, kernels, names_in, nodes_under, tl_op, triton_gate_view,
 )
 
 

@@ -6,10 +6,11 @@ from typing import Iterator
 
 import libcst as cst
 
+from kcheck.gate import ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    META_PARAM, TRITON_TEXT, assignments, dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, names_in,
-    nodes_under, tl_op, triton_gate_view,
+    META_PARAM, TRITON_TEXT, assignments, dotted, ast_nodes, is_tl_attr, kernels, names_in, nodes_under, tl_op,
+    triton_gate_view,
 )
 
 # Sizes that stay small in serving: head, expert, top-k, group and tile counts, and the strides of

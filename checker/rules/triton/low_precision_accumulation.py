@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from kcheck.gate import ast_children
+from kcheck.gate import ast_children, ast_identifiers
 from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    TRITON_TEXT, arg, ast_arg, dotted, ast_identifiers, ast_nodes, is_tl_attr, kernels, names_outside_loads,
-    nodes_under, tl_op, triton_gate_view,
+    TRITON_TEXT, arg, ast_arg, dotted, ast_nodes, is_tl_attr, kernels, names_outside_loads, nodes_under, tl_op,
+    triton_gate_view,
 )
 
 LOW = ("float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16")

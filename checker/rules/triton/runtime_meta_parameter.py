@@ -5,10 +5,10 @@ import re
 
 import libcst as cst
 
+from kcheck.gate import ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    META_PARAM, TRITON_TEXT, arg, ast_arg, ast_identifiers, ast_nodes, kernels, nodes_under, tl_op,
-    triton_gate_view,
+    META_PARAM, TRITON_TEXT, arg, ast_arg, ast_nodes, kernels, nodes_under, tl_op, triton_gate_view,
 )
 
 # The arguments of these triton.language calls must be compile-time values: (position, keyword).

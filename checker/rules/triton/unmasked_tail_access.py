@@ -5,11 +5,11 @@ import re
 
 import libcst as cst
 
-from kcheck.gate import ast_children
+from kcheck.gate import ast_children, ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, dotted, ast_identifiers,
-    ast_nodes, is_none, kernels, names_in, names_outside_loads, nodes_under, tl_op, triton_gate_view,
+    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, dotted, ast_nodes, is_none, kernels,
+    names_in, names_outside_loads, nodes_under, tl_op, triton_gate_view,
 )
 
 STOPS = {"minimum", "where", "load"}
