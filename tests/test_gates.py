@@ -167,6 +167,30 @@ def test_verification_gates_want_a_kernel_under_test(code, imports, helpers, set
     assert _gate_and_rule(code, source, "tests/test_op.py") == (passes, passes)
 
 
+CONSTANTS = '''
+import torch
+from mylib import ops
+def test_op(x):
+    {setup}
+    out = ops.scale(x, w)
+    torch.testing.assert_close({compared}, reference(x, w))
+'''
+
+
+@pytest.mark.parametrize(("setup", "compared", "passes"), [
+    ("w = torch.ones(64)", "out", True),  # a constant input: reported
+    ("w = x[0]\n    acc = torch.zeros(16, 64)", "acc", False),  # the compared buffer
+    ("w = x[0]\n    acc = torch.zeros(16, 64)", "acc.float()", False),  # compared as it is
+    ("w = x[0]\n    acc = torch.zeros(16, 64)\n    acc[0] = 1", "out", False),  # written into
+    ("w = x[0]\n    acc = torch.zeros(16, 64)\n    acc.add_(x)", "out", False),
+    ("w = x[0]", "torch.zeros(16, 64) + out", False),  # part of the expected value
+    ("w = torch.ones(64)\n    acc = torch.zeros(16, 64)\n    acc.add_(x)", "out", True),  # w is still an input
+])
+def test_constant_inputs_gate_passes_over_outputs_and_expected_values(setup, compared, passes):
+    source = CONSTANTS.format(setup=setup, compared=compared)
+    assert _gate_and_rule("KC401", source, "tests/test_op.py") == (passes, passes)
+
+
 NAN_EQUAL = '''
 import torch
 {imports}

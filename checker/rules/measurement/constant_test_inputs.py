@@ -5,6 +5,7 @@ import re
 
 import libcst as cst
 
+from kcheck.gate import ast_nodes
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     COMPARES, CONSTANT_FACTORIES, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, dotted, arg, calls,
@@ -147,6 +148,9 @@ def check_scale(n=128):
             if not inside & compares:
                 continue
             node = facts.node(f)
+            not_inputs = _not_inputs(facts, node)
+            if not any(id(c) not in not_inputs and _constant_input(facts, c) for c in own):
+                continue  # each constant is an output buffer or an expected value
             outside = {id(n) for root in [node.args, node.returns] if root is not None for n in ast.walk(root)}
             lexical = [c for c, g in summary.calls if g is not None and id(g) in inside and id(c) not in outside]
             if any(_draws(facts, c) for c in lexical):
@@ -431,6 +435,46 @@ def _written(fn: cst.FunctionDef) -> set[str]:
 # -- the gate's ast counterparts of the helpers above ---------------------------------------------
 
 CONSTANT_LAST = {name.split(".")[-1] for name in CONSTANT_FACTORIES}
+
+
+def _not_inputs(facts, node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
+    """ids of the calls in the def's body that ``leave_Module`` certainly passes over as no input:
+    those inside an argument of a comparison written in the body (``expected``), and those in the
+    value of a ``name = ...`` whose name such a comparison reads as it is (``compared``) or that the
+    body writes into afterwards (``_written``). Only comparisons by every reading of their name,
+    and never lambdas: what the rule reads, or less."""
+    body = list(own_nodes(node.body))
+    out: set[int] = set()
+    compared: set[str] = set()
+    written: set[str] = set()
+    for n in body:
+        kind = type(n)
+        if kind is ast.Call:
+            lasts = facts.lasts(n)
+            if lasts <= COMPARES:
+                for value in [a for a in n.args if type(a) is not ast.Starred] + [k.value for k in n.keywords if k.arg]:
+                    out.update(id(m) for m in ast_nodes([value], into_scopes=False))
+                    base = value
+                    while (type(base) is ast.Call and type(base.func) is ast.Attribute and base.func.attr in AS_IS):
+                        base = base.func.value
+                    if type(base) is ast.Name:
+                        compared.add(base.id)
+            written.update(k.value.id for k in n.keywords if k.arg == "out" and type(k.value) is ast.Name)
+            func = n.func
+            if (type(func) is ast.Attribute and type(func.value) is ast.Name and func.attr.endswith("_")
+                    and not func.attr.startswith("_")):
+                written.add(func.value.id)
+        elif kind is ast.AugAssign and type(n.target) is ast.Name:
+            written.add(n.target.id)
+        elif kind is ast.Assign or kind is ast.AugAssign:
+            for t in (n.targets if kind is ast.Assign else [n.target]):
+                if type(t) is ast.Subscript and type(t.value) is ast.Name:
+                    written.add(t.value.id)
+    for n in body:
+        if type(n) is ast.Assign and len(n.targets) == 1 and type(n.targets[0]) is ast.Name and (
+                n.targets[0].id in compared or n.targets[0].id in written):
+            out.update(id(m) for m in ast_nodes([n.value], into_scopes=False))
+    return out
 
 
 def _sizes(call: ast.Call) -> list[ast.AST]:
