@@ -277,11 +277,15 @@ def _names_quantized(facts, f) -> bool:
     if id(f) not in memo:
         memo[id(f)] = any(
             QUANTIZED.search(d.name) or any(
-                QUANTIZED.search(name) for n in own_nodes([*d.decorator_list, d.args, *([d.returns] if d.returns else []),
-                                                           *d.body])
+                QUANTIZED.search(name) for n in own_nodes(_def_parts(d))
                 if type(n) not in NESTED_SCOPES for name in ast_identifiers(n))
             for d in facts.chain(f))
     return memo[id(f)]
+
+
+def _def_parts(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
+    """What ``nodes_under(fn)`` reads of a def besides its name: decorators, signature, body."""
+    return [*fn.decorator_list, fn.args, *([fn.returns] if fn.returns else []), *fn.body]
 
 
 def _quantized_name(name: str) -> bool:
@@ -326,7 +330,7 @@ def _limit_floor(facts, summary, f, floor: float) -> float:
     # summary.calls names no function)
     maybe = (f is not None and not chain) or (f is None and facts.class_in_def)
     for fn in chain:
-        got, may = _named_dtypes([*fn.decorator_list, fn.args, *([fn.returns] if fn.returns else []), *fn.body])
+        got, may = _named_dtypes(_def_parts(fn))
         found |= got
         maybe |= may or fn.name in DTYPE_NAMES
     if not maybe:  # _dtypes finds nothing: the module's dtypes decide

@@ -176,7 +176,8 @@ def test_sum(x, ids):
                 names = facts.qualnames(func)
                 if lasts - COMPARES and (not names or any(_writer(n) for n in names)):
                     written |= passed
-            if compared & written and not compared & written <= _written_twice(facts, node, buffers):
+            both = compared & written
+            if both and not both <= _written_twice(facts, node, buffers):
                 return True
         return False
 
