@@ -13,6 +13,11 @@ process and interleaved over ``--rounds`` rounds (median of the rounds' medians)
 - read:write 2:1 (SiLU-and-mul, FP8 quantization): ``torch.add(a, b, out=c)`` with ``c`` a third
   of the bytes.
 
+With ``--movers``, each 1:1 op is also timed against other kernels that move its bytes: torch's
+elementwise kernel (``torch.mul(src, 1, out=dst)``, where ``copy_`` is a driver copy) and a Triton
+copy in blocks of 2,048 to 16,384 elements on 4, 8 or 16 warps, so the ceiling is the best mover
+found rather than one implementation's.
+
 Each is timed like the benchmark (harness ``Timer``: device events, L2 flushed by a read before
 each call). It also times copies of 64 MiB to 4 GiB, to show how the copy rate depends on size.
 The same-traffic op's rate is the figure to compare a kernel with; the datasheet share it
@@ -26,6 +31,8 @@ import json
 import statistics
 
 import torch
+import triton
+import triton.language as tl
 
 from kcheck.kernels import specs
 from kcheck.kernels.harness import DATASHEET_GBPS, Timer, environment
@@ -48,10 +55,30 @@ def same_traffic(nbytes: int, reads_per_write: int, device: torch.device):
     return lambda: torch.add(a, b, out=c)
 
 
+@triton.jit
+def _copy(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+
+def movers(nbytes: int, device: torch.device) -> dict[str, callable]:
+    """Other kernels that read and write ``nbytes / 2`` bytes each: torch's elementwise kernel and Triton copies."""
+    src = torch.empty(nbytes // 4, dtype=torch.bfloat16, device=device).uniform_()
+    dst = torch.empty_like(src)
+    found = {"mul": lambda: torch.mul(src, 1, out=dst)}
+    for block in (2048, 4096, 8192, 16384):
+        for warps in (4, 8, 16):
+            grid = (triton.cdiv(src.numel(), block),)
+            found[f"triton{block}-w{warps}"] = lambda grid=grid, block=block, warps=warps: _copy[grid](
+                src, dst, src.numel(), BLOCK=block, num_warps=warps)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", default="4096,16384")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--movers", action="store_true", help="also time other 1:1 movers of each 1:1 op's bytes")
     parser.add_argument("--out")
     args = parser.parse_args()
     device = torch.device("cuda")
@@ -70,6 +97,9 @@ def main() -> None:
             ratio = READS_PER_WRITE[spec.name]
             cases[f"{spec.name} T={shape['tokens']}"] = (nbytes, lambda spec=spec, inputs=inputs: spec.impl(**inputs))
             cases[f"{spec.name} T={shape['tokens']} same-traffic {ratio}:1"] = (nbytes, same_traffic(nbytes, ratio, device))
+            if args.movers and ratio == 1:
+                for name, fn in movers(nbytes, device).items():
+                    cases[f"{spec.name} T={shape['tokens']} same-traffic 1:1 {name}"] = (nbytes, fn)
     for mib in COPY_SIZES_MIB:
         nbytes = 2 * (mib << 20)  # read plus written
         cases[f"copy {mib} MiB"] = (nbytes, same_traffic(nbytes, 1, device))
@@ -85,11 +115,11 @@ def main() -> None:
                      "frac_datasheet": round(gbps / sheet, 4) if sheet else None,
                      "spread_us": round(max(times[name]) - min(times[name]), 2)})
         share = f"{gbps / sheet:6.1%}" if sheet else ""
-        print(f"{name:48s} {nbytes / 1e6:9.1f} MB {us:9.2f} us {gbps:7.0f} GB/s {share}  spread {rows[-1]['spread_us']:.2f}")
+        print(f"{name:60s} {nbytes / 1e6:9.1f} MB {us:9.2f} us {gbps:7.0f} GB/s {share}  spread {rows[-1]['spread_us']:.2f}")
     for row in rows:
         if "same-traffic" in row["case"]:
             op = next(r for r in rows if r["case"] == row["case"].split(" same-traffic")[0])
-            print(f"{op['case']:32s} at {row['median_us'] / op['median_us']:.3f} of its same-traffic op's speed")
+            print(f"{op['case']:32s} at {row['median_us'] / op['median_us']:.3f} of the speed of {row['case'][len(op['case']) + 1:]}")
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({**environment(), "rounds": args.rounds, "rows": rows}, fh, indent=1)

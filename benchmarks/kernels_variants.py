@@ -1,13 +1,15 @@
 """Candidate designs of the reference kernels, timed against the current kernels and their peers.
 
-    python benchmarks/kernels_variants.py [--round 1|2|3|4|5|6] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
+    python benchmarks/kernels_variants.py [--round 1|2|3|4|5|6|7|8] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
 
 Round 1: persistent grids with the next row prefetched, register caps, streaming stores, RoPE
 head groups, FP8 division variants. Round 2: TMA descriptors and cache hints for the norms, RoPE
 group sizes, FP8 with the reciprocal and fma correction. Round 3: FP8 and RoPE follow-ups. Round 4:
 the shapes where a final run put kcheck within noise of a peer, timed in more interleaved rounds. Round 5:
 RoPE with the key heads of several tokens in one program. Round 6: the ties of the final run
-(few-token SiLU-and-mul, RMSNorm at T=16384) in 15 interleaved rounds.
+(few-token SiLU-and-mul, RMSNorm at T=16384) in 15 interleaved rounds. Round 7: one-token
+SiLU-and-mul with less index arithmetic before its loads. Round 8: the norms with a row spread over a
+thread-block cluster (``num_ctas``).
 
 Each variant is checked against the op's torch reference (normwise error; for FP8 the number of
 e4m3 values that differ from torch's) and timed with the harness's :class:`Timer` (median of
@@ -811,6 +813,105 @@ def rope_variants5(inp):
 VARIANTS5 = {"rotary_embedding": (rope_variants5, ("kcheck", "liger"))}
 
 
+# --------------------------------------------------------------------------- round 7: one-token SiLU-and-mul
+
+# At T=1 SiLU-and-mul ties torch.compile's kernel to within one event tick (0.03 us): both are a
+# launch and one round trip to memory. What is left in ours before the first load is index
+# arithmetic: a division by the block count, an int64 row offset and a runtime row stride.
+# ONE_ROW drops all three (the one-token bucket holds T=1 alone); WIDE=False keeps int32 offsets.
+
+
+@triton.jit
+def _silu_lean(x_ptr, out_ptr, sx, so, I: tl.constexpr, BLOCK_I: tl.constexpr, ONE_ROW: tl.constexpr,
+               WIDE: tl.constexpr):
+    BLOCKS: tl.constexpr = (I + BLOCK_I - 1) // BLOCK_I
+    pid = tl.program_id(0)
+    if ONE_ROW:
+        cols = pid * BLOCK_I + tl.arange(0, BLOCK_I)
+        xo = cols
+        oo = cols
+    elif WIDE:
+        cols = (pid % BLOCKS) * BLOCK_I + tl.arange(0, BLOCK_I)
+        xo = (pid // BLOCKS).to(tl.int64) * sx + cols
+        oo = (pid // BLOCKS).to(tl.int64) * so + cols
+    else:
+        cols = (pid % BLOCKS) * BLOCK_I + tl.arange(0, BLOCK_I)
+        xo = (pid // BLOCKS) * sx + cols
+        oo = (pid // BLOCKS) * so + cols
+    g = tl.load(x_ptr + xo).to(tl.float32)
+    u = tl.load(x_ptr + I + xo).to(tl.float32)
+    tl.store(out_ptr + oo, (g * tl.sigmoid(g) * u).to(out_ptr.dtype.element_ty))
+
+
+def silu_variants7(inp):
+    x, out = inp["x"], inp["out"]
+    M, I = x.shape[0], x.shape[1] // 2
+    v = _silu_blocks(inp, ((1024, 8), (1024, 4)))
+    for bi, nw, one, wide in ((1024, 8, True, False), (1024, 4, True, False), (2048, 8, True, False),
+                              (512, 4, True, False), (1024, 8, False, False), (1024, 4, False, False),
+                              (1024, 8, False, True)):
+        if one and M != 1:
+            continue
+        def f(bi=bi, nw=nw, one=one, wide=wide):
+            _silu_lean[(M * triton.cdiv(I, bi),)](x, out, x.stride(0), out.stride(0), I=I, BLOCK_I=bi,
+                                                  ONE_ROW=one, WIDE=wide, num_warps=nw)
+            return out
+        v[f"lean{bi}-w{nw}-{'one' if one else 'wide' if wide else 'int32'}"] = f
+    return v
+
+
+VARIANTS7 = {"silu_and_mul": (silu_variants7, ("kcheck", "liger", "torch.compile"))}
+
+
+# --------------------------------------------------------------------------- round 8: a row across a cluster
+
+# At T=16384 the best 1:1 movers of the norms' bytes are small programs (2,048 elements on 8 warps,
+# 16 bytes a thread; kernels_ceiling.py --movers), and a norm's program must hold a whole row for
+# its sum. With num_ctas > 1, Triton on Hopper spreads one program's tile over a thread-block
+# cluster and reduces across it through distributed shared memory: a row in 2 or 4 smaller CTAs.
+
+
+def _cluster_picks():
+    return ((1, 8, 1), (1, 2, 1), (1, 4, 2), (1, 2, 2), (1, 8, 2), (1, 4, 4), (1, 2, 4), (2, 4, 2))
+
+
+def rms_variants8(inp):
+    from kcheck.kernels import rms_norm as m
+    x, w, out, eps = inp["x"], inp["weight"], inp["out"], inp["eps"]
+    M, N = x.shape
+    v = {}
+    for rows, nw, ctas in _cluster_picks():
+        def f(rows=rows, nw=nw, ctas=ctas):
+            _fn(m._rms_norm_kernel)[(triton.cdiv(M, rows),)](
+                x, w, out, x.stride(0), out.stride(0), M, N, eps, 0, BLOCK_N=triton.next_power_of_2(N), ROWS=rows,
+                num_warps=nw, num_ctas=ctas)
+            return out
+        v[f"rows{rows}-w{nw}-ctas{ctas}"] = f
+    return v
+
+
+def fused_variants8(inp):
+    from kcheck.kernels import fused_add_rms_norm as m
+    x, r, w, eps = inp["x"], inp["residual"], inp["weight"], inp["eps"]
+    out, rout = inp["out"], inp["residual_out"]
+    M, N = x.shape
+    v = {}
+    for rows, nw, ctas in _cluster_picks():
+        def f(rows=rows, nw=nw, ctas=ctas):
+            _fn(m._fused_add_rms_norm_kernel)[(triton.cdiv(M, rows),)](
+                x, r, w, out, rout, x.stride(0), r.stride(0), out.stride(0), rout.stride(0), M, N, eps, 0,
+                BLOCK_N=triton.next_power_of_2(N), ROWS=rows, num_warps=nw, num_ctas=ctas)
+            return out, rout
+        v[f"rows{rows}-w{nw}-ctas{ctas}"] = f
+    return v
+
+
+VARIANTS8 = {
+    "rms_norm": (rms_variants8, ("kcheck", "liger")),
+    "fused_add_rms_norm": (fused_variants8, ("kcheck", "liger")),
+}
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -833,9 +934,9 @@ def main():
     parser.add_argument("--tokens", default="16384,4096")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=100)
-    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4, 5, 6))
+    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4, 5, 6, 7, 8))
     args = parser.parse_args()
-    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6}[args.round]
+    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6, 7: VARIANTS7, 8: VARIANTS8}[args.round]
     device = torch.device("cpu" if INTERPRET else "cuda")
     tokens = [int(t) for t in args.tokens.split(",")]
     timer = None if INTERPRET else Timer(device, reps=args.reps)

@@ -55,55 +55,66 @@ def configs(*candidates: triton.Config) -> list[triton.Config]:
     return list(candidates[:1]) if INTERPRET else list(candidates)
 
 
-def row_configs() -> list[triton.Config]:
-    """The candidates of the row-wise kernels (RMSNorm, fused add+RMSNorm, per-token FP8): rows per
-    program and warps. The first is the interpreter's, and the small-batch one of RMSNorm, per-token FP8 and
-    (up to 64 tokens) fused add+RMSNorm.
+ROW_CANDIDATES = (
+    triton.Config({"ROWS": 1}, num_warps=8),
+    triton.Config({"ROWS": 1}, num_warps=4),
+    triton.Config({"ROWS": 1}, num_warps=16),
+    triton.Config({"ROWS": 2}, num_warps=4),
+    triton.Config({"ROWS": 2}, num_warps=8),
+    triton.Config({"ROWS": 4}, num_warps=8),
+    triton.Config({"ROWS": 4}, num_warps=16),
+    triton.Config({"ROWS": 1}, num_warps=2),
+)
+"""The candidates of the row-wise kernels (RMSNorm, fused add+RMSNorm, per-token FP8): rows per
+program and warps; the first is the interpreter's.
 
-    Loads with ``eviction_policy="evict_first"`` were slower in every kernel at T=4096 and 16384 on
-    an H200 (RMSNorm 69.6 against 65.5 us, SiLU-and-mul 287.6 against 274.4 us), so no candidate uses it."""
-    return configs(
-        triton.Config({"ROWS": 1}, num_warps=8),
-        triton.Config({"ROWS": 1}, num_warps=4),
-        triton.Config({"ROWS": 1}, num_warps=16),
-        triton.Config({"ROWS": 2}, num_warps=4),
-        triton.Config({"ROWS": 2}, num_warps=8),
-        triton.Config({"ROWS": 4}, num_warps=8),
-        triton.Config({"ROWS": 4}, num_warps=16),
-        triton.Config({"ROWS": 1}, num_warps=2),
-    )
+Loads with ``eviction_policy="evict_first"`` were slower in every kernel at T=4096 and 16384 on
+an H200 (RMSNorm 69.6 against 65.5 us, SiLU-and-mul 287.6 against 274.4 us), so no candidate uses it."""
 
 
-def pin_small_batches(num_warps: int, by_bucket: dict[int, int] | None = None):
-    """An ``early_config_prune`` that, up to 1024 tokens, keeps one row per program and ``num_warps``
-    (or ``by_bucket[token_bucket]`` warps where that names the bucket).
+def _matches(config: triton.Config, pin: dict[str, int]) -> bool:
+    return all((config.num_warps if k == "num_warps" else config.kwargs.get(k)) == v for k, v in pin.items())
+
+
+def pinned(candidates: tuple[triton.Config, ...], pins: dict[int, dict[str, int]]):
+    """An ``early_config_prune`` that runs, for each token bucket in ``pins``, the one candidate
+    that matches its pin (meta-parameters and ``num_warps``), and lets the autotuner choose elsewhere.
 
     A bucket is tuned on the first token count that reaches it, and at a few microseconds the
-    timings the autotuner compares differ by less than their noise. On an H200 it once picked
+    timings the autotuner compares differ by less than their noise: on an H200 it once picked
     4 rows per program for the 64-token bucket from a 37-token call, and fused add+RMSNorm took
-    6.11 us at T=32, against 4.86 us with one row per program. A sweep over all candidates
-    (2026-12-02, 3 rounds of 200 timings each) found one row per program and 8 warps best or within
-    0.07 us of the best at T=1, 32 and 256, for RMSNorm and fused add+RMSNorm alike. Per-token FP8
-    took 16 warps while it divided each element with a correctly rounded division (with 8, Nsight
-    Compute timed 2.85 us at T=1 against 2.69 us for ``torch.compile``'s 16-warp kernel); since it
-    multiplies by a reciprocal and corrects with an fma, a sweep (3 rounds of 100 timings) found
-    8 warps best at T=1, 32 and 256 (4.48, 4.74 and 5.52 us; 16 warps 4.58, 4.77 and 5.54).
+    6.11 us at T=32, against 4.86 us with one row per program. So the small buckets run what
+    sweeps chose. A pin that matches no candidate, or several, is an error here, at import: a
+    pin that quietly fell back to tuning over every candidate once left SiLU-and-mul's one-token
+    bucket to the autotuner for a whole results run.
     """
+    for bucket, pin in pins.items():
+        found = sum(_matches(c, pin) for c in candidates)
+        if found != 1:
+            raise ValueError(f"pin {pin} of token bucket {bucket} matches {found} candidates, not one")
 
     def prune(configs: list[triton.Config], named_args: dict, **_: object) -> list[triton.Config]:
-        if named_args.get("token_bucket", 65536) > 1024:
+        pin = pins.get(named_args.get("token_bucket"))
+        if pin is None or len(configs) == 1:  # a large bucket, or the interpreter's one candidate
             return configs
-        warps = (by_bucket or {}).get(named_args.get("token_bucket"), num_warps)
-        kept = [c for c in configs if c.kwargs.get("ROWS", 1) == 1 and c.num_warps == warps]
-        return kept or configs
+        return [c for c in configs if _matches(c, pin)]
 
     return prune
 
 
-prune_for_small_batches = pin_small_batches(8)
-"""RMSNorm's and per-token FP8's: one row per program and 8 warps up to 1024 tokens."""
+SMALL_BUCKETS = (1, 64, 1024)
+"""The token buckets whose configuration is pinned from sweeps rather than autotuned."""
 
-prune_fused_small_batches = pin_small_batches(8, {1024: 2})
+ROWS_PINS = {bucket: {"ROWS": 1, "num_warps": 8} for bucket in SMALL_BUCKETS}
+"""RMSNorm's and per-token FP8's: one row per program and 8 warps up to 1024 tokens. A sweep over all
+candidates (2026-12-02, 3 rounds of 200 timings each) found one row per program and 8 warps best or
+within 0.07 us of the best at T=1, 32 and 256, for RMSNorm and fused add+RMSNorm alike. Per-token
+FP8 took 16 warps while it divided each element with a correctly rounded division (with 8, Nsight
+Compute timed 2.85 us at T=1 against 2.69 us for ``torch.compile``'s 16-warp kernel); since it
+multiplies by a reciprocal and corrects with an fma, a sweep (3 rounds of 100 timings) found
+8 warps best at T=1, 32 and 256 (4.48, 4.74 and 5.52 us; 16 warps 4.58, 4.77 and 5.54)."""
+
+FUSED_PINS = {**ROWS_PINS, 1024: {"ROWS": 1, "num_warps": 2}}
 """Fused add+RMSNorm's: one row per program, 8 warps up to 64 tokens and 2 from 65 to 1024. At T=256
 on an H200 (2026-12-02, 9 interleaved rounds of 100 timings) one row at 2 warps took 6.24 us, at 4
 warps 6.45, at 8 warps 6.50 and at 16 warps 6.59, against 6.34 for ``torch.compile`` and 6.53 for

@@ -26,15 +26,15 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, device_reason, fallback, prune_fused_small_batches, row_configs, token_bucket
+from kcheck.kernels._launch import BENCH, FUSED_PINS, ROW_CANDIDATES, configs, device_reason, fallback, pinned, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
 
 @triton.autotune(
-    configs=row_configs(),
+    configs=configs(*ROW_CANDIDATES),
     key=["N", "token_bucket"],
-    prune_configs_by={"early_config_prune": prune_fused_small_batches},
+    prune_configs_by={"early_config_prune": pinned(ROW_CANDIDATES, FUSED_PINS)},
     **BENCH,
     restore_value=["x_ptr", "r_ptr"],  # tuning runs must not accumulate into in-place inputs
 )

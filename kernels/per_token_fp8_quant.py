@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, INTERPRET, device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
+from kcheck.kernels._launch import BENCH, INTERPRET, ROW_CANDIDATES, ROWS_PINS, configs, device_reason, fallback, pinned, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
 
@@ -49,9 +49,9 @@ def _round_to_e4m3(v):
 
 
 @triton.autotune(
-    configs=row_configs(),
+    configs=configs(*ROW_CANDIDATES),
     key=["N", "token_bucket"],
-    prune_configs_by={"early_config_prune": prune_for_small_batches},
+    prune_configs_by={"early_config_prune": pinned(ROW_CANDIDATES, ROWS_PINS)},
     **BENCH,
 )
 @triton.jit

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, device_reason, fallback, prune_for_small_batches, row_configs, token_bucket
+from kcheck.kernels._launch import BENCH, ROW_CANDIDATES, ROWS_PINS, configs, device_reason, fallback, pinned, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -28,9 +28,9 @@ MAX_HIDDEN = 65536
 
 
 @triton.autotune(
-    configs=row_configs(),
+    configs=configs(*ROW_CANDIDATES),
     key=["N", "token_bucket"],
-    prune_configs_by={"early_config_prune": prune_for_small_batches},
+    prune_configs_by={"early_config_prune": pinned(ROW_CANDIDATES, ROWS_PINS)},
     **BENCH,
 )
 @triton.jit

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, configs, device_reason, fallback, token_bucket
+from kcheck.kernels._launch import BENCH, SMALL_BUCKETS, configs, device_reason, fallback, pinned, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
@@ -58,28 +58,26 @@ def _rotate_heads(x_ptr, o_ptr, stride_h, stride_oh, h0, H, pos_ptr, cache_ptr, 
     tl.store(o_ptr + osecond, (b * cos + a * sin).to(ty), mask=mask)
 
 
-def _prune(configs, named_args, **_):
-    """Up to 1024 tokens, the first candidate alone: the autotuner cannot tell candidates a few
-    hundredths of a microsecond apart, and a bucket is tuned on whichever call reaches it first."""
-    if named_args.get("token_bucket", 65536) > 1024:
-        return configs
-    return configs[:1]
+CANDIDATES = (
+    # Heads per program and warps. Swept on an H200 at T=16384 (2026-12-02, median of 3 rounds):
+    # 32 heads at 4 warps 85.7 us, 16 at 4 warps 87.7, 16 at 2 warps 92.1, 8 at 1 warp 92.3;
+    # one program per token (32 + 8 heads at 4 warps, 56 registers a thread) ran 86.9 to 87.0
+    # in other runs. For the 8 key heads of Qwen3-8B, 32 heads a program leaves 24 masked.
+    triton.Config({"HEADS": 16}, num_warps=4),
+    triton.Config({"HEADS": 32}, num_warps=4),
+    triton.Config({"HEADS": 16}, num_warps=2),
+)
+"""Heads per program and warps; the first is the interpreter's."""
+
+PINS = {bucket: {"HEADS": 16, "num_warps": 4} for bucket in SMALL_BUCKETS}
+"""Up to 1024 tokens, 16 heads on 4 warps: 4.61, 4.86 and 5.76 us at T=1, 32 and 256 (32 heads: 4.67,
+4.90 and 5.70), a few hundredths of a microsecond apart, which the autotuner cannot tell apart."""
 
 
 @triton.autotune(
-    configs=configs(
-        # Heads per program and warps. Swept on an H200 at T=16384 (2026-12-02, median of 3 rounds):
-        # 32 heads at 4 warps 85.7 us, 16 at 4 warps 87.7, 16 at 2 warps 92.1, 8 at 1 warp 92.3;
-        # one program per token (32 + 8 heads at 4 warps, 56 registers a thread) ran 86.9 to 87.0
-        # in other runs. For the 8 key heads of Qwen3-8B, 32 heads a program leaves 24 masked.
-        # Up to 1024 tokens the first alone: 4.61, 4.86 and 5.76 us at T=1, 32 and 256 (32 heads:
-        # 4.67, 4.90 and 5.70).
-        triton.Config({"HEADS": 16}, num_warps=4),
-        triton.Config({"HEADS": 32}, num_warps=4),
-        triton.Config({"HEADS": 16}, num_warps=2),
-    ),
+    configs=configs(*CANDIDATES),
     key=["HQ", "HK", "HALF", "token_bucket"],
-    prune_configs_by={"early_config_prune": _prune},
+    prune_configs_by={"early_config_prune": pinned(CANDIDATES, PINS)},
     **BENCH,
     restore_value=["q_ptr", "k_ptr"],  # tuning runs must not rotate in-place inputs repeatedly
 )

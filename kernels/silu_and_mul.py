@@ -18,40 +18,39 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, configs, device_reason, fallback, token_bucket
+from kcheck.kernels._launch import BENCH, configs, device_reason, fallback, pinned, token_bucket
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
 
-def _prune(configs, named_args, **_):
-    """Up to 1024 tokens, the one candidate that ``SMALL_BATCH`` names for the bucket."""
-    pick = SMALL_BATCH.get(named_args.get("token_bucket", 65536))
-    if pick is None:
-        return configs
-    return [c for c in configs if (c.kwargs["BLOCK_I"], c.num_warps) == pick] or configs
+CANDIDATES = (
+    triton.Config({"BLOCK_I": 2048}, num_warps=8),
+    triton.Config({"BLOCK_I": 512}, num_warps=2),
+    triton.Config({"BLOCK_I": 1024}, num_warps=4),
+    triton.Config({"BLOCK_I": 1024}, num_warps=8),
+    triton.Config({"BLOCK_I": 2048}, num_warps=4),
+    triton.Config({"BLOCK_I": 4096}, num_warps=8),
+    triton.Config({"BLOCK_I": 4096}, num_warps=16),
+    triton.Config({"BLOCK_I": 8192}, num_warps=16),
+)
+"""Columns per program and warps; the first is the interpreter's."""
 
-
-SMALL_BATCH = {1: (1024, 8), 64: (1024, 8), 1024: (2048, 4)}
-"""(BLOCK_I, num_warps) by token bucket up to 1024 tokens, from sweeps on an H200: at T=1, 32 and 256
-the candidates are within 0.07 us of each other (2026-12-02, three rounds of 200 timings), and
+PINS = {1: {"BLOCK_I": 1024, "num_warps": 8}, 64: {"BLOCK_I": 1024, "num_warps": 8},
+        1024: {"BLOCK_I": 2048, "num_warps": 4}}
+"""Columns per program and warps by token bucket up to 1024 tokens, from sweeps on an H200: at T=1, 32
+and 256 the candidates are within 0.07 us of each other (2026-12-02, three rounds of 200 timings), and
 timings of a few microseconds differ by less than their noise, so the autotuner's pick there
 depended on the call that tuned the bucket. Up to 64 tokens, 8 warps (four elements a thread)
 were one event tick (0.03 us) ahead of 4 warps at T=1 and 32 in 15 interleaved rounds
-(2026-12-03, ``benchmarks/kernels_variants.py --round 6``), level with torch.compile at T=1."""
+(2026-12-03, ``benchmarks/kernels_variants.py --round 6``), level with torch.compile at T=1. (Until
+this pin was checked against the candidates, 1024 columns on 8 warps was not among them, and the
+results run of 3 Dec autotuned these two buckets instead: 2048 columns on 8 warps at T=1.)"""
 
 
 @triton.autotune(
-    configs=configs(
-        triton.Config({"BLOCK_I": 2048}, num_warps=8),
-        triton.Config({"BLOCK_I": 512}, num_warps=2),
-        triton.Config({"BLOCK_I": 1024}, num_warps=4),
-        triton.Config({"BLOCK_I": 2048}, num_warps=4),
-        triton.Config({"BLOCK_I": 4096}, num_warps=8),
-        triton.Config({"BLOCK_I": 4096}, num_warps=16),
-        triton.Config({"BLOCK_I": 8192}, num_warps=16),
-    ),
+    configs=configs(*CANDIDATES),
     key=["I", "token_bucket"],
-    prune_configs_by={"early_config_prune": _prune},
+    prune_configs_by={"early_config_prune": pinned(CANDIDATES, PINS)},
     **BENCH,
 )
 @triton.jit
