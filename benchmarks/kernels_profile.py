@@ -10,9 +10,12 @@
     ncu --profile-from-start off ... python benchmarks/kernels_profile.py window --op NAME --tokens T [--peers liger]
         Warms up (autotuning included), then runs the kernel (and the named peers) once between
         cudaProfilerStart and cudaProfilerStop, so ncu sees exactly those launches.
-    ncu --profile-from-start off ... python benchmarks/kernels_profile.py copy
-        The same window around an elementwise kernel that copies 2 GiB (``torch.mul(src, 1, out=dst)``).
-        The harness's ceiling, ``dst.copy_(src)``, runs on the copy engine, which ncu does not profile.
+    ncu --profile-from-start off ... python benchmarks/kernels_profile.py copy [--mib 1024]
+        The same window around kernels that copy ``--mib`` MiB (default 2 GiB in all): torch's
+        elementwise kernel (``torch.mul(src, 1, out=dst)``), then the Triton copies of 2,048
+        elements on 8 warps and 8,192 on 16 (the fastest and a norm-sized mover of
+        ``kernels_ceiling.py --movers``). The harness's ceiling, ``dst.copy_(src)``, runs on the
+        copy engine, which ncu does not profile.
     python benchmarks/kernels_profile.py short RESULTS_JSON
         Prints OP:TOKENS:PEER for every shape where kcheck trails its best peer (kernels_profile.sh input).
 """
@@ -102,14 +105,22 @@ def window(name, tokens, peer_names):
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def copy_window():
-    src = torch.empty(1 << 30, dtype=torch.bfloat16, device="cuda").uniform_()
+def copy_window(mib=1024):
+    from kernels_ceiling import _copy  # this folder is on sys.path when the script runs
+
+    src = torch.empty(mib << 19, dtype=torch.bfloat16, device="cuda").uniform_()
     dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
+    fns = [lambda: torch.mul(src, 1, out=dst)]
+    for block, warps in ((2048, 8), (8192, 16)):
+        fns.append(lambda block=block, warps=warps: _copy[(triton.cdiv(src.numel(), block),)](
+            src, dst, src.numel(), BLOCK=block, num_warps=warps))
+    for fn in fns:
+        for _ in range(3):
+            fn()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    torch.mul(src, 1, out=dst)
+    for fn in fns:
+        fn()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
 
@@ -137,6 +148,7 @@ def main():
     parser.add_argument("--peers", default="")
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--mib", type=int, default=1024, help="MiB each way (copy only)")
     args = parser.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
     if args.mode == "sweep":
@@ -144,7 +156,7 @@ def main():
     elif args.mode == "host":
         host(args.op, tokens)
     elif args.mode == "copy":
-        copy_window()
+        copy_window(args.mib)
     elif args.mode == "short":
         short(args.results)
     else:

@@ -5,7 +5,7 @@
 #   benchmarks/kernels_profile.sh OUT_DIR [OP:TOKENS:PEER,PEER ...] [copy] [--short RESULTS_JSON]
 #
 # With targets, only those ncu windows run (no sweep); without, the sweep and a default set.
-# "copy" profiles the 2 GiB copy that the harness takes as its ceiling; "--short RESULTS_JSON" adds
+# "copy[:MIB]" profiles copy kernels of MIB MiB each way (default 1024: the harness's 2 GiB ceiling); "--short RESULTS_JSON" adds
 # every shape where kcheck trails its best peer in that results file, with that peer.
 set -uo pipefail
 out=${1:?usage: kernels_profile.sh OUT_DIR}
@@ -30,10 +30,13 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 # ncu with the clocks left as found; one window per (op, tokens), the kcheck kernel first, then its peers.
 for target in "${targets[@]}"; do
-  if [ "$target" = copy ]; then
-    echo "=== ncu copy 2 GiB" >>"$out/ncu.txt"
-    timeout 120 ncu --clock-control none --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \
-      python3 benchmarks/kernels_profile.py copy >>"$out/ncu.txt" 2>&1
+  if [ "${target%%:*}" = copy ]; then
+    mib=${target#copy}; mib=${mib#:}; mib=${mib:-1024}
+    echo "=== ncu copy $mib MiB each way (torch.mul, Triton 2048 on 8 warps, Triton 8192 on 16)" >>"$out/ncu.txt"
+    timeout 120 ncu --clock-control none --profile-from-start off \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section SchedulerStats \
+      python3 benchmarks/kernels_profile.py copy --mib "$mib" >>"$out/ncu.txt" 2>&1
     continue
   fi
   IFS=: read -r op tokens peer <<<"$target"
