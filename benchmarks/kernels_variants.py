@@ -238,18 +238,38 @@ def _fn(kernel):
     return kernel.fn  # the @triton.jit function under the autotuner: one fixed config, no tuning
 
 
+_OPTION_NAMES = {"maxnreg": "reg", "num_ctas": "ctas"}
+
+
+def _rows(inp, picks):
+    """The norm's own row kernel (RMSNorm or fused add+RMSNorm, by the inputs) with each pick of
+    ``picks``: (rows per program, warps, further launch options such as ``maxnreg``)."""
+    from kcheck.kernels import fused_add_rms_norm, rms_norm
+    x, w, eps, out = inp["x"], inp["weight"], inp["eps"], inp["out"]
+    M, N = x.shape
+    if "residual" in inp:
+        r, rout = inp["residual"], inp["residual_out"]
+        kernel, result = fused_add_rms_norm._fused_add_rms_norm_kernel, (out, rout)
+        args = (x, r, w, out, rout, x.stride(0), r.stride(0), out.stride(0), rout.stride(0), M, N, eps, 0)
+    else:
+        kernel, result = rms_norm._rms_norm_kernel, out
+        args = (x, w, out, x.stride(0), out.stride(0), M, N, eps, 0)
+    v = {}
+    for rows, nw, options in picks:
+        options = {k: o for k, o in options.items() if o is not None}
+        def f(rows=rows, nw=nw, options=options):
+            _fn(kernel)[(triton.cdiv(M, rows),)](*args, BLOCK_N=triton.next_power_of_2(N), ROWS=rows, num_warps=nw, **options)
+            return result
+        v[f"rows{rows}-w{nw}" + "".join(f"-{_OPTION_NAMES[k]}{o}" for k, o in options.items())] = f
+    return v
+
+
 def rms_variants(inp):
-    from kcheck.kernels import rms_norm as m
     x, w, out, eps = inp["x"], inp["weight"], inp["out"], inp["eps"]
     M, N = x.shape
     BN = triton.next_power_of_2(N)
-    v = {}
-    for rows, nw, nreg in ((1, 8, None), (1, 16, None), (1, 8, 32), (1, 16, 32), (2, 8, None), (1, 4, None)):
-        def f(rows=rows, nw=nw, nreg=nreg):
-            _fn(m._rms_norm_kernel)[(triton.cdiv(M, rows),)](
-                x, w, out, x.stride(0), out.stride(0), M, N, eps, 0, BLOCK_N=BN, ROWS=rows, num_warps=nw, maxnreg=nreg)
-            return out
-        v[f"rows{rows}-w{nw}" + (f"-reg{nreg}" if nreg else "")] = f
+    v = _rows(inp, [(rows, nw, {"maxnreg": nreg}) for rows, nw, nreg in
+                    ((1, 8, None), (1, 16, None), (1, 8, 32), (1, 16, 32), (2, 8, None), (1, 4, None))])
     for k, nw, cs in ((2, 8, 0), (4, 8, 0), (6, 8, 0), (8, 4, 0), (12, 4, 0), (2, 16, 0), (3, 16, 0), (4, 8, 1), (8, 4, 1)):
         def f(k=k, nw=nw, cs=cs):
             _rms_persist[(min(M, k * NSM),)](x, w, out, x.stride(0), out.stride(0), M, N, eps, BLOCK_N=BN, STORE_CS=cs, num_warps=nw)
@@ -259,19 +279,12 @@ def rms_variants(inp):
 
 
 def fused_variants(inp):
-    from kcheck.kernels import fused_add_rms_norm as m
     x, r, w, eps = inp["x"], inp["residual"], inp["weight"], inp["eps"]
     out, rout = inp["out"], inp["residual_out"]
     M, N = x.shape
     BN = triton.next_power_of_2(N)
-    v = {}
-    for rows, nw, nreg in ((1, 16, None), (1, 8, None), (2, 8, None), (1, 16, 40), (1, 16, 32)):
-        def f(rows=rows, nw=nw, nreg=nreg):
-            _fn(m._fused_add_rms_norm_kernel)[(triton.cdiv(M, rows),)](
-                x, r, w, out, rout, x.stride(0), r.stride(0), out.stride(0), rout.stride(0), M, N, eps, 0,
-                BLOCK_N=BN, ROWS=rows, num_warps=nw, maxnreg=nreg)
-            return out, rout
-        v[f"rows{rows}-w{nw}" + (f"-reg{nreg}" if nreg else "")] = f
+    v = _rows(inp, [(rows, nw, {"maxnreg": nreg}) for rows, nw, nreg in
+                    ((1, 16, None), (1, 8, None), (2, 8, None), (1, 16, 40), (1, 16, 32))])
     for k, nw in ((2, 8), (3, 8), (4, 8), (2, 16), (3, 16), (6, 4), (8, 4)):
         def f(k=k, nw=nw):
             _fused_persist[(min(M, k * NSM),)](x, r, w, out, rout, x.stride(0), r.stride(0), out.stride(0), rout.stride(0),
@@ -697,19 +710,7 @@ VARIANTS3 = {
 
 
 def fused_variants4(inp):
-    from kcheck.kernels import fused_add_rms_norm as m
-    x, r, w, eps = inp["x"], inp["residual"], inp["weight"], inp["eps"]
-    out, rout = inp["out"], inp["residual_out"]
-    M, N = x.shape
-    v = {}
-    for rows, nw in ((1, 8), (1, 16), (1, 4), (2, 8), (1, 2)):
-        def f(rows=rows, nw=nw):
-            _fn(m._fused_add_rms_norm_kernel)[(triton.cdiv(M, rows),)](
-                x, r, w, out, rout, x.stride(0), r.stride(0), out.stride(0), rout.stride(0), M, N, eps, 0,
-                BLOCK_N=triton.next_power_of_2(N), ROWS=rows, num_warps=nw)
-            return out, rout
-        v[f"rows{rows}-w{nw}"] = f
-    return v
+    return _rows(inp, [(rows, nw, {}) for rows, nw in ((1, 8), (1, 16), (1, 4), (2, 8), (1, 2))])
 
 
 def _silu_blocks(inp, picks):
@@ -871,44 +872,14 @@ VARIANTS7 = {"silu_and_mul": (silu_variants7, ("kcheck", "liger", "torch.compile
 # cluster and reduces across it through distributed shared memory: a row in 2 or 4 smaller CTAs.
 
 
-def _cluster_picks():
-    return ((1, 8, 1), (1, 2, 1), (1, 4, 2), (1, 2, 2), (1, 8, 2), (1, 4, 4), (1, 2, 4), (2, 4, 2))
-
-
-def rms_variants8(inp):
-    from kcheck.kernels import rms_norm as m
-    x, w, out, eps = inp["x"], inp["weight"], inp["out"], inp["eps"]
-    M, N = x.shape
-    v = {}
-    for rows, nw, ctas in _cluster_picks():
-        def f(rows=rows, nw=nw, ctas=ctas):
-            _fn(m._rms_norm_kernel)[(triton.cdiv(M, rows),)](
-                x, w, out, x.stride(0), out.stride(0), M, N, eps, 0, BLOCK_N=triton.next_power_of_2(N), ROWS=rows,
-                num_warps=nw, num_ctas=ctas)
-            return out
-        v[f"rows{rows}-w{nw}-ctas{ctas}"] = f
-    return v
-
-
-def fused_variants8(inp):
-    from kcheck.kernels import fused_add_rms_norm as m
-    x, r, w, eps = inp["x"], inp["residual"], inp["weight"], inp["eps"]
-    out, rout = inp["out"], inp["residual_out"]
-    M, N = x.shape
-    v = {}
-    for rows, nw, ctas in _cluster_picks():
-        def f(rows=rows, nw=nw, ctas=ctas):
-            _fn(m._fused_add_rms_norm_kernel)[(triton.cdiv(M, rows),)](
-                x, r, w, out, rout, x.stride(0), r.stride(0), out.stride(0), rout.stride(0), M, N, eps, 0,
-                BLOCK_N=triton.next_power_of_2(N), ROWS=rows, num_warps=nw, num_ctas=ctas)
-            return out, rout
-        v[f"rows{rows}-w{nw}-ctas{ctas}"] = f
-    return v
+def norm_variants8(inp):
+    return _rows(inp, [(rows, nw, {"num_ctas": ctas}) for rows, nw, ctas in
+                       ((1, 8, 1), (1, 2, 1), (1, 4, 2), (1, 2, 2), (1, 8, 2), (1, 4, 4), (1, 2, 4), (2, 4, 2))])
 
 
 VARIANTS8 = {
-    "rms_norm": (rms_variants8, ("kcheck", "liger")),
-    "fused_add_rms_norm": (fused_variants8, ("kcheck", "liger")),
+    "rms_norm": (norm_variants8, ("kcheck", "liger")),
+    "fused_add_rms_norm": (norm_variants8, ("kcheck", "liger")),
 }
 
 
