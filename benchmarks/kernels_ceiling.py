@@ -14,9 +14,11 @@ process and interleaved over ``--rounds`` rounds (median of the rounds' medians)
   of the bytes.
 
 With ``--movers``, each 1:1 op is also timed against other kernels that move its bytes: torch's
-elementwise kernel (``torch.mul(src, 1, out=dst)``, where ``copy_`` is a driver copy) and a Triton
-copy in blocks of 2,048 to 16,384 elements on 4, 8 or 16 warps, so the ceiling is the best mover
-found rather than one implementation's.
+elementwise kernel (``torch.mul(src, 1, out=dst)``, where ``copy_`` is a driver copy), a Triton
+copy in blocks of 2,048 to 16,384 elements on 4, 8 or 16 warps, and a Triton swap of two arrays in
+place (two reads, then two writes over the lines just read: fused add+RMSNorm's pattern) in blocks
+of 1,024 to 4,096 elements of each, so the ceiling is the best mover found rather than one
+implementation's.
 
 Each is timed like the benchmark (harness ``Timer``: device events, L2 flushed by a read before
 each call). It also times copies of 64 MiB to 4 GiB, to show how the copy rate depends on size.
@@ -61,8 +63,19 @@ def _copy(src, dst, n, BLOCK: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
 
 
+@triton.jit
+def _swap(a, b, n, BLOCK: tl.constexpr):
+    """Exchange two arrays in place: two reads and two writes to the lines just read, the access
+    pattern of fused add+RMSNorm in place (x and residual read, both overwritten)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    va = tl.load(a + offs, mask=offs < n)
+    vb = tl.load(b + offs, mask=offs < n)
+    tl.store(a + offs, vb, mask=offs < n)
+    tl.store(b + offs, va, mask=offs < n)
+
+
 def movers(nbytes: int, device: torch.device) -> dict[str, callable]:
-    """Other kernels that read and write ``nbytes / 2`` bytes each: torch's elementwise kernel and Triton copies."""
+    """Other kernels that read and write ``nbytes / 2`` bytes each: torch's elementwise kernel, Triton copies and swaps."""
     src = torch.empty(nbytes // 4, dtype=torch.bfloat16, device=device).uniform_()
     dst = torch.empty_like(src)
     found = {"mul": lambda: torch.mul(src, 1, out=dst)}
@@ -71,6 +84,12 @@ def movers(nbytes: int, device: torch.device) -> dict[str, callable]:
             grid = (triton.cdiv(src.numel(), block),)
             found[f"triton{block}-w{warps}"] = lambda grid=grid, block=block, warps=warps: _copy[grid](
                 src, dst, src.numel(), BLOCK=block, num_warps=warps)
+    a, b = src[: src.numel() // 2], dst[: src.numel() // 2]  # two halves of the bytes, each read and rewritten
+    for block in (1024, 2048, 4096):
+        for warps in (2, 4, 8):
+            grid = (triton.cdiv(a.numel(), block),)
+            found[f"swap{block}-w{warps}"] = lambda grid=grid, block=block, warps=warps: _swap[grid](
+                a, b, a.numel(), BLOCK=block, num_warps=warps)
     return found
 
 
