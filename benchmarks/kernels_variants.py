@@ -897,6 +897,17 @@ VARIANTS8 = {
 
 
 @triton.jit
+def _scale_row(src, w_ptr, dst, N, rstd, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr):
+    """The second pass: read the row back (from L2), scale it by rstd and the weight, store it."""
+    for c in tl.static_range(0, BLOCK_N, CHUNK):
+        cols = c + tl.arange(0, CHUNK)
+        m = cols < N
+        v = tl.load(src + cols, mask=m, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=m, other=0.0).to(tl.float32)
+        tl.store(dst + cols, (v * rstd * w).to(dst.dtype.element_ty), mask=m)
+
+
+@triton.jit
 def _fused_reload(x_ptr, r_ptr, w_ptr, out_ptr, rout_ptr, sx, sr, so, sro, N, eps,
                   BLOCK_N: tl.constexpr, CHUNK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -908,13 +919,7 @@ def _fused_reload(x_ptr, r_ptr, w_ptr, out_ptr, rout_ptr, sx, sr, so, sro, N, ep
              + tl.load(r_ptr + row * sr + cols, mask=m, other=0.0).to(tl.float32)).to(rout_ptr.dtype.element_ty)
         tl.store(rout_ptr + row * sro + cols, s, mask=m)
         acc += s.to(tl.float32) * s.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
-    for c in tl.static_range(0, BLOCK_N, CHUNK):
-        cols = c + tl.arange(0, CHUNK)
-        m = cols < N
-        s = tl.load(rout_ptr + row * sro + cols, mask=m, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=m, other=0.0).to(tl.float32)
-        tl.store(out_ptr + row * so + cols, (s * rstd * w).to(out_ptr.dtype.element_ty), mask=m)
+    _scale_row(rout_ptr + row * sro, w_ptr, out_ptr + row * so, N, tl.rsqrt(tl.sum(acc, axis=0) / N + eps), BLOCK_N, CHUNK)
 
 
 @triton.jit
@@ -925,13 +930,7 @@ def _rms_reload(x_ptr, w_ptr, out_ptr, sx, so, N, eps, BLOCK_N: tl.constexpr, CH
         cols = c + tl.arange(0, CHUNK)
         x = tl.load(x_ptr + row * sx + cols, mask=cols < N, other=0.0).to(tl.float32)
         acc += x * x
-    rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
-    for c in tl.static_range(0, BLOCK_N, CHUNK):
-        cols = c + tl.arange(0, CHUNK)
-        m = cols < N
-        x = tl.load(x_ptr + row * sx + cols, mask=m, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=m, other=0.0).to(tl.float32)
-        tl.store(out_ptr + row * so + cols, (x * rstd * w).to(out_ptr.dtype.element_ty), mask=m)
+    _scale_row(x_ptr + row * sx, w_ptr, out_ptr + row * so, N, tl.rsqrt(tl.sum(acc, axis=0) / N + eps), BLOCK_N, CHUNK)
 
 
 def norm_variants9(inp):
