@@ -527,6 +527,47 @@ def _results_table(rows: list[dict]) -> list[str]:
     return out + [""]
 
 
+def _ceilings_section(folder: Path) -> list[str]:
+    """One table per file of ``benchmarks/kernels_ceiling.py`` output in ``folder``: each kernel next
+    to the fastest kernels that move its bytes in its read:write mix, as fractions of the datasheet."""
+    out: list[str] = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            rows = {r["case"]: r for r in data["rows"]}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not a kernels_ceiling.py results file: {exc!r}") from None
+        kernels = [r for c, r in rows.items() if " same-traffic" not in c and not c.startswith("copy ")]
+        if not kernels:
+            continue
+
+        def share(r: dict | None, name: bool = False) -> str:
+            if r is None:
+                return "—"
+            which = r["case"].split("same-traffic ")[-1].split(" ", 1)
+            return f"{r['frac_datasheet']:.1%}" + (f" ({which[1]})" if name and len(which) == 2 else "")
+
+        out += [f"### Ceilings at each kernel's size: `{path.name}` {{#ceilings-{path.stem}}}", "",
+                f"{_cell(data.get('gpu'))}, {str(data.get('date', ''))[:10]}, kcheck `{str(data.get('kcheck_commit') or '')[:10]}`. "
+                "Each kernel is timed next to kernels that move the same bytes in the same read:write mix, "
+                "in the same run with the same timer ([`benchmarks/kernels_ceiling.py`]"
+                "(https://github.com/kcheck/kcheck/blob/main/benchmarks/kernels_ceiling.py)): what a kernel of that "
+                "size and access pattern can be held to. *In-place swap* reads two arrays and overwrites the "
+                "lines it read, the pattern of an op done in place. Fractions of the datasheet bandwidth.", "",
+                "| Op | Bytes | Kernel | Same-traffic torch op | Fastest copy | Fastest in-place swap |",
+                "|---|---:|---:|---:|---:|---:|"]
+        for k in kernels:
+            movers = [r for c, r in rows.items() if c.startswith(k["case"] + " same-traffic")]
+            plain = [r for r in movers if r["case"].endswith(":1")]
+            copies = [r for r in movers if " swap" not in r["case"] and r not in plain]
+            swaps = [r for r in movers if " swap" in r["case"]]
+            best = lambda group: max(group, key=lambda r: r["gbps"]) if group else None  # noqa: E731
+            out.append(f"| {_cell(k['case'])} | {k['bytes'] / 1e6:,.0f} MB | {share(k)} | {share(plain[0] if plain else None)} "
+                       f"| {share(best(copies), True)} | {share(best(swaps), True)} |")
+        out.append("")
+    return out
+
+
 def _kernels_pages(results_dir: Path, modules: dict[str, str], catalog) -> list[Page]:
     src = "kernels/index.md"
     results = []
@@ -561,6 +602,7 @@ def _kernels_pages(results_dir: Path, modules: dict[str, str], catalog) -> list[
                        f"| {c.get('copy_gbps', 0) or 0:,.0f} GB/s | {c.get('datasheet_gbps', 0) or 0:,.0f} GB/s "
                        f"| {str(data.get('date', ''))[:10]} `{commit}` |")
         out.append("")
+        out += _ceilings_section(results_dir / "ceilings")
     else:
         out += ['!!! note "No results yet"', "",
                 "    Results files (`kernels/results/<gpu>.json`) are written by the harness on a GPU "
