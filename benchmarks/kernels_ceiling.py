@@ -1,6 +1,6 @@
 """How close each reference kernel is to the memory traffic it has to move, at its own size.
 
-    python benchmarks/kernels_ceiling.py [--tokens 4096,16384] [--rounds 5] [--out ceiling.json]
+    python benchmarks/kernels_ceiling.py [--tokens 4096,16384] [--rounds 5] [--movers] [--out kernels/results/ceilings/h200.json]
 
 The results table compares every kernel with the datasheet bandwidth and with one large (2 GiB)
 device-to-device copy. Neither is the ceiling of a given op: HBM turns around between reads and
