@@ -15,9 +15,10 @@ process and interleaved over ``--rounds`` rounds (median of the rounds' medians)
 
 With ``--movers``, each 1:1 op is also timed against other kernels that move its bytes: torch's
 elementwise kernel (``torch.mul(src, 1, out=dst)``, where ``copy_`` is a driver copy), a Triton
-copy in blocks of 2,048 to 16,384 elements on 4, 8 or 16 warps, and a Triton swap of two arrays in
-place (two reads, then two writes over the lines just read: fused add+RMSNorm's pattern) in blocks
-of 1,024 to 4,096 elements of each, so the ceiling is the best mover found rather than one
+copy in blocks of 2,048 to 16,384 elements on 4, 8 or 16 warps, a Triton copy of two arrays into
+two others and a Triton swap of two arrays in place (two reads, then two writes over the lines
+just read), both in blocks of 1,024 to 4,096 elements of each: the streams of fused add+RMSNorm
+out of place and in place. So the ceiling is the best mover found rather than one
 implementation's.
 
 Each is timed like the benchmark (harness ``Timer``: device events, L2 flushed by a read before
@@ -64,6 +65,16 @@ def _copy(src, dst, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _copy_pair(a, b, c, d, n, BLOCK: tl.constexpr):
+    """Copy two arrays into two others: the streams of fused add+RMSNorm out of place."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    va = tl.load(a + offs, mask=offs < n)
+    vb = tl.load(b + offs, mask=offs < n)
+    tl.store(c + offs, va, mask=offs < n)
+    tl.store(d + offs, vb, mask=offs < n)
+
+
+@triton.jit
 def _swap(a, b, n, BLOCK: tl.constexpr):
     """Exchange two arrays in place: two reads and two writes to the lines just read, the access
     pattern of fused add+RMSNorm in place (x and residual read, both overwritten)."""
@@ -75,7 +86,7 @@ def _swap(a, b, n, BLOCK: tl.constexpr):
 
 
 def movers(nbytes: int, device: torch.device) -> dict[str, callable]:
-    """Other kernels that read and write ``nbytes / 2`` bytes each: torch's elementwise kernel, Triton copies and swaps."""
+    """Other kernels that read and write ``nbytes / 2`` bytes each: torch's elementwise kernel, Triton copies, pair copies and swaps."""
     src = torch.empty(nbytes // 4, dtype=torch.bfloat16, device=device).uniform_()
     dst = torch.empty_like(src)
     found = {"mul": lambda: torch.mul(src, 1, out=dst)}
@@ -84,12 +95,15 @@ def movers(nbytes: int, device: torch.device) -> dict[str, callable]:
             grid = (triton.cdiv(src.numel(), block),)
             found[f"triton{block}-w{warps}"] = lambda grid=grid, block=block, warps=warps: _copy[grid](
                 src, dst, src.numel(), BLOCK=block, num_warps=warps)
-    a, b = src[: src.numel() // 2], dst[: src.numel() // 2]  # two halves of the bytes, each read and rewritten
+    half = src.numel() // 2
+    a, b, c, d = src[:half], src[half:], dst[:half], dst[half:]  # the bytes as two arrays read, two written
     for block in (1024, 2048, 4096):
         for warps in (2, 4, 8):
-            grid = (triton.cdiv(a.numel(), block),)
+            grid = (triton.cdiv(half, block),)
+            found[f"pair{block}-w{warps}"] = lambda grid=grid, block=block, warps=warps: _copy_pair[grid](
+                a, b, c, d, half, BLOCK=block, num_warps=warps)
             found[f"swap{block}-w{warps}"] = lambda grid=grid, block=block, warps=warps: _swap[grid](
-                a, b, a.numel(), BLOCK=block, num_warps=warps)
+                a, c, half, BLOCK=block, num_warps=warps)
     return found
 
 

@@ -372,12 +372,13 @@ def test_kernels_page_draws_the_ceilings_at_each_kernels_size(generator, tmp_pat
             {"case": f"{case} same-traffic 1:1 triton2048-w8", "bytes": 268e6, "gbps": 4158.0, "frac_datasheet": 0.8663},
             {"case": f"{case} same-traffic 1:1 triton8192-w4", "bytes": 268e6, "gbps": 3900.0, "frac_datasheet": 0.8125},
             {"case": f"{case} same-traffic 1:1 swap1024-w2", "bytes": 268e6, "gbps": 3956.0, "frac_datasheet": 0.8242},
+            {"case": f"{case} same-traffic 1:1 pair1024-w4", "bytes": 268e6, "gbps": 4125.0, "frac_datasheet": 0.8594},
             {"case": "copy 64 MiB", "bytes": 134e6, "gbps": 3985.0, "frac_datasheet": 0.83}]
     (folder / "ceilings" / "h200_movers.json").write_text(
         json.dumps({"gpu": "NVIDIA H200", "date": "2026-12-04T00:00:00+00:00", "kcheck_commit": "0b67d27", "rows": rows}),
         encoding="utf-8")
     text = {p.path: p.content for p in generator["generate"](results=folder)}["kernels/index.md"]
-    assert "| rms_norm T=16384 | 268 MB | 85.4% | 85.8% | 86.6% (triton2048-w8) | 82.4% (swap1024-w2) |" in text
+    assert "| rms_norm T=16384 | 268 MB | 85.4% | 85.8% | 86.6% (triton2048-w8) | 85.9% (pair1024-w4) | 82.4% (swap1024-w2) |" in text
     assert "copy 64 MiB" not in text
     (folder / "ceilings" / "broken.json").write_text('{"rows": [{"bytes": 1}]}', encoding="utf-8")
     with pytest.raises(ValueError, match="broken.json"):
