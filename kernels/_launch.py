@@ -85,8 +85,8 @@ def pinned(candidates: tuple[triton.Config, ...], pins: dict[int, dict[str, int]
     4 rows per program for the 64-token bucket from a 37-token call, and fused add+RMSNorm took
     6.11 us at T=32, against 4.86 us with one row per program. So the small buckets run what
     sweeps chose. A pin that matches no candidate, or several, is an error here, at import: a
-    pin that quietly fell back to tuning over every candidate once left SiLU-and-mul's one-token
-    bucket to the autotuner for a whole results run.
+    pin that quietly fell back to tuning over every candidate once left two of SiLU-and-mul's
+    buckets to the autotuner for a whole results run.
     """
     for bucket, pin in pins.items():
         found = sum(_matches(c, pin) for c in candidates)
