@@ -1,6 +1,6 @@
 """Candidate designs of the reference kernels, timed against the current kernels and their peers.
 
-    python benchmarks/kernels_variants.py [--round 1|2|3|4|5|6|7|8|9] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
+    python benchmarks/kernels_variants.py [--round 1|2|3|4|5|6|7|8|9|10] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
 
 Round 1: persistent grids with the next row prefetched, register caps, streaming stores, RoPE
 head groups, FP8 division variants. Round 2: TMA descriptors and cache hints for the norms, RoPE
@@ -10,7 +10,8 @@ RoPE with the key heads of several tokens in one program. Round 6: the ties of t
 (few-token SiLU-and-mul, RMSNorm at T=16384) in 15 interleaved rounds. Round 7: one-token
 SiLU-and-mul with less index arithmetic before its loads. Round 8: the norms with a row spread over a
 thread-block cluster (``num_ctas``). Round 9: the norms walking their row in chunks and reading it
-back from L2 instead of holding it in registers.
+back from L2 instead of holding it in registers. Round 10: fused add+RMSNorm and RoPE in place
+against separate outputs.
 
 Each variant is checked against the op's torch reference (normwise error; for FP8 the number of
 e4m3 values that differ from torch's) and timed with the harness's :class:`Timer` (median of
@@ -960,6 +961,29 @@ VARIANTS9 = {
 }
 
 
+# --------------------------------------------------------------------------- round 10: in place or not
+
+# The movers (kernels_ceiling.py --movers) put in-place swaps 2 to 3 points of the datasheet below
+# copies of two arrays into two others at the same bytes. Here the kernels themselves: fused
+# add+RMSNorm and RoPE writing over their inputs (the engines' mode) against separate outputs.
+
+
+def placement_variants10(inp):
+    from kcheck.kernels.fused_add_rms_norm import fused_add_rms_norm
+    from kcheck.kernels.rotary_embedding import rotary_embedding
+    if "residual" in inp:
+        own = {k: v for k, v in inp.items() if k not in ("out", "residual_out")}
+        return {"in-place": lambda: fused_add_rms_norm(**own), "separate-outputs": lambda: fused_add_rms_norm(**inp)}
+    outs = {"query_out": torch.empty_like(inp["query"]), "key_out": torch.empty_like(inp["key"])}
+    return {"in-place": lambda: rotary_embedding(**inp), "separate-outputs": lambda: rotary_embedding(**inp, **outs)}
+
+
+VARIANTS10 = {
+    "fused_add_rms_norm": (placement_variants10, ()),
+    "rotary_embedding": (placement_variants10, ()),
+}
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -982,9 +1006,9 @@ def main():
     parser.add_argument("--tokens", default="16384,4096")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=100)
-    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4, 5, 6, 7, 8, 9))
+    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
     args = parser.parse_args()
-    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6, 7: VARIANTS7, 8: VARIANTS8, 9: VARIANTS9}[args.round]
+    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6, 7: VARIANTS7, 8: VARIANTS8, 9: VARIANTS9, 10: VARIANTS10}[args.round]
     device = torch.device("cpu" if INTERPRET else "cuda")
     tokens = [int(t) for t in args.tokens.split(",")]
     timer = None if INTERPRET else Timer(device, reps=args.reps)
