@@ -1,6 +1,6 @@
 """Candidate designs of the reference kernels, timed against the current kernels and their peers.
 
-    python benchmarks/kernels_variants.py [--round 1|2|3|4|5|6|7|8|9|10] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
+    python benchmarks/kernels_variants.py [--round 1|2|3|4|5|6|7|8|9|10|11] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
 
 Round 1: persistent grids with the next row prefetched, register caps, streaming stores, RoPE
 head groups, FP8 division variants. Round 2: TMA descriptors and cache hints for the norms, RoPE
@@ -11,7 +11,7 @@ RoPE with the key heads of several tokens in one program. Round 6: the ties of t
 SiLU-and-mul with less index arithmetic before its loads. Round 8: the norms with a row spread over a
 thread-block cluster (``num_ctas``). Round 9: the norms walking their row in chunks and reading it
 back from L2 instead of holding it in registers. Round 10: fused add+RMSNorm and RoPE in place
-against separate outputs.
+against separate outputs. Round 11: RoPE with random, prefill-ordered and all-zero positions.
 
 Each variant is checked against the op's torch reference (normwise error; for FP8 the number of
 e4m3 values that differ from torch's) and timed with the harness's :class:`Timer` (median of
@@ -984,6 +984,26 @@ VARIANTS10 = {
 }
 
 
+# --------------------------------------------------------------------------- round 11: RoPE's positions
+
+# The benchmark draws positions uniformly from [0, 40960), so each token's cos/sin row is a random
+# 512-byte read from a 21 MB cache that the L2 flush has evicted. A prefill of T tokens reads rows
+# 0..T-1 in order instead. Same kernel, same q and k, three position patterns; the check column
+# compares every row with the random-position reference, so it applies to the first row only.
+
+
+def positions_variants11(inp):
+    from kcheck.kernels.rotary_embedding import rotary_embedding
+    pos = inp["positions"]
+    prefill = torch.arange(pos.numel(), device=pos.device, dtype=pos.dtype)
+    return {"positions-random": lambda: rotary_embedding(**inp),
+            "positions-prefill": lambda: rotary_embedding(**{**inp, "positions": prefill}),
+            "positions-all-zero": lambda: rotary_embedding(**{**inp, "positions": torch.zeros_like(pos)})}
+
+
+VARIANTS11 = {"rotary_embedding": (positions_variants11, ("liger",))}
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -1006,9 +1026,9 @@ def main():
     parser.add_argument("--tokens", default="16384,4096")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=100)
-    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
+    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11))
     args = parser.parse_args()
-    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6, 7: VARIANTS7, 8: VARIANTS8, 9: VARIANTS9, 10: VARIANTS10}[args.round]
+    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6, 7: VARIANTS7, 8: VARIANTS8, 9: VARIANTS9, 10: VARIANTS10, 11: VARIANTS11}[args.round]
     device = torch.device("cpu" if INTERPRET else "cuda")
     tokens = [int(t) for t in args.tokens.split(",")]
     timer = None if INTERPRET else Timer(device, reps=args.reps)
