@@ -151,8 +151,15 @@ def bench_clean_l2(kernel_call, quantiles=None, reps: int = 40, **_: object):
     return pick(0.5) if quantiles is None else [pick(q) for q in quantiles]
 
 
-BENCH = {"do_bench": bench_clean_l2} if "do_bench" in inspect.signature(triton.autotune).parameters else {}
+_BENCH = {"do_bench": bench_clean_l2} if "do_bench" in inspect.signature(triton.autotune).parameters else {}
 """``triton.autotune`` keyword for :func:`bench_clean_l2`, where this Triton takes one (3.2 and later)."""
+
+
+def tuning(candidates: tuple[triton.Config, ...], pins: dict[int, dict[str, int]]) -> dict:
+    """The ``triton.autotune`` keywords every reference kernel shares: its candidates (the first alone
+    under the interpreter), the small token buckets pinned to one of them (:func:`pinned`), and the
+    read-flush timer (:func:`bench_clean_l2`)."""
+    return {"configs": configs(*candidates), "prune_configs_by": {"early_config_prune": pinned(candidates, pins)}, **_BENCH}
 
 
 def token_bucket(tokens: int) -> int:

@@ -26,16 +26,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, FUSED_PINS, ROW_CANDIDATES, configs, device_reason, fallback, pinned, token_bucket
+from kcheck.kernels._launch import FUSED_PINS, ROW_CANDIDATES, device_reason, fallback, token_bucket, tuning
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
 
 @triton.autotune(
-    configs=configs(*ROW_CANDIDATES),
+    **tuning(ROW_CANDIDATES, FUSED_PINS),
     key=["N", "token_bucket"],
-    prune_configs_by={"early_config_prune": pinned(ROW_CANDIDATES, FUSED_PINS)},
-    **BENCH,
     restore_value=["x_ptr", "r_ptr"],  # tuning runs must not accumulate into in-place inputs
 )
 @triton.jit

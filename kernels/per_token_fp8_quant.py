@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, INTERPRET, ROW_CANDIDATES, ROWS_PINS, configs, device_reason, fallback, pinned, token_bucket
+from kcheck.kernels._launch import INTERPRET, ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, token_bucket, tuning
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
 
@@ -49,10 +49,8 @@ def _round_to_e4m3(v):
 
 
 @triton.autotune(
-    configs=configs(*ROW_CANDIDATES),
+    **tuning(ROW_CANDIDATES, ROWS_PINS),
     key=["N", "token_bucket"],
-    prune_configs_by={"early_config_prune": pinned(ROW_CANDIDATES, ROWS_PINS)},
-    **BENCH,
 )
 @triton.jit
 def _per_token_fp8_quant_kernel(

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, ROW_CANDIDATES, ROWS_PINS, configs, device_reason, fallback, pinned, token_bucket
+from kcheck.kernels._launch import ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, token_bucket, tuning
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -28,10 +28,8 @@ MAX_HIDDEN = 65536
 
 
 @triton.autotune(
-    configs=configs(*ROW_CANDIDATES),
+    **tuning(ROW_CANDIDATES, ROWS_PINS),
     key=["N", "token_bucket"],
-    prune_configs_by={"early_config_prune": pinned(ROW_CANDIDATES, ROWS_PINS)},
-    **BENCH,
 )
 @triton.jit
 def _rms_norm_kernel(

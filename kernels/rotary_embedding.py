@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, SMALL_BUCKETS, configs, device_reason, fallback, pinned, token_bucket
+from kcheck.kernels._launch import SMALL_BUCKETS, device_reason, fallback, token_bucket, tuning
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
@@ -75,10 +75,8 @@ PINS = {bucket: {"HEADS": 16, "num_warps": 4} for bucket in SMALL_BUCKETS}
 
 
 @triton.autotune(
-    configs=configs(*CANDIDATES),
+    **tuning(CANDIDATES, PINS),
     key=["HQ", "HK", "HALF", "token_bucket"],
-    prune_configs_by={"early_config_prune": pinned(CANDIDATES, PINS)},
-    **BENCH,
     restore_value=["q_ptr", "k_ptr"],  # tuning runs must not rotate in-place inputs repeatedly
 )
 @triton.jit

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import BENCH, configs, device_reason, fallback, pinned, token_bucket
+from kcheck.kernels._launch import device_reason, fallback, token_bucket, tuning
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
@@ -48,10 +48,8 @@ results run of 3 Dec autotuned these two buckets instead: 2048 columns on 8 warp
 
 
 @triton.autotune(
-    configs=configs(*CANDIDATES),
+    **tuning(CANDIDATES, PINS),
     key=["I", "token_bucket"],
-    prune_configs_by={"early_config_prune": pinned(CANDIDATES, PINS)},
-    **BENCH,
 )
 @triton.jit
 def _silu_and_mul_kernel(
