@@ -527,6 +527,14 @@ def _results_table(rows: list[dict]) -> list[str]:
     return out + [""]
 
 
+def _ceiling_share(row: dict | None, named: bool = False) -> str:
+    """A ceilings row as a share of the datasheet, with the mover's name (``triton2048-w8``) if asked."""
+    if row is None:
+        return "—"
+    mover = row["case"].split("same-traffic ")[-1].split(" ", 1)
+    return f"{row['frac_datasheet']:.1%}" + (f" ({mover[1]})" if named and len(mover) == 2 else "")
+
+
 def _ceilings_section(folder: Path) -> list[str]:
     """One table per file of ``benchmarks/kernels_ceiling.py`` output in ``folder``: each kernel next
     to the fastest kernels that move its bytes in its read:write mix, as fractions of the datasheet."""
@@ -540,13 +548,6 @@ def _ceilings_section(folder: Path) -> list[str]:
         kernels = [r for c, r in rows.items() if " same-traffic" not in c and not c.startswith("copy ")]
         if not kernels:
             continue
-
-        def share(r: dict | None, name: bool = False) -> str:
-            if r is None:
-                return "—"
-            which = r["case"].split("same-traffic ")[-1].split(" ", 1)
-            return f"{r['frac_datasheet']:.1%}" + (f" ({which[1]})" if name and len(which) == 2 else "")
-
         out += [f"### Ceilings at each kernel's size: `{path.name}` {{#ceilings-{path.stem}}}", "",
                 f"{_cell(data.get('gpu'))}, {str(data.get('date', ''))[:10]}, kcheck `{str(data.get('kcheck_commit') or '')[:10]}`. "
                 "Each kernel is timed next to kernels that move the same bytes in the same read:write mix, "
@@ -558,13 +559,18 @@ def _ceilings_section(folder: Path) -> list[str]:
                 "| Op | Bytes | Kernel | Same-traffic torch op | Fastest copy | Fastest pair copy | Fastest in-place swap |",
                 "|---|---:|---:|---:|---:|---:|---:|"]
         for k in kernels:
-            movers = [r for c, r in rows.items() if c.startswith(k["case"] + " same-traffic")]
-            plain = [r for r in movers if r["case"].endswith(":1")]
-            kind = lambda r: r["case"].rsplit(" ", 1)[-1].rstrip("0123456789-w")  # noqa: E731  ("triton2048-w8" -> "triton")
-            best = lambda *kinds: max((r for r in movers if r not in plain and kind(r) in kinds),  # noqa: E731
-                                      key=lambda r: r["gbps"], default=None)
-            out.append(f"| {_cell(k['case'])} | {k['bytes'] / 1e6:,.0f} MB | {share(k)} | {share(plain[0] if plain else None)} "
-                       f"| {share(best('mul', 'triton'), True)} | {share(best('pair'), True)} | {share(best('swap'), True)} |")
+            plain, movers = None, {}  # the same-traffic torch op; the other movers by kind: copy, pair, swap
+            for case, row in rows.items():
+                if case.startswith(k["case"] + " same-traffic "):
+                    name = case.split("same-traffic ")[-1].split(" ", 1)
+                    if len(name) == 1:
+                        plain = row
+                    else:
+                        kind = re.match(r"[a-z]*", name[1]).group()
+                        movers.setdefault("copy" if kind in ("mul", "triton") else kind, []).append(row)
+            fastest = {kind: max(group, key=lambda r: r["gbps"]) for kind, group in movers.items()}
+            out.append(f"| {_cell(k['case'])} | {k['bytes'] / 1e6:,.0f} MB | {_ceiling_share(k)} | {_ceiling_share(plain)} | "
+                       + " | ".join(_ceiling_share(fastest.get(kind), True) for kind in ("copy", "pair", "swap")) + " |")
         out.append("")
     return out
 
