@@ -1,6 +1,6 @@
 """Candidate designs of the reference kernels, timed against the current kernels and their peers.
 
-    python benchmarks/kernels_variants.py [--round 1|2|3|4|5|6|7|8|9|10|11] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
+    python benchmarks/kernels_variants.py [--round 1|2|...|13] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
 
 Round 1: persistent grids with the next row prefetched, register caps, streaming stores, RoPE
 head groups, FP8 division variants. Round 2: TMA descriptors and cache hints for the norms, RoPE
@@ -12,6 +12,8 @@ SiLU-and-mul with less index arithmetic before its loads. Round 8: the norms wit
 thread-block cluster (``num_ctas``). Round 9: the norms walking their row in chunks and reading it
 back from L2 instead of holding it in registers. Round 10: fused add+RMSNorm and RoPE in place
 against separate outputs. Round 11: RoPE with random, prefill-ordered and all-zero positions.
+Round 12: the norms in CUDA C++ (kernels_cuda_norms.cu, built with nvcc): a row per CTA, per warp,
+or over a thread-block cluster, and a copy of the same pattern. Round 13: RoPE reading whole heads.
 
 Each variant is checked against the op's torch reference (normwise error; for FP8 the number of
 e4m3 values that differ from torch's) and timed with the harness's :class:`Timer` (median of
@@ -29,7 +31,12 @@ correction instead of a correctly rounded division per element.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
+import pathlib
 import statistics
+import subprocess
+import tempfile
 
 import torch
 import triton
@@ -1004,6 +1011,130 @@ def positions_variants11(inp):
 VARIANTS11 = {"rotary_embedding": (positions_variants11, ("liger",))}
 
 
+# --------------------------------------------------------------------------- round 12: CUDA C++ norms
+
+# Rounds 1-11 found no Triton design of RMSNorm or fused add+RMSNorm faster than the kernels, and
+# one design Triton 3.6 cannot build: a row split over a thread-block cluster (round 8). Here
+# kernels_cuda_norms.cu writes it, and the plain designs beside it, in CUDA C++: one row per CTA
+# of 64-512 threads, one row over a cluster of 2-8 CTAs meeting in distributed shared memory, one
+# row per warp, and the same loads and stores without arithmetic (cuda-copy*: a mover of the
+# op's pattern, whose check column is not a norm's and reads about 1).
+
+CUDA_NORMS = pathlib.Path(__file__).with_name("kernels_cuda_norms.cu")
+
+
+@functools.cache
+def _cuda_norms():
+    """Build kernels_cuda_norms.cu for sm_90 with nvcc (registers and spills printed) and load it."""
+    lib_path = pathlib.Path(tempfile.mkdtemp()) / "kernels_cuda_norms.so"
+    cmd = ["nvcc", "-O3", "-std=c++17", "-arch=sm_90", "-Xptxas", "-v", "--shared", "-Xcompiler", "-fPIC",
+           "-o", str(lib_path), str(CUDA_NORMS)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    for line in built.stderr.splitlines():
+        if "registers" in line or "spill" in line or "error" in line:
+            print("nvcc:", line.strip(), flush=True)
+    built.check_returncode()
+    lib = ctypes.CDLL(str(lib_path))
+    p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+    lib.kc_norm_rows.argtypes = [p, p, p, p, p, i, f, i, i, i, p]
+    lib.kc_norm_warp_rows.argtypes = [p, p, p, p, p, i, f, i, i, p]
+    lib.kc_copy_rows.argtypes = [p, p, p, p, i, i, i, p]
+    return lib
+
+
+def _cuda_call(entry, result, *args):
+    """A zero-argument callable launching ``entry(*args, stream)`` on the current stream."""
+    def f():
+        err = entry(*args, torch.cuda.current_stream().cuda_stream)
+        if err:
+            raise RuntimeError(f"{entry.__name__}{args[-3:]}: error {err}")
+        return result
+    return f
+
+
+def cuda_norm_variants12(inp):
+    x, w, eps, out = inp["x"], inp["weight"], inp["eps"], inp["out"]
+    M, N = x.shape
+    v = _rows(inp, [(1, 8, {}), (1, 2, {})])  # the Triton kernel's candidates, for the same-run comparison
+    if INTERPRET or N != 4096 or x.dtype != torch.bfloat16:
+        return v  # the CUDA source needs a GPU and is built for Qwen3-8B's hidden size in bf16 only
+    lib = _cuda_norms()
+    fused = "residual" in inp
+    r, rout = (inp["residual"], inp["residual_out"]) if fused else (None, None)
+    result = (out, rout) if fused else out
+    ptrs = [t.data_ptr() if t is not None else None for t in (x, r, w, out, rout)]
+    for threads, cluster in ((64, 1), (128, 1), (256, 1), (512, 1), (64, 2), (128, 2), (256, 2), (64, 4), (128, 4), (64, 8)):
+        v[f"cuda-cta{threads}" + (f"-cluster{cluster}" if cluster > 1 else "")] = _cuda_call(
+            lib.kc_norm_rows, result, *ptrs, M, eps, threads, cluster, int(fused))
+    for warps in (2, 4, 8):
+        v[f"cuda-warp-rows-w{warps}"] = _cuda_call(lib.kc_norm_warp_rows, result, *ptrs, M, eps, warps, int(fused))
+    for threads in (128, 256, 512):
+        v[f"cuda-copy{threads}"] = _cuda_call(lib.kc_copy_rows, result, ptrs[0], ptrs[1], ptrs[3], ptrs[4], M, threads, int(fused))
+    return v
+
+
+VARIANTS12 = {
+    "rms_norm": (cuda_norm_variants12, ("kcheck", "liger")),
+    "fused_add_rms_norm": (cuda_norm_variants12, ("kcheck", "liger")),
+}
+
+
+# --------------------------------------------------------------------------- round 13: RoPE reading whole heads
+
+# The kernel reads each head as two half-rows (NeoX) or even and odd elements (GPT-J) and writes
+# them back the same way. Here a program reads its heads as one contiguous [HEADS, D] tile, pairs
+# the elements in registers (reshape, and for NeoX a permute, then split) and writes one tile.
+
+
+@triton.jit
+def _rotate_tile(x_ptr, sh, h0, H, pos_ptr, cache_ptr, sc, HALF: tl.constexpr, HEADS: tl.constexpr, IS_NEOX: tl.constexpr):
+    h = h0 + tl.arange(0, HEADS)[:, None]
+    d = tl.arange(0, 2 * HALF)[None, :]
+    m = (h < H) & (d < 2 * HALF)
+    x = tl.load(x_ptr + h * sh + d, mask=m, other=0.0).to(tl.float32)
+    pos = tl.load(pos_ptr).to(tl.int64)
+    i = tl.arange(0, HALF)
+    cos = tl.load(cache_ptr + pos * sc + i).to(tl.float32)[None, :]
+    sin = tl.load(cache_ptr + pos * sc + HALF + i).to(tl.float32)[None, :]
+    if IS_NEOX:
+        a, b = tl.split(tl.permute(tl.reshape(x, [HEADS, 2, HALF]), [0, 2, 1]))
+        y = tl.reshape(tl.permute(tl.join(a * cos - b * sin, b * cos + a * sin), [0, 2, 1]), [HEADS, 2 * HALF])
+    else:
+        a, b = tl.split(tl.reshape(x, [HEADS, HALF, 2]))
+        y = tl.reshape(tl.join(a * cos - b * sin, b * cos + a * sin), [HEADS, 2 * HALF])
+    tl.store(x_ptr + h * sh + d, y.to(x_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _rope_tiles(pos_ptr, q_ptr, k_ptr, cache_ptr, sqt, sqh, skt, skh, sc,
+                HQ: tl.constexpr, HK: tl.constexpr, HALF: tl.constexpr, HEADS: tl.constexpr, IS_NEOX: tl.constexpr):
+    QG: tl.constexpr = (HQ + HEADS - 1) // HEADS
+    KG: tl.constexpr = (HK + HEADS - 1) // HEADS
+    pid = tl.program_id(0)
+    t = (pid // (QG + KG)).to(tl.int64)
+    g = pid % (QG + KG)
+    if g < QG:
+        _rotate_tile(q_ptr + t * sqt, sqh, g * HEADS, HQ, pos_ptr + t, cache_ptr, sc, HALF, HEADS, IS_NEOX)
+    else:
+        _rotate_tile(k_ptr + t * skt, skh, (g - QG) * HEADS, HK, pos_ptr + t, cache_ptr, sc, HALF, HEADS, IS_NEOX)
+
+
+def rope_variants13(inp):
+    _, pos, q, k, cache, T, HQ, HK, HALF, BH = _rope_args(inp)
+    v = {}
+    for heads, nw in ((32, 4), (16, 4), (16, 2), (8, 2), (8, 1), (32, 8)):
+        groups = triton.cdiv(HQ, heads) + triton.cdiv(HK, heads)
+        def f(heads=heads, nw=nw, groups=groups):
+            _rope_tiles[(T * groups,)](pos, q, k, cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cache.stride(0),
+                                       HQ=HQ, HK=HK, HALF=HALF, HEADS=heads, IS_NEOX=inp["is_neox"], num_warps=nw)
+            return q, k
+        v[f"tiles-heads{heads}-w{nw}"] = f
+    return v
+
+
+VARIANTS13 = {"rotary_embedding": (rope_variants13, ("kcheck", "liger"))}
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -1026,9 +1157,10 @@ def main():
     parser.add_argument("--tokens", default="16384,4096")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=100)
-    parser.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11))
+    parser.add_argument("--round", type=int, default=1, choices=tuple(range(1, 14)))
     args = parser.parse_args()
-    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6, 7: VARIANTS7, 8: VARIANTS8, 9: VARIANTS9, 10: VARIANTS10, 11: VARIANTS11}[args.round]
+    variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6, 7: VARIANTS7, 8: VARIANTS8, 9: VARIANTS9, 10: VARIANTS10, 11: VARIANTS11,
+                12: VARIANTS12, 13: VARIANTS13}[args.round]
     device = torch.device("cpu" if INTERPRET else "cuda")
     tokens = [int(t) for t in args.tokens.split(",")]
     timer = None if INTERPRET else Timer(device, reps=args.reps)
