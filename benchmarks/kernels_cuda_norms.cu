@@ -133,10 +133,15 @@ __global__ void __launch_bounds__(THREADS) norm_rows(Args a) {
   const int rank = static_cast<int>(blockIdx.x % CL);  // equals the cluster rank: clusters are CL consecutive CTAs
   const int wbase = rank * kSlice + threadIdx.x;
   const int64_t base = row * kPacks + wbase;
+  // A CTA may write into another's shared memory only once that CTA has started: every CTA
+  // arrives at a cluster barrier here and waits on it after its loads (without the wait, rows
+  // failed at T=16384 on an H200 with "unspecified launch failure"; at T=64 they passed).
+  if constexpr (CL > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   Pack v[kPer], w[kPer];
   float s = block_sum<THREADS>(load_row<kPer, THREADS, FUSED>(a, base, wbase, v, w));
   if constexpr (CL > 1) {
     __shared__ float partial[CL];
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     cg::cluster_group cluster = cg::this_cluster();
     if (threadIdx.x == 0) {
 #pragma unroll
