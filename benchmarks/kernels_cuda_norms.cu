@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace cg = cooperative_groups;
 
@@ -28,9 +29,8 @@ constexpr int kHidden = 4096;
 constexpr int kPack = 8;                    // bf16 values in one 16-byte access
 constexpr int kPacks = kHidden / kPack;     // 16-byte accesses in one row
 
-struct alignas(16) Pack {
-  __nv_bfloat162 h[4];
-};
+// Eight bf16 in one 16-byte word, loaded and stored as one 128-bit access.
+using Pack = uint4;
 
 struct Args {
   const Pack* x;
@@ -42,34 +42,42 @@ struct Args {
   float eps;
 };
 
+__device__ __forceinline__ float2 unpack(uint32_t word) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
+}
+
+__device__ __forceinline__ uint32_t pack(float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// f applied to the four pairs of words of a and b, one word of the result each.
+template <typename F>
+__device__ __forceinline__ Pack zip(const Pack& a, const Pack& b, F f) {
+  return make_uint4(f(a.x, b.x), f(a.y, b.y), f(a.z, b.z), f(a.w, b.w));
+}
+
 __device__ __forceinline__ float sum_squares(const Pack& p) {
   float s = 0.f;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 f = __bfloat1622float2(p.h[k]);
+  for (const uint32_t word : {p.x, p.y, p.z, p.w}) {
+    const float2 f = unpack(word);
     s = fmaf(f.x, f.x, fmaf(f.y, f.y, s));
   }
   return s;
 }
 
 __device__ __forceinline__ Pack add_rounded(const Pack& a, const Pack& b) {
-  Pack o;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 fa = __bfloat1622float2(a.h[k]), fb = __bfloat1622float2(b.h[k]);
-    o.h[k] = __floats2bfloat162_rn(fa.x + fb.x, fa.y + fb.y);
-  }
-  return o;
+  return zip(a, b, [](uint32_t u, uint32_t v) {
+    const float2 fu = unpack(u), fv = unpack(v);
+    return pack(fu.x + fv.x, fu.y + fv.y);
+  });
 }
 
 __device__ __forceinline__ Pack normalised(const Pack& v, const Pack& w, float rstd) {
-  Pack o;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 fv = __bfloat1622float2(v.h[k]), fw = __bfloat1622float2(w.h[k]);
-    o.h[k] = __floats2bfloat162_rn(fv.x * rstd * fw.x, fv.y * rstd * fw.y);
-  }
-  return o;
+  return zip(v, w, [rstd](uint32_t u, uint32_t g) {
+    const float2 fu = unpack(u), fg = unpack(g);
+    return pack(fu.x * rstd * fg.x, fu.y * rstd * fg.y);
+  });
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
