@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import json
 import pathlib
 import statistics
 import subprocess
@@ -44,7 +45,7 @@ import triton.language as tl
 
 from kcheck.kernels import specs
 from kcheck.kernels._launch import INTERPRET
-from kcheck.kernels.harness import Timer, peers
+from kcheck.kernels.harness import Timer, environment, peers
 from kcheck.kernels.rotary_embedding import _rotate_heads
 
 # --------------------------------------------------------------------------- kernels
@@ -1158,13 +1159,14 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--round", type=int, default=1, choices=tuple(range(1, 14)))
+    parser.add_argument("--out", help="also write the rows, with the environment, to this JSON file")
     args = parser.parse_args()
     variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6, 7: VARIANTS7, 8: VARIANTS8, 9: VARIANTS9, 10: VARIANTS10, 11: VARIANTS11,
                 12: VARIANTS12, 13: VARIANTS13}[args.round]
     device = torch.device("cpu" if INTERPRET else "cuda")
     tokens = [int(t) for t in args.tokens.split(",")]
     timer = None if INTERPRET else Timer(device, reps=args.reps)
-    table = []
+    table, rows = [], []
     for spec in specs(args.op or tuple(variants)):
         make_variants, peer_names = variants[spec.name]
         for t in tokens:
@@ -1207,6 +1209,9 @@ def main():
                     times[name].append(timer.median_us(fns[name]))
             for name in times:
                 us = statistics.median(times[name])
+                rows.append({"case": f"{spec.name} T={t} {name}", "bytes": nbytes, "median_us": round(us, 2),
+                             "gbps": round(nbytes / us / 1e3, 1), "frac_datasheet": round(nbytes / us / 1e3 / 4800, 4),
+                             "spread_us": round(max(times[name]) - min(times[name]), 2), "check": errs.get(name)})
                 line = (f"{spec.name:20} T={t:6} {name:28} {us:9.2f} us {nbytes / us / 1e3:6.0f} GB/s "
                         f"{nbytes / us / 1e3 / 4800:6.1%}  spread {max(times[name]) - min(times[name]):5.2f}  {errs.get(name, '')}")
                 print(line, flush=True)
@@ -1215,6 +1220,9 @@ def main():
                 if e.startswith("FAILED"):
                     print(f"{spec.name:20} T={t:6} {name:28} {e}", flush=True)
     print("\n".join(table))
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({**environment(), "round": args.round, "rounds": args.rounds, "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":
