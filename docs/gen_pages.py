@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import math
 import posixpath
 import re
 from collections import defaultdict
@@ -498,10 +499,18 @@ def _plot(result: dict, op: str) -> bytes:
     return buf.getvalue()
 
 
+def _down(x: float, digits: int) -> str:
+    """``x`` rounded down to ``digits`` decimals, so that no figure reads as meeting a goal it misses
+    (a speed-up of 0.997 reads 0.99; kcheck.kernels.harness.summary_table does the same, and this
+    script does not import the kernels package, which needs torch)."""
+    scale = 10 ** digits
+    return f"{math.floor(x * scale + 1e-9) / scale:.{digits}f}"
+
+
 def _pct(value) -> str:
     if not isinstance(value, (int, float)):
         return "—"
-    return f"{100 * value:.0f}%" if value >= 0.1 else f"{100 * value:.1f}%"
+    return f"{_down(100 * value, 1)}%"
 
 
 def _results_table(rows: list[dict]) -> list[str]:
@@ -522,7 +531,7 @@ def _results_table(rows: list[dict]) -> list[str]:
                    _pct(own.get("frac_datasheet"))] if own else ["—"] * 4)
         cells += [f"{by_impl[p]['median_us']:.2f}" if p in by_impl else "—" for p in peers]
         times = [by_impl[p]["median_us"] for p in peers if p in by_impl]
-        cells.append(f"{min(times) / own['median_us']:.2f}×" if own and times and own["median_us"] else "—")
+        cells.append(f"{_down(min(times) / own['median_us'], 2)}×" if own and times and own["median_us"] else "—")
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
 
@@ -532,7 +541,7 @@ def _ceiling_share(row: dict | None, named: bool = False) -> str:
     if row is None:
         return "—"
     mover = row["case"].split("same-traffic ")[-1].split(" ", 1)
-    return f"{row['frac_datasheet']:.1%}" + (f" ({mover[1]})" if named and len(mover) == 2 else "")
+    return _pct(row["frac_datasheet"]) + (f" ({mover[1]})" if named and len(mover) == 2 else "")
 
 
 def _ceilings_section(folder: Path) -> list[str]:

@@ -363,6 +363,19 @@ def test_kernels_page_draws_results_and_plots(generator, tmp_path):
     assert again["kernels/plots/h200-rms_norm.svg"] == plot, "plots render deterministically"
 
 
+def test_kernels_page_never_rounds_a_miss_up_to_the_goal(generator, tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    row = {"op": "silu_and_mul", "dtype": "bfloat16", "tokens": 32, "shape": {"tokens": 32}, "gbps": 4222.0}
+    rows = [{**row, "impl": "kcheck", "median_us": 4.82, "frac_copy": 0.9924, "frac_datasheet": 0.8797},
+            {**row, "impl": "torch.compile", "median_us": 4.80, "frac_copy": 0.99, "frac_datasheet": 0.88}]
+    (folder / "h200.json").write_text(json.dumps({"gpu": "NVIDIA H200", "ceilings": {"copy_gbps": 4255.0}, "rows": rows,
+                                                  "verify": []}), encoding="utf-8")
+    text = {p.path: p.content for p in generator["generate"](results=folder)}["kernels/index.md"]
+    line = next(x for x in text.splitlines() if x.startswith("| bfloat16 | 32 |"))
+    assert "| 99.2% | 87.9% |" in line and line.endswith("| 0.99× |"), line
+
+
 def test_kernels_page_draws_the_ceilings_at_each_kernels_size(generator, tmp_path):
     folder = _results(tmp_path)
     (folder / "ceilings").mkdir()
