@@ -1,6 +1,6 @@
 """Candidate designs of the reference kernels, timed against the current kernels and their peers.
 
-    python benchmarks/kernels_variants.py [--round 1|2|...|13] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
+    python benchmarks/kernels_variants.py [--round 1|2|...|14] [--op NAME ...] [--tokens 16384,4096] [--rounds 3]
 
 Round 1: persistent grids with the next row prefetched, register caps, streaming stores, RoPE
 head groups, FP8 division variants. Round 2: TMA descriptors and cache hints for the norms, RoPE
@@ -14,6 +14,7 @@ back from L2 instead of holding it in registers. Round 10: fused add+RMSNorm and
 against separate outputs. Round 11: RoPE with random, prefill-ordered and all-zero positions.
 Round 12: the norms in CUDA C++ (kernels_cuda_norms.cu, built with nvcc): a row per CTA, per warp,
 or over a thread-block cluster, and a copy of the same pattern. Round 13: RoPE reading whole heads.
+Round 14: RoPE in CUDA C++ (kernels_cuda_rope.cu).
 
 Each variant is checked against the op's torch reference (normwise error; for FP8 the number of
 e4m3 values that differ from torch's) and timed with the harness's :class:`Timer` (median of
@@ -1021,21 +1022,23 @@ VARIANTS11 = {"rotary_embedding": (positions_variants11, ("liger",))}
 # row per warp, and the same loads and stores without arithmetic (cuda-copy*: a mover of the
 # op's pattern, whose check column is not a norm's and reads about 1).
 
-CUDA_NORMS = pathlib.Path(__file__).with_name("kernels_cuda_norms.cu")
-
 
 @functools.cache
-def _cuda_norms():
-    """Build kernels_cuda_norms.cu for sm_90 with nvcc (registers and spills printed) and load it."""
-    lib_path = pathlib.Path(tempfile.mkdtemp()) / "kernels_cuda_norms.so"
+def _cuda_library(source: str) -> ctypes.CDLL:
+    """Build ``benchmarks/<source>`` for sm_90 with nvcc (registers and spills printed) and load it."""
+    lib_path = pathlib.Path(tempfile.mkdtemp()) / pathlib.Path(source).with_suffix(".so").name
     cmd = ["nvcc", "-O3", "-std=c++17", "-arch=sm_90", "-Xptxas", "-v", "--shared", "-Xcompiler", "-fPIC",
-           "-o", str(lib_path), str(CUDA_NORMS)]
+           "-o", str(lib_path), str(pathlib.Path(__file__).with_name(source))]
     built = subprocess.run(cmd, check=False, capture_output=True, text=True)
     for line in built.stderr.splitlines():
         if "registers" in line or "spill" in line or "error" in line:
             print("nvcc:", line.strip(), flush=True)
     built.check_returncode()
-    lib = ctypes.CDLL(str(lib_path))
+    return ctypes.CDLL(str(lib_path))
+
+
+def _cuda_norms() -> ctypes.CDLL:
+    lib = _cuda_library("kernels_cuda_norms.cu")
     p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.kc_norm_rows.argtypes = [p, p, p, p, p, i, f, i, i, i, p]
     lib.kc_norm_warp_rows.argtypes = [p, p, p, p, p, i, f, i, i, p]
@@ -1136,6 +1139,29 @@ def rope_variants13(inp):
 VARIANTS13 = {"rotary_embedding": (rope_variants13, ("kcheck", "liger"))}
 
 
+# --------------------------------------------------------------------------- round 14: CUDA C++ RoPE
+
+# RoPE runs 3 points of the datasheet below copies of its bytes, waiting on loads at 56% occupancy
+# (54 registers a thread). kernels_cuda_rope.cu writes the same design in CUDA C++, one CTA per
+# group of 4 to 32 heads of a token, or per token, each thread rotating 8 pairs with 16-byte accesses.
+
+
+def cuda_rope_variants14(inp):
+    _, pos, q, k, cache, T, HQ, HK, HALF, _ = _rope_args(inp)
+    if (INTERPRET or not inp["is_neox"] or HALF != 64 or q.dtype != torch.bfloat16 or cache.dtype != torch.float32
+            or pos.dtype != torch.int64 or not all(t.is_contiguous() for t in (q, k, cache))):
+        return {}  # built for contiguous bf16 heads of 128 in the NeoX layout with an fp32 cache
+    lib = _cuda_library("kernels_cuda_rope.cu")
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.kc_rope.argtypes = [p, p, p, p, i, i, i, i, p]
+    ptrs = [t.data_ptr() for t in (pos, q, k, cache)]
+    return {f"cuda-heads{h}" if h else "cuda-token": _cuda_call(lib.kc_rope, (q, k), *ptrs, T, HQ, HK, h)
+            for h in (4, 8, 16, 32, 0)}
+
+
+VARIANTS14 = {"rotary_embedding": (cuda_rope_variants14, ("kcheck", "liger"))}
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -1158,11 +1184,11 @@ def main():
     parser.add_argument("--tokens", default="16384,4096")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=100)
-    parser.add_argument("--round", type=int, default=1, choices=tuple(range(1, 14)))
+    parser.add_argument("--round", type=int, default=1, choices=tuple(range(1, 15)))
     parser.add_argument("--out", help="also write the rows, with the environment, to this JSON file")
     args = parser.parse_args()
     variants = {1: VARIANTS, 2: VARIANTS2, 3: VARIANTS3, 4: VARIANTS4, 5: VARIANTS5, 6: VARIANTS6, 7: VARIANTS7, 8: VARIANTS8, 9: VARIANTS9, 10: VARIANTS10, 11: VARIANTS11,
-                12: VARIANTS12, 13: VARIANTS13}[args.round]
+                12: VARIANTS12, 13: VARIANTS13, 14: VARIANTS14}[args.round]
     device = torch.device("cpu" if INTERPRET else "cuda")
     tokens = [int(t) for t in args.tokens.split(",")]
     timer = None if INTERPRET else Timer(device, reps=args.reps)
