@@ -9,6 +9,8 @@
 // token's cache row), and stores two 16-byte words back.
 //   rope_heads<HEADS>  one CTA per group of HEADS heads of one token (the Triton kernel's grid)
 //   rope_token         one CTA per token, all query and key heads
+// With `gathered`, pos is ignored and token t reads row t of the cache: the caller has gathered the
+// rows beforehand, so no load waits on another (the A/B for the position-dependent read).
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -28,7 +30,12 @@ struct RopeArgs {
   const float4* cache;
   int hq;
   int hk;
+  bool gathered;
 };
+
+__device__ __forceinline__ const float4* cache_row(const RopeArgs& a, int64_t t) {
+  return a.cache + (a.gathered ? t : a.pos[t]) * kCacheRow;
+}
 
 __device__ __forceinline__ float2 unpack(uint32_t word) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
@@ -68,24 +75,24 @@ __global__ void __launch_bounds__(HEADS * kChunks) rope_heads(RopeArgs a) {
   const int head = (is_q ? g : g - qg) * HEADS + static_cast<int>(threadIdx.x) / kChunks;
   if (head >= (is_q ? a.hq : a.hk)) return;
   uint4* row = is_q ? a.q + (t * a.hq + head) * kHeadWords : a.k + (t * a.hk + head) * kHeadWords;
-  rotate_chunk(row, static_cast<int>(threadIdx.x) % kChunks, a.cache + a.pos[t] * kCacheRow);
+  rotate_chunk(row, static_cast<int>(threadIdx.x) % kChunks, cache_row(a, t));
 }
 
 __global__ void rope_token(RopeArgs a) {
   const int64_t t = blockIdx.x;
   const int head = static_cast<int>(threadIdx.x) / kChunks;
   uint4* row = head < a.hq ? a.q + (t * a.hq + head) * kHeadWords : a.k + (t * a.hk + head - a.hq) * kHeadWords;
-  rotate_chunk(row, static_cast<int>(threadIdx.x) % kChunks, a.cache + a.pos[t] * kCacheRow);
+  rotate_chunk(row, static_cast<int>(threadIdx.x) % kChunks, cache_row(a, t));
 }
 
 }  // namespace
 
 // The entry point, for ctypes: returns 0, a cudaError_t, or -1 for a configuration not built.
-// heads = 0 launches rope_token.
+// heads = 0 launches rope_token; gathered != 0 reads cache row t for token t.
 extern "C" int kc_rope(const void* pos, void* q, void* k, const void* cache, int tokens, int hq, int hk, int heads,
-                       void* stream) {
+                       int gathered, void* stream) {
   const RopeArgs a{static_cast<const int64_t*>(pos), static_cast<uint4*>(q), static_cast<uint4*>(k),
-                   static_cast<const float4*>(cache), hq, hk};
+                   static_cast<const float4*>(cache), hq, hk, gathered != 0};
   const auto s = static_cast<cudaStream_t>(stream);
   const auto groups = [&](int h) { return tokens * ((hq + h - 1) / h + (hk + h - 1) / h); };
   switch (heads) {
