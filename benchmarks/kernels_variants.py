@@ -1046,9 +1046,11 @@ def _cuda_norms() -> ctypes.CDLL:
     return lib
 
 
-def _cuda_call(entry, result, *args):
-    """A zero-argument callable launching ``entry(*args, stream)`` on the current stream."""
-    def f():
+def _cuda_call(entry, result, *args, keep=()):
+    """A zero-argument callable launching ``entry(*args, stream)`` on the current stream. The
+    arguments are raw pointers: ``keep`` holds tensors that only they refer to, so that their
+    memory is not freed and reused while the callable lives."""
+    def f(keep=keep):
         err = entry(*args, torch.cuda.current_stream().cuda_stream)
         if err:
             raise RuntimeError(f"{entry.__name__}{args[-3:]}: error {err}")
@@ -1163,7 +1165,7 @@ def cuda_rope_variants14(inp):
         v[name] = _cuda_call(lib.kc_rope, (q, k), pos.data_ptr(), q.data_ptr(), k.data_ptr(), cache.data_ptr(),
                              T, HQ, HK, h, 0)
         v[name + "-gathered"] = _cuda_call(lib.kc_rope, (q, k), pos.data_ptr(), q.data_ptr(), k.data_ptr(),
-                                           rows.data_ptr(), T, HQ, HK, h, 1)
+                                           rows.data_ptr(), T, HQ, HK, h, 1, keep=(rows,))
     return v
 
 
