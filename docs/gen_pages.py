@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import io
 import json
-import math
 import posixpath
 import re
 from collections import defaultdict
@@ -499,23 +498,18 @@ def _plot(result: dict, op: str) -> bytes:
     return buf.getvalue()
 
 
-def _down(x: float, digits: int) -> str:
-    """``x`` rounded down to ``digits`` decimals, so that no figure reads as meeting a goal it misses
-    (a speed-up of 0.997 reads 0.99; kcheck.kernels.harness.summary_table does the same, and this
-    script does not import the kernels package, which needs torch)."""
-    scale = 10 ** digits
-    return f"{math.floor(x * scale + 1e-9) / scale:.{digits}f}"
-
-
 def _pct(value) -> str:
+    """A fraction as a percentage, rounded down (``kcheck.kernels.rounded_down``)."""
+    from kcheck.kernels import rounded_down
     if not isinstance(value, (int, float)):
         return "—"
-    return f"{_down(100 * value, 1)}%"
+    return f"{rounded_down(100 * value, 1)}%"
 
 
 def _results_table(rows: list[dict]) -> list[str]:
     """One line per dtype and token count: kcheck's time, bandwidth and fractions of the ceilings,
     each peer's time, and the best peer's time over kcheck's (above 1: kcheck is faster)."""
+    from kcheck.kernels import rounded_down
     peers = sorted({r["impl"] for r in rows} - {"kcheck"},
                    key=lambda i: (PEER_ORDER.index(i) if i in PEER_ORDER else len(PEER_ORDER), i))
     grid: dict[tuple, dict[str, dict]] = defaultdict(dict)
@@ -531,7 +525,7 @@ def _results_table(rows: list[dict]) -> list[str]:
                    _pct(own.get("frac_datasheet"))] if own else ["—"] * 4)
         cells += [f"{by_impl[p]['median_us']:.2f}" if p in by_impl else "—" for p in peers]
         times = [by_impl[p]["median_us"] for p in peers if p in by_impl]
-        cells.append(f"{_down(min(times) / own['median_us'], 2)}×" if own and times and own["median_us"] else "—")
+        cells.append(f"{rounded_down(min(times) / own['median_us'], 2)}×" if own and times and own["median_us"] else "—")
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
 

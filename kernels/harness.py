@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import math
 import os
 import platform
 import secrets
@@ -32,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+
+from kcheck.kernels import rounded_down
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 DATASHEET_GBPS = {"NVIDIA H200": 4800.0, "NVIDIA H100 80GB HBM3": 3350.0}
@@ -402,12 +403,6 @@ def environment(commit: str | None = None) -> dict[str, Any]:
     }
 
 
-def _down(x: float, digits: int) -> str:
-    """``x`` rounded down to ``digits`` decimals: a speed-up of 0.997 reads 0.99, never 1.00."""
-    scale = 10 ** digits
-    return f"{math.floor(x * scale + 1e-9) / scale:.{digits}f}"
-
-
 def summary_table(result: Mapping[str, Any], dtype: str = "bfloat16") -> str:
     """A Markdown table of a results file: kcheck against the fastest peer at each (op, tokens).
 
@@ -428,11 +423,11 @@ def summary_table(result: Mapping[str, Any], dtype: str = "bfloat16") -> str:
         if ours is None or not others:
             continue
         peer = min(others, key=lambda r: r["median_us"])
-        sheet = f"{_down(100 * ours['frac_datasheet'], 1)}%" if ours["frac_datasheet"] is not None else "–"
+        sheet = f"{rounded_down(100 * ours['frac_datasheet'], 1)}%" if ours["frac_datasheet"] is not None else "–"
         lines.append(
             f"| {op} | {tokens} | {ours['median_us']:.2f} | {peer['impl']} | {peer['median_us']:.2f} | "
-            f"{_down(peer['median_us'] / ours['median_us'], 2)} | {ours['gbps']:.0f} | "
-            f"{_down(100 * ours['frac_copy'], 1)}% | {sheet} |"
+            f"{rounded_down(peer['median_us'] / ours['median_us'], 2)} | {ours['gbps']:.0f} | "
+            f"{rounded_down(100 * ours['frac_copy'], 1)}% | {sheet} |"
         )
     other = [r for r in result.get("other_rows", []) if r["dtype"] == dtype]
     if other:
@@ -446,5 +441,5 @@ def summary_table(result: Mapping[str, Any], dtype: str = "bfloat16") -> str:
             own = next((o for o in ours if o["impl"] == "kcheck"), None)
             if own is not None:
                 lines.append(f"| {r['op']} | {r['tokens']} | {r['impl']} | {r['median_us']:.2f} | "
-                             f"{own['median_us']:.2f} | {_down(r['median_us'] / own['median_us'], 2)} |")
+                             f"{own['median_us']:.2f} | {rounded_down(r['median_us'] / own['median_us'], 2)} |")
     return "\n".join(lines)
