@@ -1,0 +1,312 @@
+"""Measure kcheck against the labelled corpus: precision and recall per rule and family, per split.
+
+    python benchmarks/corpus.py fetch DEST                   # once: the trees and fixes
+    python benchmarks/evaluate.py DEST --split dev           # tune here as often as you like
+    python benchmarks/evaluate.py DEST --split test --out benchmarks/results/evaluation
+    python benchmarks/evaluate.py DEST --split test --sample precision-todo.yaml
+
+kcheck runs over every tree of the split (every rule, preview ones included) and over the fixes,
+then its findings meet the labels of ``benchmarks/labels/`` (see its README):
+
+- **recall**: of the positive labels (real instances found by reading, and the pre-fix side of
+  merged fixes), the share with a finding of the family (per rule: of the rule) inside the range;
+- **precision**: of the findings judged in ``precision.yaml``, the share judged TRUE;
+- **false alarms**: findings inside negative labels (clean look-alikes, the post-fix side).
+
+Every interval is Wilson's 95 % score interval. Every label that disagrees with kcheck is
+printed. A rule is **stable** when its test precision is at least 80 % and the interval is at most
+30 points wide, otherwise **preview** (the bar of benchmarks/README.md).
+
+Every run that reads the test split appends a line to ``benchmarks/results/test-looks.md``: the
+number of looks at the test split stays visible. ``--sample FILE`` writes the precision sample to
+judge: every finding of a rule with at most 10 on the split, otherwise a seeded sample of 10,
+leaving out findings already judged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from corpus import load_fixes, load_manifest  # noqa: E402
+
+LABELS = HERE / "labels"
+LOOKS = HERE / "results" / "test-looks.md"
+SAMPLE_PER_RULE = 10
+SEED = 20261204
+BAR_PRECISION = 0.80
+BAR_WIDTH = 0.30
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials (0, 1 when n is 0)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    d = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / d
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def family(code: str) -> str:
+    return code[:3]
+
+
+# ---- running kcheck -------------------------------------------------------------------------------
+
+def kcheck_findings(folder: Path, jobs: int) -> list[dict]:
+    """Every finding kcheck reports in ``folder`` (paths relative to it), every rule on."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "findings.json"
+        cmd = [sys.executable, "-m", "kcheck", "check", ".", "-q", "--exit-zero", "--select", "ALL",
+               "-j", str(jobs), "-o", f"json:{out}"]
+        help_text = subprocess.run([sys.executable, "-m", "kcheck", "check", "--help"],
+                                   capture_output=True, text=True).stdout
+        if "--preview" in help_text:
+            cmd.append("--preview")
+        proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
+        if proc.returncode not in (0, 1) or not out.exists():
+            raise SystemExit(f"evaluate: kcheck failed on {folder.name} (exit {proc.returncode}): "
+                             f"{proc.stderr.strip()[-2000:]}")
+        data = json.loads(out.read_text())
+    rows = data if isinstance(data, list) else data.get("findings", [])
+    return [{"code": f["code"], "path": f["filename"], "line": f["location"]["row"],
+             "end_line": f["end_location"]["row"], "message": f["message"]} for f in rows]
+
+
+def scan_split(dest: Path, split: str, jobs: int) -> dict[str, list[dict]]:
+    """tree name -> findings, for the split's trees present in ``dest``; fixes under 'fixes/<id>/...'."""
+    found: dict[str, list[dict]] = {}
+    for t in load_manifest():
+        if t["split"] != split:
+            continue
+        folder = dest / t["name"]
+        if not folder.is_dir():
+            print(f"evaluate: {t['name']} is not fetched in {dest}; run benchmarks/corpus.py fetch", file=sys.stderr)
+            continue
+        found[t["name"]] = kcheck_findings(folder, jobs)
+    if split == "test" and (dest / "fixes").is_dir():  # fixes are test by rule (benchmarks/README.md)
+        found["fixes"] = kcheck_findings(dest / "fixes", jobs)
+    return found
+
+
+# ---- labels ----------------------------------------------------------------------------------------
+
+def load_labels(split_of: dict[str, str]) -> tuple[list[dict], list[dict]]:
+    """(recall-side labels incl. fixes, precision labels); each recall label has tree, path, lines,
+    family, rule, verdict, origin."""
+    recall: list[dict] = []
+    for f in sorted((LABELS / "recall").glob("*.yaml")):
+        for lab in (yaml.safe_load(f.read_text()) or {}).get("labels", []) or []:
+            recall.append(dict(lab, origin=f"recall/{f.name}"))
+    for fix in load_fixes():
+        base = {"tree": "fixes", "family": fix["family"], "rule": fix.get("rule"), "reason": fix.get("reason", ""),
+                "evidence": fix.get("evidence", ""), "origin": f"fix {fix['id']}"}
+        recall.append(dict(base, path=f"{fix['id']}/pre/{fix['path']}", lines=fix["pre_lines"], verdict=True))
+        recall.append(dict(base, path=f"{fix['id']}/post/{fix['path']}", lines=fix["post_lines"], verdict=False))
+    precision_file = LABELS / "precision.yaml"
+    precision = (yaml.safe_load(precision_file.read_text()) or {}).get("labels", []) if precision_file.exists() else []
+    for lab in recall + precision:
+        if lab["tree"] != "fixes" and lab["tree"] not in split_of:
+            raise SystemExit(f"evaluate: a label names tree {lab['tree']!r}, which is not in corpus.yaml")
+    return recall, precision or []
+
+
+def _hits(lab: dict, findings: list[dict], by_rule: bool) -> list[dict]:
+    lo, hi = lab["lines"]
+    want = lab.get("rule") if by_rule else lab["family"]
+    return [f for f in findings if f["path"] == lab["path"] and lo <= f["line"] <= hi
+            and (f["code"] == want if by_rule else family(f["code"]) == want)]
+
+
+# ---- measuring -------------------------------------------------------------------------------------
+
+def measure(found: dict[str, list[dict]], recall: list[dict], precision: list[dict], trees: set[str]) -> dict:
+    rec_fam = defaultdict(lambda: [0, 0])   # family -> [found, positives]
+    rec_rule = defaultdict(lambda: [0, 0])
+    alarms = defaultdict(lambda: [0, 0])    # family -> [negatives with a finding, negatives]
+    missed, false_alarms = [], []
+    for lab in recall:
+        if lab["tree"] not in trees:
+            continue
+        findings = found.get(lab["tree"], [])
+        fam = lab["family"]
+        if lab["verdict"]:
+            hit = bool(_hits(lab, findings, by_rule=False))
+            rec_fam[fam][0] += hit
+            rec_fam[fam][1] += 1
+            if lab.get("rule"):
+                rec_rule[lab["rule"]][0] += bool(_hits(lab, findings, by_rule=True))
+                rec_rule[lab["rule"]][1] += 1
+            if not hit:
+                missed.append(lab)
+        else:
+            hits = _hits(lab, findings, by_rule=False)
+            alarms[fam][0] += bool(hits)
+            alarms[fam][1] += 1
+            if hits:
+                false_alarms.append(dict(lab, findings=[f"{h['code']}:{h['line']}" for h in hits]))
+    counts = defaultdict(int)
+    for tree, findings in found.items():
+        for f in findings:
+            counts[f["code"]] += 1
+    index = {(tree, f["path"], f["line"], f["code"]) for tree, fs in found.items() for f in fs}
+    prec_rule = defaultdict(lambda: [0, 0])
+    judged_false, stale = [], []
+    for lab in precision:
+        if lab["tree"] not in trees:
+            continue
+        if lab.get("verdict") is None:
+            continue
+        key = (lab["tree"], lab["path"], lab["lines"][0], lab["rule"])
+        if key not in index:
+            stale.append(lab)
+            continue
+        prec_rule[lab["rule"]][0] += bool(lab["verdict"])
+        prec_rule[lab["rule"]][1] += 1
+        if not lab["verdict"]:
+            judged_false.append(lab)
+    prec_fam = defaultdict(lambda: [0, 0])
+    for rule, (k, n) in prec_rule.items():
+        prec_fam[family(rule)][0] += k
+        prec_fam[family(rule)][1] += n
+
+    def row(k: int, n: int) -> dict:
+        lo, hi = wilson(k, n)
+        return {"k": k, "n": n, "value": (k / n) if n else None, "low": lo, "high": hi}
+
+    rules = sorted(set(counts) | set(prec_rule) | set(rec_rule))
+    per_rule = {}
+    for r in rules:
+        p = row(*prec_rule[r])
+        status = "stable" if p["n"] and p["value"] >= BAR_PRECISION and p["high"] - p["low"] <= BAR_WIDTH else "preview"
+        per_rule[r] = {"findings": counts.get(r, 0), "precision": p, "recall": row(*rec_rule[r]), "status": status}
+    fams = sorted(set(rec_fam) | set(prec_fam) | {family(r) for r in rules})
+    per_family = {f: {"findings": sum(v for c, v in counts.items() if family(c) == f),
+                      "precision": row(*prec_fam[f]), "recall": row(*rec_fam[f]),
+                      "false_alarms": row(*alarms[f])} for f in fams}
+    return {"rules": per_rule, "families": per_family,
+            "missed": missed, "false_alarms": false_alarms, "judged_false": judged_false, "stale": stale}
+
+
+def pct(r: dict) -> str:
+    if not r["n"]:
+        return "—"
+    return f"{100 * r['value']:.0f}% ({100 * r['low']:.0f}–{100 * r['high']:.0f}) {r['k']}/{r['n']}"
+
+
+def render(split: str, m: dict, meta: dict) -> str:
+    out = [f"# kcheck on the {split} split", "",
+           f"kcheck {meta['commit']}, {meta['date']}, Python {meta['python']}, trees: {', '.join(meta['trees'])}", "",
+           "Intervals: Wilson 95 %. Precision from judged findings (`labels/precision.yaml`); recall from "
+           "positive labels (`labels/recall/`, and the pre-fix side of `labels/fixes.yaml` on the test split); "
+           "false alarms: findings inside negative labels.", "",
+           "| family | findings | precision | recall | false alarms on negatives |", "|---|---:|---|---|---|"]
+    for f, r in m["families"].items():
+        out.append(f"| {f}xx | {r['findings']} | {pct(r['precision'])} | {pct(r['recall'])} | {pct(r['false_alarms'])} |")
+    out += ["", "| rule | findings | precision | recall | status |", "|---|---:|---|---|---|"]
+    for code, r in m["rules"].items():
+        out.append(f"| {code} | {r['findings']} | {pct(r['precision'])} | {pct(r['recall'])} | {r['status']} |")
+    def lab_line(lab: dict, extra: str = "") -> str:
+        return (f"- {lab['tree']}:{lab['path']}:{lab['lines'][0]}-{lab['lines'][-1]} "
+                f"{lab.get('rule') or lab['family']} — {lab.get('reason', '')}{extra}")
+    out += ["", f"## Missed ({len(m['missed'])}): positive labels with no finding of the family", ""]
+    out += [lab_line(lab) for lab in m["missed"]]
+    out += ["", f"## False alarms ({len(m['false_alarms'])}): findings inside negative labels", ""]
+    out += [lab_line(lab, f" [{', '.join(lab['findings'])}]") for lab in m["false_alarms"]]
+    out += ["", f"## Findings judged FALSE ({len(m['judged_false'])})", ""]
+    out += [lab_line(lab) for lab in m["judged_false"]]
+    out += ["", f"## Stale precision labels ({len(m['stale'])}): the judged finding is no longer reported", ""]
+    out += [lab_line(lab) for lab in m["stale"]]
+    return "\n".join(out) + "\n"
+
+
+def draw_sample(found: dict[str, list[dict]], judged: list[dict], seed: int = SEED) -> list[dict]:
+    """Per rule: every finding if at most SAMPLE_PER_RULE, else a seeded sample; minus judged ones."""
+    done = {(lab["tree"], lab["path"], lab["lines"][0], lab["rule"]) for lab in judged}
+    pool = defaultdict(list)
+    for tree, fs in found.items():
+        for f in fs:
+            pool[f["code"]].append((tree, f["path"], f["line"], f["code"], f["end_line"], f["message"]))
+    todo = []
+    for code in sorted(pool):
+        items = sorted(pool[code])
+        pick = items if len(items) <= SAMPLE_PER_RULE else random.Random(f"{seed}:{code}").sample(items, SAMPLE_PER_RULE)
+        for tree, path, line, c, end, msg in sorted(pick):
+            if (tree, path, line, c) not in done:
+                todo.append({"tree": tree, "path": path, "lines": [line, end], "rule": c, "family": c[:3],
+                             "verdict": None, "reason": "", "message": msg})
+    return todo
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def log_look(split: str, m: dict, meta: dict, why: str) -> None:
+    fams = ", ".join(f"{f}xx P {pct(r['precision']).split(' (')[0]} R {pct(r['recall']).split(' (')[0]}"
+                     for f, r in m["families"].items() if f != "KC9")
+    line = f"| {meta['date']} | {meta['commit']} | {why} | {fams} |\n"
+    if not LOOKS.exists():
+        LOOKS.parent.mkdir(parents=True, exist_ok=True)
+        LOOKS.write_text("# Looks at the test split\n\nEvery run of `evaluate.py` on the test split, as it "
+                         "happened (benchmarks/README.md: the protocol).\n\n| date | commit | why | figures |\n"
+                         "|---|---|---|---|\n")
+    with LOOKS.open("a") as fh:
+        fh.write(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dest", type=Path, help="where benchmarks/corpus.py fetched the trees")
+    ap.add_argument("--split", choices=("dev", "test"), required=True)
+    ap.add_argument("--out", type=Path, help="write <out>-<split>.json and .md")
+    ap.add_argument("--sample", type=Path, help="write the precision sample still to judge to this YAML file")
+    ap.add_argument("--why", default="measurement", help="test split: the reason logged for this look")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args(argv)
+    manifest = load_manifest()
+    split_of = {t["name"]: t["split"] for t in manifest}
+    trees = {n for n, s in split_of.items() if s == args.split and (args.dest / n).is_dir()}
+    if args.split == "test":
+        trees.add("fixes")
+    found = scan_split(args.dest, args.split, args.jobs)
+    recall, precision = load_labels(split_of)
+    m = measure(found, recall, precision, trees)
+    meta = {"commit": _commit(), "date": datetime.date.today().isoformat(),
+            "python": sys.version.split()[0], "trees": sorted(t for t in trees if t in found)}
+    text = render(args.split, m, meta)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        Path(f"{args.out}-{args.split}.md").write_text(text)
+        Path(f"{args.out}-{args.split}.json").write_text(json.dumps({"meta": meta, **m}, indent=1, default=str) + "\n")
+    if args.sample:
+        todo = draw_sample(found, precision)
+        args.sample.write_text(yaml.safe_dump({"labels": todo}, sort_keys=False, width=120))
+        print(f"evaluate: {len(todo)} findings to judge written to {args.sample}", file=sys.stderr)
+    if args.split == "test":
+        log_look(args.split, m, meta, args.why)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
