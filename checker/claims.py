@@ -45,10 +45,49 @@ LIBRARY_OPS: dict[str, str] = {
     "torch.softmax": "softmax", "torch.log_softmax": "softmax", "torch.nn.functional.softmax": "softmax",
     "torch.nn.functional.log_softmax": "softmax", "torch.nn.Softmax": "softmax", "torch.special.softmax": "softmax",
     "torch.ops.aten.*": "aten",
+    # What a kernel submission's primary compute may also hand to the library: reductions, scans,
+    # sorts, linear algebra, normalisation, activations, pooling and losses (BROAD_FAMILIES).
+    **{f"torch.{n}": "reduction" for n in (
+        "sum", "mean", "amax", "amin", "max", "min", "prod", "std", "var", "logsumexp", "norm", "argmax",
+        "argmin", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "nansum", "var_mean", "std_mean")},
+    **{f"torch.{n}": "sort" for n in ("sort", "topk", "argsort", "kthvalue", "median", "quantile")},
+    "torch.linalg.*": "linalg", "torch.cholesky*": "linalg", "torch.inverse": "linalg", "torch.det": "linalg",
+    "torch.tril": "linalg", "torch.triu": "linalg", "torch.diag": "linalg", "torch.trace": "linalg",
+    "torch.cdist": "linalg", "torch.cross": "linalg", "torch.outer": "gemm", "torch.dot": "gemm",
+    "torch.tensordot": "gemm", "torch.kron": "gemm",
+    **{f"torch.nn.functional.{n}": "norm" for n in (
+        "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm", "normalize", "local_response_norm")},
+    **{f"torch.nn.{n}": "norm" for n in (
+        "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d",
+        "InstanceNorm3d", "RMSNorm", "LocalResponseNorm")},
+    **{f"torch.nn.functional.{n}": "activation" for n in (
+        "relu", "relu6", "gelu", "silu", "mish", "sigmoid", "tanh", "softplus", "softsign", "elu", "selu", "celu",
+        "leaky_relu", "hardtanh", "hardswish", "hardsigmoid", "glu", "logsigmoid", "dropout", "softmin")},
+    **{f"torch.{n}": "activation" for n in (
+        "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "clamp", "clip", "where", "abs", "pow",
+        "sin", "cos", "maximum", "minimum", "log1p", "expm1", "reciprocal", "sign", "floor", "ceil", "round")},
+    **{f"torch.nn.{n}": "activation" for n in (
+        "ReLU", "ReLU6", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Softplus", "ELU", "SELU", "CELU", "LeakyReLU",
+        "Hardtanh", "Hardswish", "Hardsigmoid", "GLU", "LogSigmoid", "Dropout", "Softmin", "LogSoftmax")},
+    "torch.nn.functional.*pool*": "pool", "torch.nn.*Pool*": "pool", "torch.max_pool*": "pool",
+    "torch.avg_pool*": "pool", "torch.adaptive_*pool*": "pool",
+    "torch.nn.functional.interpolate": "pool", "torch.nn.functional.embedding": "pool",
+    "torch.nn.functional.*_loss": "loss", "torch.nn.functional.cross_entropy": "loss",
+    "torch.nn.functional.kl_div": "loss", "torch.nn.functional.nll_loss": "loss",
+    "torch.nn.functional.binary_cross_entropy*": "loss", "torch.nn.functional.cosine_similarity": "loss",
+    "torch.nn.functional.pairwise_distance": "loss", "torch.nn.*Loss": "loss",
 }
+# The families above that count only for a kernel *submission* (a ModelNew, a solution's Model, a
+# custom_kernel): a registered op whose body is plain torch reductions or activations is an
+# integration point for torch.compile more often than a claim of a new kernel.
+BROAD_FAMILIES = {"reduction", "sort", "linalg", "norm", "activation", "pool", "loss"}
 # Tensor methods that are the same library ops (``a.matmul(b)``, ``x.softmax(-1)``).
 LIBRARY_METHODS = {"matmul": "gemm", "mm": "gemm", "bmm": "gemm", "addmm": "gemm", "baddbmm": "gemm",
-                   "__matmul__": "gemm", "softmax": "softmax", "log_softmax": "softmax"}
+                   "__matmul__": "gemm", "softmax": "softmax", "log_softmax": "softmax",
+                   **{n: "reduction" for n in ("sum", "mean", "amax", "amin", "prod", "std", "var", "logsumexp",
+                                               "norm", "argmax", "argmin", "cumsum", "cumprod")},
+                   **{n: "sort" for n in ("sort", "topk", "argsort")},
+                   **{n: "activation" for n in ("relu", "sigmoid", "tanh", "exp", "rsqrt", "sqrt", "clamp")}}
 # Families heavy enough to be "the main op" next to an elementwise or data-movement kernel.
 HEAVY_FAMILIES = {"gemm", "attention", "conv", "baseline", "configured"}
 # Calls into these modules do no hidden kernel work of their own (torch ops outside LIBRARY_OPS
@@ -69,6 +108,20 @@ REFERENCE_NAME = re.compile(
     r"^(ref|reference|naive|torch|native|baseline|fake|meta)(_|$)|_(ref|reference|naive|torch|native|baseline|fake|meta)$"
 )
 BUILTINS = frozenset(dir(builtins))
+# Dispatch keys under which a registered implementation is the op's portable fallback.
+FALLBACK_KEYS = {"default", "cpu", "compositeexplicitautograd", "compositeimplicitautograd"}
+# Where agents and leaderboards keep solutions: a ``Model`` class in such a file is the solution
+# (kernel-generation dumps name their answer ``Model`` as often as ``ModelNew``). A task's reference
+# lives elsewhere (``level1/19_ReLU.py``) and authors no kernel.
+SOLUTION_PATH = re.compile(
+    r"(^|/)(solutions?|samples?|runs?|generations?|generated|candidates?|submissions?|attempts?|rollouts?"
+    r"|trajector(y|ies)|agent[\w.-]*|iterations?)(/|$)", re.IGNORECASE)
+
+
+def is_solution_file(path: str, authors_kernel: bool) -> bool:
+    """Whether a file's ``Model`` is a solution rather than a task's reference: it lives where
+    solutions are kept, or the file itself builds or defines a kernel (a reference never does)."""
+    return authors_kernel or bool(SOLUTION_PATH.search(path.rsplit("/", 1)[0] if "/" in path else ""))
 
 
 @dataclass
@@ -336,6 +389,11 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
             add(Claim("model-new", "ModelNew.forward", methods["forward"], cls, baseline,
                       _class_attrs(model, cls, extensions),
                       _class_attrs(model, baseline_cls, extensions) if baseline_cls is not None else {}))
+        elif cls.name.value == "Model" and "forward" in methods and "ModelNew" not in classes and (
+            is_solution_file(model.path, bool(extensions or model.triton_kernels))
+        ):  # a solution dump's answer named Model: no baseline in the file
+            add(Claim("model-solution", "Model.forward (a solution)", methods["forward"], cls, None,
+                      _class_attrs(model, cls, extensions)))
         elif "forward_cuda" in methods and ("CustomOp" in bases or "forward_native" in methods) and not (
             "forward_native" in methods and methods["forward_cuda"].body.deep_equals(methods["forward_native"].body)
         ):  # a forward_cuda that is forward_native word for word claims no kernel
@@ -351,6 +409,8 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
                 add(Claim("custom-kernel", "custom_kernel", fn))
     for fn in _registered_by_call(model, module):
         add(Claim("custom-op", f"custom op {fn.name.value}", fn))
+    for fn in _compiled_custom_kernel(model, module):
+        add(Claim("custom-kernel", f"custom_kernel (torch.compile of {fn.name.value})", fn))
     if model.config.kernel_paths and model.config.is_kernel_path(model.path):
         for defs in model.functions.values():
             for fn in defs:
@@ -380,12 +440,13 @@ def _registration(model, fn: cst.FunctionDef) -> bool:
         last = name.split(".")[-1]
         if any(p in name for p in PLUMBING):
             continue
+        keys = [(_string_value(a.value, {}) or "").lower() for a in node.args] if type(node) is cst.Call else []
+        if any(k in FALLBACK_KEYS or "meta" in k or "fake" in k for k in keys[1:] if last != "custom_op"):
+            continue  # the op's default, CPU or composite implementation: the fallback, not a kernel
         if last == "custom_op" or last == "register_kernel":
             return True
         if last == "impl" and type(node) is cst.Call:
-            keys = [_string_value(a.value, {}) or "" for a in node.args]
-            if not any("meta" in k.lower() or "fake" in k.lower() for k in keys):
-                return True
+            return True
     return False
 
 
@@ -397,8 +458,8 @@ def _registered_by_call(model, module: cst.Module) -> Iterator[cst.FunctionDef]:
         last = node.func.attr.value if type(node.func) is cst.Attribute else node.func.value
         target = None
         if last == "impl" and len(node.args) >= 2 and type(node.args[0].value) in (cst.SimpleString, cst.Name):
-            keys = [_string_value(a.value, {}) or "" for a in node.args[2:]]
-            if not any("meta" in k.lower() or "fake" in k.lower() for k in keys):
+            keys = [(_string_value(a.value, {}) or "").lower() for a in node.args[2:]]
+            if not any(k in FALLBACK_KEYS or "meta" in k or "fake" in k for k in keys):
                 target = node.args[1].value
         elif last.endswith("register_custom_op"):
             target = _kwarg(node, "op_func")
@@ -408,6 +469,21 @@ def _registered_by_call(model, module: cst.Module) -> Iterator[cst.FunctionDef]:
             fn = model.local_function(target.value)
             if fn is not None:
                 yield fn
+
+
+def _compiled_custom_kernel(model, module: cst.Module) -> Iterator[cst.FunctionDef]:
+    """``custom_kernel = torch.compile(impl)`` at module level: the leaderboard entry is ``impl``."""
+    for stmt in module.body:
+        if type(stmt) is not cst.SimpleStatementLine:
+            continue
+        for small in stmt.body:
+            if (type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name
+                    and small.targets[0].target.value == "custom_kernel" and type(small.value) is cst.Call
+                    and (model.call_name(small.value) or "") == "torch.compile" and small.value.args
+                    and type(small.value.args[0].value) is cst.Name):
+                fn = model.local_function(small.value.args[0].value.value)
+                if fn is not None:
+                    yield fn
 
 
 def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:

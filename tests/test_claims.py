@@ -210,7 +210,11 @@ def test_library_table_and_configured_library_ops():
     assert library_family("torch.nn.functional.conv2d") == "conv"
     assert library_family("torch.ops.aten.mm.default") == "aten"
     assert library_family("flash_attn.flash_attn_func") == "attention"
-    assert library_family("torch.nn.functional.relu") is None
+    # the primary compute of a submission counts whatever op does it (issue 23); plumbing never does
+    assert library_family("torch.nn.functional.relu") == "activation"
+    assert library_family("torch.linalg.qr") == "linalg"
+    assert library_family("torch.empty") is None
+    assert library_family("torch.cat") is None
     assert library_family("mylib.gemm", Config(library_ops=("mylib.*",))) == "configured"
     source = """
         import mylib

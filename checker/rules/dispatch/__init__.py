@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from kcheck.claims import (
-    BUILTINS, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
+    BROAD_FAMILIES, BUILTINS, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
     is_reference_name, library_family,
 )
 from kcheck.gate import ast_children, by_name, dotted, import_bindings, reachable, resolve, stack_fields
@@ -24,7 +24,7 @@ CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "regist
 # Kernel libraries (not torch): a registered op that calls one integrates a real kernel.
 EXTERNAL_KERNELS = re.compile(r"^(flashinfer|flash_attn)(\.|$)")
 # A reference solution by its file name (ref.py, reference.py, matmul_ref.py).
-REFERENCE_FILE = re.compile(r"^(ref|reference)(_|$)|_(ref|reference)$", re.I)
+REFERENCE_FILE = re.compile(r"^(ref|reference|torch|naive|baseline)(_|$)|_(ref|reference)$", re.I)
 # A docstring that opens by calling the function a reference ("Reference kernel for AG-GEMM").
 REFERENCE_DOC = re.compile(r"^\W*(a |the )?(naive |pytorch |torch )?reference\b", re.I)
 # A leaderboard problem's shipped files (GPU MODE's ``problems/<set>/<name>/``): its sample
@@ -38,7 +38,7 @@ class ClaimRule(Rule):
     """The family's base class: its rules judge kernel claims, so a file must name one of
     ``CLAIM_NAMES`` (or lie on a configured kernel path) before it is parsed for them."""
 
-    PREFILTER = ("|".join(sorted(CLAIM_NAMES)),)
+    PREFILTER = ("|".join(sorted(CLAIM_NAMES)) + r"|class Model\b",)
 
     @classmethod
     def prefilter(cls, text: str, config=None, seen: dict | None = None) -> bool:
@@ -139,8 +139,9 @@ def analyse(model) -> list[Analysis]:
         uses = compute_uses(model, claim.function, claim.attrs)
         library = [u for u in uses if u.kind == "library"]
         if claim.kind == "custom-op":
-            # a registered op around FlashInfer or flash-attn exposes a real kernel to torch.compile
-            library = [u for u in library if not EXTERNAL_KERNELS.match(u.name)]
+            # a registered op around FlashInfer or flash-attn exposes a real kernel to torch.compile,
+            # and one around plain torch reductions or activations is an integration point
+            library = [u for u in library if not EXTERNAL_KERNELS.match(u.name) and u.family not in BROAD_FAMILIES]
         if claim.baseline is not None:
             base = families(compute_uses(model, claim.baseline, claim.baseline_attrs))
             library = [u for u in library if u.family == "baseline" or u.family in base]
@@ -158,7 +159,9 @@ def analyse(model) -> list[Analysis]:
 _LIBRARY_LAST = {k.rsplit(".", 1)[-1]: f for k, f in LIBRARY_OPS.items() if "*" not in k} | LIBRARY_METHODS
 LIBRARY_LAST = frozenset(_LIBRARY_LAST)
 HEAVY_LAST = frozenset(n for n, f in _LIBRARY_LAST.items() if f in HEAVY_FAMILIES)
-LIBRARY_PREFIXES = ("conv", "Conv")  # torch.conv*, torch.nn.functional.conv*, torch.nn.Conv*, ConvTranspose*
+LIBRARY_PREFIXES = ("conv", "Conv", "linalg", "cholesky", "binary_cross_entropy", "max_pool", "avg_pool",
+                    "adaptive_")  # the patterns of LIBRARY_OPS, by the name they start with
+LIBRARY_SUFFIXES = ("_loss", "Loss", "Pool1d", "Pool2d", "Pool3d", "pool1d", "pool2d", "pool3d")
 TRITON_LAST = {"jit", "autotune", "heuristics"}
 REGISTERING = {"custom_op", "register_kernel", "impl"}  # last components of registering decorators
 EXTENSION_BUILDERS = {"load_inline", "load"}
@@ -178,7 +181,7 @@ def _library_aliases(facts: AstFacts, heavy: bool) -> set[str]:
 def _names_library_op(names: set[str], aliases: set[str], heavy: bool) -> bool:
     last = HEAVY_LAST if heavy else LIBRARY_LAST
     return bool(names & last or names & aliases or (not heavy and "aten" in names)
-                or any(n.startswith(LIBRARY_PREFIXES) for n in names))
+                or any(n.startswith(LIBRARY_PREFIXES) or (not heavy and n.endswith(LIBRARY_SUFFIXES)) for n in names))
 
 
 def _decorator_names(facts: AstFacts, fn: ast.AST) -> list[str]:
@@ -213,6 +216,10 @@ def _claims(summary, config) -> tuple[set[str], bool, list[ast.AST]] | None:
         for cls in ast_facts(summary).classes:
             if cls.name == "ModelNew":
                 model_new += [s for s in cls.body if isinstance(s, _FUNCTION_DEFS) and s.name == "forward"]
+    elif "Model" in summary.class_names and is_solution_file(summary.path, _authors_kernel(summary)):
+        for cls in ast_facts(summary).classes:
+            if cls.name == "Model":
+                model_new += [s for s in cls.body if isinstance(s, _FUNCTION_DEFS) and s.name == "forward"]
     # a registering decorator, written as such or imported under another name (``custom_op as co``)
     if any(f.decorators & REGISTERING for f in summary.functions) or any(
         i.rsplit(".", 1)[-1] in REGISTERING for i in summary.imports
@@ -221,6 +228,11 @@ def _claims(summary, config) -> tuple[set[str], bool, list[ast.AST]] | None:
         claims += [fn for fns in facts.defs.values() for fn in fns if REGISTERING & set(_decorator_names(facts, fn))]
     registered = {"custom_kernel"} & summary.function_names()
     local = summary.function_names()
+    for stmt in summary.tree.body:  # custom_kernel = torch.compile(impl)
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                and stmt.targets[0].id == "custom_kernel" and isinstance(stmt.value, ast.Call) and stmt.value.args
+                and isinstance(stmt.value.args[0], ast.Name) and stmt.value.args[0].id in local):
+            registered.add(stmt.value.args[0].id)
     for call, _ in summary.calls:  # lib.impl("op", fn, "CUDA"), direct_register_custom_op("op", fn) or op_func=fn
         last = _last_name(call.func)
         if last == "impl" or last.endswith("register_custom_op"):
@@ -236,6 +248,14 @@ def _claims(summary, config) -> tuple[set[str], bool, list[ast.AST]] | None:
     result = ({fn.name for fn in live}, any(fn in live for fn in model_new), live)
     summary.memo["dispatch_claims"] = (result,)
     return result
+
+
+def _authors_kernel(summary) -> bool:
+    """Whether the file may build an extension or define a Triton kernel (looser than the model's
+    ``extensions or triton_kernels``: any call named ``load_inline``/``load``, any ``jit``-like decorator)."""
+    facts = ast_facts(summary)
+    return any(_builds_extension(facts, c) for c, _ in summary.calls) or any(
+        TRITON_LAST & set(_decorator_names(facts, fn)) for fns in facts.defs.values() for fn in fns)
 
 
 def _own_calls(fn: ast.AST):
