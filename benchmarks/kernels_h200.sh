@@ -4,6 +4,12 @@
 #
 #   KCHECK_COMMIT=$(git rev-parse HEAD) benchmarks/kernels_h200.sh [RESULTS_JSON] [LOG]
 #
+# KCHECK_OPS (comma-separated) limits the run to those ops, for example the fused FP8 ops, whose
+# results are kept in a file of their own:
+#
+#   KCHECK_OPS=rms_norm_fp8_quant,fused_add_rms_norm_fp8_quant,silu_and_mul_fp8_quant \
+#     benchmarks/kernels_h200.sh kernels/results/h200_fused_fp8.json
+#
 # Wheels in .whl/ (for example liger-kernel, a benchmark peer) are installed first when present.
 # Verification and benchmark run as two processes, so a failure in one still leaves the other's
 # output; their JSON is merged into RESULTS_JSON at the end.
@@ -17,9 +23,11 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target "$site" . || exit 2
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export KCHECK_COMMIT=${KCHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+ops=()
+for op in ${KCHECK_OPS:+${KCHECK_OPS//,/ }}; do ops+=(--op "$op"); done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$log"
-python3 -m kcheck.kernels verify --out "$results.verify" 2>&1 | tee -a "$log"
-python3 -m kcheck.kernels bench --out "$results.bench" 2>&1 | tee -a "$log"
+python3 -m kcheck.kernels verify "${ops[@]}" --out "$results.verify" 2>&1 | tee -a "$log"
+python3 -m kcheck.kernels bench "${ops[@]}" --out "$results.bench" 2>&1 | tee -a "$log"
 python3 - "$results" <<'PY'
 import json, os, sys
 out = sys.argv[1]

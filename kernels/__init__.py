@@ -11,8 +11,12 @@ from __future__ import annotations
 import importlib
 import math
 
-OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding", "per_token_fp8_quant")
+OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding", "per_token_fp8_quant",
+       "rms_norm_fp8_quant", "fused_add_rms_norm_fp8_quant", "silu_and_mul_fp8_quant")
 """The reference kernels, one module each."""
+
+FUSED_FP8_OPS = OPS[5:]
+"""The fused quantizing ops (issue 26): a norm or activation straight to e4m3, one pass."""
 
 
 def specs(names=None):

@@ -65,7 +65,8 @@ class KernelSpec:
     """Everything the harness needs to verify and measure one op.
 
     ``impl`` and ``reference`` take the keyword arguments that ``make_inputs`` returns and
-    return the op's outputs (a tensor or a tuple). ``out_args`` names the arguments the
+    return the op's outputs (a tensor or a tuple). ``tolerances`` gives, by dtype, one
+    :class:`Tolerance` for all outputs or a tuple of one per output (after ``readout``). ``out_args`` names the arguments the
     implementation writes into; they are poisoned with NaN before each run. ``readout``
     turns outputs into float tensors to compare (identity by default). ``peers`` maps a
     name to a factory that takes the inputs and returns a zero-argument callable (or None
@@ -83,7 +84,7 @@ class KernelSpec:
     make_inputs: Callable[..., dict[str, Any]]
     cases: tuple[Case, ...]
     bench_shapes: tuple[Mapping[str, int], ...]
-    tolerances: Mapping[str, Tolerance]
+    tolerances: Mapping[str, Tolerance | tuple[Tolerance, ...]]
     bytes: Callable[[Mapping[str, int], torch.dtype], int]
     flops: Callable[[Mapping[str, int]], int]
     catalog: tuple[str, ...]
@@ -141,13 +142,19 @@ def poison(t: torch.Tensor) -> None:
 
 
 def compare(
-    got: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...], tol: Tolerance
+    got: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...], tol: Tolerance | tuple[Tolerance, ...]
 ) -> tuple[bool, float, float, str]:
-    """Return (passed, rel_err, max_abs_err, detail) over all outputs, computed in float64."""
+    """Return (passed, rel_err, max_abs_err, detail) over all outputs, computed in float64.
+
+    ``tol`` is one tolerance for every output, or a tuple with one per output (an op whose outputs
+    are of different kinds, such as e4m3 values counted in steps beside fp32 scales)."""
     if len(got) != len(ref):
         return False, float("nan"), float("nan"), f"{len(got)} outputs, reference has {len(ref)}"
+    tols = tol if isinstance(tol, tuple) else (tol,) * len(got)
+    if len(tols) != len(got):
+        return False, float("nan"), float("nan"), f"{len(tols)} tolerances for {len(got)} outputs"
     rel_err = max_abs = 0.0
-    for i, (o, r) in enumerate(zip(got, ref)):
+    for i, (o, r, tol) in enumerate(zip(got, ref, tols)):
         if o.shape != r.shape:
             return False, float("nan"), float("nan"), f"output {i}: shape {tuple(o.shape)} != {tuple(r.shape)}"
         o, r = o.double(), r.double()

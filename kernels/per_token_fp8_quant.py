@@ -48,6 +48,35 @@ def _round_to_e4m3(v):
     return tl.where(v < 0, -r, r)
 
 
+@triton.jit
+def quantize_rows(x, s_ptr, rows, M, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr, STATIC: tl.constexpr,
+                  ROUND_IN_FP32: tl.constexpr):
+    """fp32 rows ``x`` ([ROWS, BLOCK], masked lanes 0) to e4m3 values in fp32, ready for the cast.
+
+    Dynamic (``STATIC`` false): each row's scale, ``max(max|x| / FP8_MAX, MIN_SCALE)``, is stored
+    at ``s_ptr + rows``. Static: the one fp32 scale at ``s_ptr`` is read. Shared by every kernel
+    that quantizes per token (this op and the fused norm and activation ops), so they all follow
+    one scale rule and one rounding.
+    """
+    if STATIC:
+        scale = tl.load(s_ptr + rows * 0, mask=rows < M, other=1.0)  # the one scale, broadcast to the rows
+    else:
+        scale = tl.maximum(tl.max(tl.abs(x), axis=1) / FP8_MAX, MIN_SCALE)[:, None]
+        tl.store(s_ptr + rows, scale, mask=rows < M)
+    # x / scale, correctly rounded as torch's division is (an approximate one flips e4m3 rounding
+    # on ties), without a correctly rounded division per element: with r = 1/scale correctly
+    # rounded (one division per row), q = x·r is within an ulp, x − q·scale is exact in an fma,
+    # and q + (x − q·scale)·r rounds to the correctly rounded quotient (Markstein's correction;
+    # underflow aside, which e4m3 flushes to zero anyway). On an H200 at T=16384 this took the
+    # kernel from 51.7 to 47.4 us (one row, 4 warps) and changed none of the 67,108,864 e4m3 values.
+    r = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+    q = x * r
+    q = tl.clamp(tl.fma(tl.fma(-q, scale, x), r, q), -FP8_MAX, FP8_MAX)
+    if ROUND_IN_FP32:
+        q = _round_to_e4m3(q)
+    return q
+
+
 @triton.autotune(
     **tuning(ROW_CANDIDATES, ROWS_PINS),
     key=["N", "token_bucket"],
@@ -64,7 +93,7 @@ def _per_token_fp8_quant_kernel(
     token_bucket,  # autotune key only: the token-count regime
     FP8_MAX: tl.constexpr,  # largest finite e4m3 value
     MIN_SCALE: tl.constexpr,  # lower bound on the scale
-    ROUND_IN_FP32: tl.constexpr,  # round to the e4m3 grid before the cast (interpreter only, see below)
+    ROUND_IN_FP32: tl.constexpr,  # round to the e4m3 grid before the cast (interpreter only: module docstring)
     BLOCK_N: tl.constexpr,  # next power of two >= N
     ROWS: tl.constexpr,  # rows per program
 ):
@@ -72,20 +101,8 @@ def _per_token_fp8_quant_kernel(
     cols = tl.arange(0, BLOCK_N)[None, :]
     mask = (rows < M) & (cols < N)
     x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=1) / FP8_MAX, MIN_SCALE)[:, None]
-    # x / scale, correctly rounded as torch's division is (an approximate one flips e4m3 rounding
-    # on ties), without a correctly rounded division per element: with r = 1/scale correctly
-    # rounded (one division per row), q = x·r is within an ulp, x − q·scale is exact in an fma,
-    # and q + (x − q·scale)·r rounds to the correctly rounded quotient (Markstein's correction;
-    # underflow aside, which e4m3 flushes to zero anyway). On an H200 at T=16384 this took the
-    # kernel from 51.7 to 47.4 us (one row, 4 warps) and changed none of the 67,108,864 e4m3 values.
-    r = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
-    q = x * r
-    q = tl.clamp(tl.fma(tl.fma(-q, scale, x), r, q), -FP8_MAX, FP8_MAX)
-    if ROUND_IN_FP32:
-        q = _round_to_e4m3(q)
+    q = quantize_rows(x, s_ptr, rows, M, FP8_MAX, MIN_SCALE, False, ROUND_IN_FP32)
     tl.store(q_ptr + rows * stride_qm + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
-    tl.store(s_ptr + rows, scale, mask=rows < M)
 
 
 def reference(x: torch.Tensor, out: torch.Tensor | None = None, scale: torch.Tensor | None = None):

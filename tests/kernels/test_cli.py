@@ -9,12 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from kcheck.kernels import OPS
+from kcheck.kernels import FUSED_FP8_OPS, OPS
 from kcheck.kernels.__main__ import main
 from kcheck.kernels.harness import summary_table
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "kernels" / "results" / "h200.json"
+FUSED_RESULTS = REPO / "kernels" / "results" / "h200_fused_fp8.json"
+COMMITTED = {RESULTS: tuple(op for op in OPS if op not in FUSED_FP8_OPS), FUSED_RESULTS: FUSED_FP8_OPS}
+"""Each committed results file and the ops it covers: the fused FP8 ops were added (issue 26) and
+run after the results of the first five, in a run of their own."""
 KEYS = {"kcheck_commit", "date", "gpu", "driver", "torch", "triton", "cuda", "ceilings", "rows", "other_rows", "verify"}
 
 
@@ -53,23 +57,34 @@ def test_package_import_loads_neither_torch_nor_triton():
     assert out.split() == ["False", "False"]
 
 
-def test_committed_results_cover_every_op_shape_and_peer():
-    result = json.loads(RESULTS.read_text())
+def test_every_op_has_committed_results():
+    assert sorted(op for ops in COMMITTED.values() for op in ops) == sorted(OPS)
+
+
+@pytest.mark.parametrize("path", list(COMMITTED), ids=[p.name for p in COMMITTED])
+def test_committed_results_cover_every_op_shape_and_peer(path):
+    ops = COMMITTED[path]
+    result = json.loads(path.read_text())
     assert set(result) == KEYS and result["gpu"] == "NVIDIA H200"
     assert result["ceilings"]["copy_gbps"] > 0 and result["ceilings"]["datasheet_gbps"] == 4800
     verified = {(c["op"], c["dtype"]) for c in result["verify"]}
-    assert verified == {(op, dt) for op in OPS for dt in ("bfloat16", "float16")}
+    assert verified == {(op, dt) for op in ops for dt in ("bfloat16", "float16")}
     assert all(c["passed"] and c["graph_replay"] for c in result["verify"])
     timed = {(r["op"], r["tokens"], r["impl"]) for r in result["rows"]}
-    for op in OPS:
+    peers = {"kcheck", "torch", "torch.compile"} | ({"unfused"} if path == FUSED_RESULTS else set())
+    for op in ops:
         for tokens in (1, 32, 256, 4096, 16384):
-            assert {(op, tokens, "kcheck"), (op, tokens, "torch"), (op, tokens, "torch.compile")} <= timed
+            assert {(op, tokens, impl) for impl in peers} <= timed
+    if path == FUSED_RESULTS:  # the same-pattern mover, the ceiling, beside every shape
+        movers = {(r["op"], r["tokens"]) for r in result["other_rows"] if r["impl"] == "mover"}
+        assert movers == {(op, t) for op in ops for t in (1, 32, 256, 4096, 16384)}
     for r in result["rows"]:
         assert r["gbps"] == pytest.approx(r["frac_copy"] * result["ceilings"]["copy_gbps"], rel=1e-2, abs=0.5)
 
 
-def test_readme_table_is_drawn_from_the_committed_results():
-    table = summary_table(json.loads(RESULTS.read_text()))
+@pytest.mark.parametrize("path", list(COMMITTED), ids=[p.name for p in COMMITTED])
+def test_readme_table_is_drawn_from_the_committed_results(path):
+    table = summary_table(json.loads(path.read_text()))
     assert table in (REPO / "kernels" / "README.md").read_text()
 
 

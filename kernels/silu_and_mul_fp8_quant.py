@@ -1,0 +1,204 @@
+"""SiLU-and-mul straight to FP8: ``q, scale = per_token_fp8_quant(silu(x[:, :I]) * x[:, I:])`` in one pass.
+
+For x of shape [T, 2I]: ``y = silu(g) · u`` with ``silu(g) = g · sigmoid(g)`` in fp32, rounded to
+x's dtype as ``silu_and_mul`` stores it, then quantized as ``per_token_fp8_quant`` does: dynamic
+per-token scales ``max(max|y[t, :]| / 448, 1 / (448·512))``, or a division by one given
+``static_scale``; the division correctly rounded (gemm/fp8-per-token-quantization). A per-token
+scale needs the whole row's maximum before any value is written, so each program holds whole
+rows (``I`` up to 32768) where ``silu_and_mul`` tiles a row over several programs. Against the
+upcast torch reference the e4m3 values are within one e4m3 step and the scales within one ulp of
+the dtype (``rms_norm_fp8_quant.TOLERANCES``).
+
+bytes = 2·T·I·s + T·I + 4·T (read gate and up, write q and the scales): 5 bytes an element of
+the output in bf16 where the unfused pair moves 9 (SiLU-and-mul reads 4 and writes 2, the
+quantization reads 2 and writes 1); FLOPs ≈ 8·T·I plus one exponential an element
+(moe/silu-and-mul-activation).
+
+Catalog: moe/silu-and-mul-activation, gemm/fp8-per-token-quantization, hardware/fp8-formats,
+triton-cuda/fp32-accumulation, triton-cuda/int64-offsets, triton-cuda/masks-on-tail-blocks,
+triton-cuda/constexpr-block-sizes, triton-cuda/autotune-keys, triton-cuda/declared-fallbacks.
+
+Declared fallbacks (to :func:`reference`, announced once): input dtypes other than
+bf16/fp16/fp32, tensors that are not 2-D with a unit-stride last dimension, intermediate sizes
+over 32768, GPUs below compute capability 8.9 (no e4m3 conversion), devices without a Triton
+backend.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kcheck.kernels import silu_and_mul as silu
+from kcheck.kernels._launch import INTERPRET, device_reason, fallback, token_bucket, tuning
+from kcheck.kernels.harness import Case, KernelSpec
+from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, quantize_rows
+from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS
+from kcheck.kernels.rms_norm_fp8_quant import TOLERANCES, _quantize, outputs, readout
+
+MAX_INTERMEDIATE = 32768
+"""Whole rows are held in registers: 2 x 32768 fp32 values over a program's warps at most."""
+
+GATED_CANDIDATES = (
+    triton.Config({"ROWS": 1}, num_warps=16),
+    triton.Config({"ROWS": 1}, num_warps=8),
+    triton.Config({"ROWS": 1}, num_warps=4),
+    triton.Config({"ROWS": 1}, num_warps=32),
+    triton.Config({"ROWS": 2}, num_warps=16),
+    triton.Config({"ROWS": 2}, num_warps=32),
+)
+"""Rows per program and warps; the first is the interpreter's. At I=12288 a row is a 16,384-wide
+register tile (a quarter masked) of gate and of up: 32 values of each a thread at 16 warps."""
+
+GATED_PINS = {1: {"ROWS": 1, "num_warps": 16}, 64: {"ROWS": 1, "num_warps": 16}, 1024: {"ROWS": 1, "num_warps": 16}}
+"""The small token buckets' configuration (see ``_launch.pinned``)."""
+
+
+@triton.autotune(
+    **tuning(GATED_CANDIDATES, GATED_PINS),
+    key=["I", "token_bucket", "STATIC"],
+)
+@triton.jit
+def _silu_and_mul_fp8_quant_kernel(
+    x_ptr,  # [M, 2I]: gate in the first half of each row, up in the second
+    q_ptr,  # [M, I] float8_e4m3fn output
+    s_ptr,  # [M] fp32 scales written (dynamic) or the one fp32 scale read (static)
+    stride_xm,  # elements between rows of x
+    stride_qm,  # elements between rows of q
+    M,  # rows (tokens)
+    I,  # intermediate size
+    token_bucket,  # autotune key only: the token-count regime
+    FP8_MAX: tl.constexpr,  # largest finite e4m3 value
+    MIN_SCALE: tl.constexpr,  # lower bound on a dynamic scale
+    STATIC: tl.constexpr,  # one given scale instead of one computed per row
+    ROUND_IN_FP32: tl.constexpr,  # round to the e4m3 grid before the cast (interpreter only)
+    BLOCK_I: tl.constexpr,  # next power of two >= I: whole rows per register tile
+    ROWS: tl.constexpr,  # rows per program
+):
+    # int64 row offsets: row * stride exceeds 2^31 at T=87382 for I=12288.
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK_I)[None, :]
+    mask = (rows < M) & (cols < I)
+    x_row = x_ptr + rows * stride_xm
+    g = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(x_row + I + cols, mask=mask, other=0.0).to(tl.float32)
+    # fp32 sigmoid, rounded to the dtype as silu_and_mul stores it: the quantization sees its values.
+    y = (g * tl.sigmoid(g) * u).to(x_ptr.dtype.element_ty).to(tl.float32)
+    q = quantize_rows(y, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC, ROUND_IN_FP32)
+    tl.store(q_ptr + rows * stride_qm + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+
+
+def reference(x, out=None, scale=None, static_scale=None):
+    """The unfused reference, plain torch: ``silu_and_mul``'s then the FP8 quantization; returns new
+    ``(q, scale)`` (``static_scale`` itself when given)."""
+    return _quantize(silu.reference(x), static_scale)
+
+
+def silu_and_mul_fp8_quant(
+    x: torch.Tensor,
+    out: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+    static_scale: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``silu(x[:, :I]) * x[:, I:]`` for x [T, 2I] (any row stride) quantized to e4m3; returns
+    ``(q [T, I], scale)``: the per-token scales [T, 1], or ``static_scale`` when one is given."""
+    if x.dim() != 2 or x.shape[-1] % 2:
+        raise ValueError(f"silu_and_mul_fp8_quant: x must be [T, 2I], got {tuple(x.shape)}")
+    I = x.shape[1] // 2
+    out, scale = outputs("silu_and_mul_fp8_quant", x, I, out, scale, static_scale)
+    reason = (
+        f"dtype {x.dtype}" if x.dtype not in SUPPORTED_DTYPES
+        else "not 2-D with a unit-stride last dimension" if x.stride(-1) != 1 or out.stride(-1) != 1
+        else f"intermediate size {I} > {MAX_INTERMEDIATE}" if I > MAX_INTERMEDIATE
+        else device_reason(x, MIN_CAPABILITY)
+    )
+    if reason is not None:
+        fallback("silu_and_mul_fp8_quant", reason)
+        q, s = reference(x, static_scale=static_scale)
+        return out.copy_(q), (scale if static_scale is not None else scale.copy_(s))
+    M = x.shape[0]
+    grid = lambda meta: (triton.cdiv(M, meta["ROWS"]),)  # noqa: E731
+    _silu_and_mul_fp8_quant_kernel[grid](
+        x, out, scale, x.stride(0), out.stride(0), M, I, token_bucket(M),
+        FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, STATIC=static_scale is not None, ROUND_IN_FP32=INTERPRET,
+        BLOCK_I=triton.next_power_of_2(I),
+    )
+    return out, scale
+
+
+# --------------------------------------------------------------------------- specification
+
+
+def make_inputs(shape, dtype, device, gen, row_pad: int = 0, scale: float = 1.0, static: bool = False) -> dict:
+    """x ~ N(0, 1) with the gate half scaled by ``scale`` (both halves when ``scale`` < 1) and rows
+    padded by ``row_pad``; with ``static``, a per-tensor scale of 1/448 (|y| beyond 1 saturates)."""
+    T, I = shape["tokens"], shape["intermediate"]
+    x = torch.randn(T, 2 * I + row_pad, generator=gen, device=device)
+    x[:, :I] *= scale
+    if scale < 1:
+        x[:, I:] *= scale
+    x = x.clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max).to(dtype)[:, : 2 * I]
+    inputs = {"x": x, "out": torch.empty(T, I, dtype=FP8, device=device)}
+    if static:
+        inputs["static_scale"] = torch.full((1,), 1.0 / FP8_MAX, dtype=torch.float32, device=device)
+    else:
+        inputs["scale"] = torch.empty(T, 1, dtype=torch.float32, device=device)
+    return inputs
+
+
+def _unfused(inputs: dict):
+    """Our two kernels back to back, the bf16 intermediate in a buffer made once outside the timing."""
+    from kcheck.kernels.per_token_fp8_quant import per_token_fp8_quant
+
+    if "scale" not in inputs:
+        return None
+    x, q, s = inputs["x"], inputs["out"], inputs["scale"]
+    tmp = torch.empty(x.shape[0], x.shape[1] // 2, dtype=x.dtype, device=x.device)
+    return lambda: per_token_fp8_quant(silu.silu_and_mul(x, out=tmp), out=q, scale=s)
+
+
+def _mover(inputs: dict):
+    """The fused op's bytes in its pattern (whole rows of both halves read, e4m3 and one fp32 a row
+    written), without its arithmetic."""
+    from kcheck.kernels._movers import gated_mover
+
+    return gated_mover(inputs["x"], inputs["out"], inputs.get("scale"))
+
+
+QWEN3_8B = {"intermediate": 12288}
+
+SPEC = KernelSpec(
+    name="silu_and_mul_fp8_quant",
+    impl=silu_and_mul_fp8_quant,
+    reference=reference,
+    make_inputs=make_inputs,
+    cases=(
+        Case("one-token", "decode step: one row, T=1", {"tokens": 1, "intermediate": 12288}),
+        Case("tail-rows", "T not a multiple of the rows per program: masked tail rows", {"tokens": 37, "intermediate": 1024}),
+        Case("odd-intermediate", "I not a power of two: masked tail columns, gate/up halves unaligned", {"tokens": 6, "intermediate": 1000 + 7}),
+        Case("small-intermediate", "I smaller than a warp's vector width", {"tokens": 9, "intermediate": 24}),
+        Case("odd-stride", "rows of x padded by 5 elements: non-contiguous, unaligned rows", {"tokens": 5, "intermediate": 12288}, {"row_pad": 5}),
+        Case("near-limit", "gate of magnitude 1e3: sigmoid saturates to 0 and 1, exp overflows in the tail", {"tokens": 4, "intermediate": 4096}, {"scale": 1e3}),
+        Case("tiny", "|x| ~ 1e-3: |y| ~ 1e-6, scales at their lower bound, e4m3 subnormals", {"tokens": 4, "intermediate": 4096}, {"scale": 1e-3}),
+        Case("static", "a given per-tensor scale of 1/448: no scales written, |y| beyond 1 saturates", {"tokens": 37, "intermediate": 1024}, {"static": True}),
+        Case("largest", "largest benchmark shape, T=16384", {"tokens": 16384, "intermediate": 12288}, large=True),
+        Case("largest-static", "largest benchmark shape with a given per-tensor scale", {"tokens": 16384, "intermediate": 12288}, {"static": True}, large=True),
+    ),
+    bench_shapes=tuple({"tokens": t, **QWEN3_8B} for t in TOKENS),
+    tolerances=TOLERANCES,
+    bytes=lambda s, dt: s["tokens"] * s["intermediate"] * (2 * dt.itemsize + 1) + 4 * s["tokens"],
+    flops=lambda s: 8 * s["tokens"] * s["intermediate"],
+    catalog=(
+        "moe/silu-and-mul-activation", "gemm/fp8-per-token-quantization", "hardware/fp8-formats",
+        "triton-cuda/fp32-accumulation", "triton-cuda/int64-offsets", "triton-cuda/masks-on-tail-blocks",
+        "triton-cuda/constexpr-block-sizes", "triton-cuda/autotune-keys", "triton-cuda/declared-fallbacks",
+    ),
+    fallbacks=("dtype not bf16/fp16/fp32", "not 2-D with a unit-stride last dimension",
+               f"intermediate > {MAX_INTERMEDIATE}", "compute capability below 8.9", "no Triton backend for the device"),
+    out_args=("out", "scale"),
+    readout=readout,
+    peers={"unfused": _unfused},
+    other_peers={"mover": _mover},
+    min_capability=MIN_CAPABILITY,
+)
