@@ -201,6 +201,77 @@ def broad_except_gate(summary) -> bool:
     return False
 
 
+# A module that holds the project's compiled or JIT kernels (``from .ops import fused_moe``,
+# ``import my_ext._C``, ``from pkg.kernels.triton import matmul``). The compilers and DSLs themselves
+# (``import triton``) are optional dependencies, not kernels.
+KERNEL_MODULE = re.compile(
+    r"(^|\.)(_C|_?[a-z0-9]*_?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]*cuda[a-z0-9_]*|csrc"
+    r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu)(\.|$)")
+NOT_KERNEL_MODULE = re.compile(r"^(triton|tilelang|cutlass|cuda|torch|numba|cupy|jax)(\.|$)")
+# Calls that build or fetch a kernel at run time.
+KERNEL_LOADERS = {"load_inline": "load_inline", "load": "cpp_extension.load", "load_library": "ops.load_library",
+                  "get_kernel": "get_kernel"}  # last name -> what the qualified name must end with
+TEST_FILE = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
+# Announcements a user sees at default log levels.
+WARNING_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
+                   "critical"}
+
+
+def kernel_module(name: str) -> bool:
+    """Whether an imported module (dots and relative level as written) is a kernel module."""
+    name = name.lstrip(".")
+    return bool(name) and not NOT_KERNEL_MODULE.match(name) and bool(KERNEL_MODULE.search(name))
+
+
+def loads_kernel_ast(node: ast.AST) -> str | None:
+    """What a statement of a ``try`` body imports or builds that is a kernel, or None (``ast``)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import):
+            for alias in n.names:
+                if kernel_module(alias.name):
+                    return alias.name
+        elif isinstance(n, ast.ImportFrom):
+            mod = "." * n.level + (n.module or "")
+            if kernel_module(mod) or (n.module is None and any(kernel_module(a.name) for a in n.names)):
+                return mod or n.names[0].name
+        elif isinstance(n, ast.Call) and ((dotted(n.func) or "").split(".")[-1] in KERNEL_LOADERS):
+            return (dotted(n.func) or "") + "()"  # looser than the rule: any receiver
+    return None
+
+
+def kernel_import_gate(summary) -> bool:
+    """Whether a ``try`` anywhere in the file imports or builds a kernel with a broad handler."""
+    if summary.tree is None or TEST_FILE.search(summary.path):
+        return False
+    for node in ast.walk(summary.tree):
+        if isinstance(node, ast.Try) and any(h.type is None or any(
+                (dotted(t) or "").split(".")[-1] in BROAD_EXCEPTIONS
+                for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])) for h in node.handlers):
+            if any(loads_kernel_ast(stmt) for stmt in node.body):
+                return True
+    return False
+
+
+def warns(model, nodes: list[cst.CSTNode]) -> bool:
+    """Whether ``nodes`` announce themselves at a level a user sees (warning and above, or print)."""
+    for root in nodes:
+        for node in _walk(root):
+            if type(node) is not cst.Call:
+                continue
+            func = node.func
+            if type(func) is cst.Name and func.value == "print":
+                return True
+            if (model.call_name(node) or "") == "warnings.warn":
+                return True
+            if type(func) is cst.Attribute and func.attr.value in WARNING_METHODS:
+                return True
+            name = model.call_name(node) or ""
+            if any(name == e or name.endswith("." + e) or fnmatch.fnmatchcase(name, e)
+                   for e in model.config.fallback_announcers):
+                return True
+    return False
+
+
 def _builtin_or_logger(call: ast.Call) -> bool:
     """A call ``_falls_back`` surely ignores: a builtin by its bare name (``str(exc)``) or a logger
     method on a receiver with "log" in its name (:func:`is_announcer`, whatever the configuration)."""

@@ -4,19 +4,26 @@ import libcst as cst
 
 from kcheck.claims import BUILTINS, _walk
 from kcheck.rule import Rule
+from kcheck.model import walk
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, DISPATCH_TEXT, broad_except_gate, dispatchers, is_announcer, statements,
+    BROAD_EXCEPTIONS, KERNEL_LOADERS, TEST_FILE, broad_except_gate, dispatchers, is_announcer, kernel_import_gate, kernel_module,
+    statements, warns,
 )
 
 
 class BroadExceptFallback(Rule):
-    """A fallback reached by a bare or broad `except` around a kernel launch.
+    """A fallback reached by a bare or broad `except` around a kernel launch, import or build.
 
     ## What it does
     Finds `try` blocks whose body launches a specialised kernel (directly or through a
     same-module helper) with a handler that catches everything — a bare `except:`,
     `except Exception` or `except BaseException` — and computes a replacement result instead of
-    re-raising.
+    re-raising. Also `try` blocks, at import or in a function, that import a kernel module (the
+    project's extension, `_C`, `ops`, `kernels` or Triton-kernel modules; not the compilers
+    themselves) or build or fetch one (`load_inline`, `cpp_extension.load`,
+    `torch.ops.load_library`, `get_kernel`), whose broad handler neither re-raises nor warns: every
+    later call silently takes the slower path. Tests, which guard imports of what they test, are
+    left alone.
 
     ## Why is this bad?
     The handler cannot tell "this input is not supported" from a bug: a wrong argument, an
@@ -103,12 +110,13 @@ def moe(x, w):
     return out
 """,
     ]
-    PREFILTER = (DISPATCH_TEXT, r"\bexcept\b")
+    PREFILTER = (r"\bexcept\b",)
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        """A broad handler around a dispatch site in a dispatching function (:func:`broad_except_gate`)."""
-        return broad_except_gate(summary)
+        """A broad handler around a dispatch site in a dispatching function (:func:`broad_except_gate`),
+        or around a kernel import or build (:func:`kernel_import_gate`)."""
+        return broad_except_gate(summary) or kernel_import_gate(summary)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -123,6 +131,50 @@ def moe(x, w):
                         model, body
                     ):
                         self.report(handler, handler=caught, kernel=disp.label)
+        for node in () if TEST_FILE.search(model.path) else walk(original_node):  # a test's import guard skips tests
+            if type(node) is not cst.Try:
+                continue
+            what = _loads_kernel(model, statements(node.body))
+            if what is None:
+                continue
+            for handler in node.handlers:
+                caught = _broad(model, handler)
+                body = statements(handler.body)
+                if caught and not any(type(n) is cst.Raise for s in body for n in _walk(s)) and not warns(
+                    model, body
+                ) and not _keeps_error(handler):
+                    self.report(handler, handler=caught, kernel=what)
+
+
+def _loads_kernel(model, body) -> str | None:
+    """"the import of `m`" or "`load_inline()`" for the first kernel import or build in ``body``."""
+    for stmt in body:
+        for node in _walk(stmt):
+            if type(node) is cst.Import:
+                for alias in node.names:
+                    name = model.dotted(alias.name) or ""
+                    if kernel_module(name):
+                        return f"the import of `{name}`"
+            elif type(node) is cst.ImportFrom:
+                mod = "." * len(node.relative) + (model.dotted(node.module) or "" if node.module is not None else "")
+                names = [] if type(node.names) is cst.ImportStar else [model.dotted(a.name) or "" for a in node.names]
+                if kernel_module(mod) or (node.module is None and any(kernel_module(n) for n in names)):
+                    return f"the import of `{mod or names[0]}`"
+            elif type(node) is cst.Call:
+                name = model.call_name(node) or ""
+                need = KERNEL_LOADERS.get(name.split(".")[-1])
+                if need and (name == need or name.endswith("." + need)):
+                    return f"`{model.dotted(node.func)}()`"
+    return None
+
+
+def _keeps_error(handler: cst.ExceptHandler) -> bool:
+    """Whether the handler keeps the error it caught (``except Exception as exc: self.reason = exc``):
+    a probe that records why it chose the fallback, for whoever reports the choice."""
+    if handler.name is None or type(handler.name.name) is not cst.Name:
+        return False
+    bound = handler.name.name.value
+    return any(type(n) is cst.Name and n.value == bound for s in statements(handler.body) for n in _walk(s))
 
 
 def _falls_back(model, body) -> bool:
