@@ -68,14 +68,16 @@ def family(code: str) -> str:
 
 # ---- running kcheck -------------------------------------------------------------------------------
 
+KCHECK = [sys.executable, "-m", "kcheck"]
+
+
 def kcheck_findings(folder: Path, jobs: int) -> list[dict]:
     """Every finding kcheck reports in ``folder`` (paths relative to it), every rule on."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "findings.json"
-        cmd = [sys.executable, "-m", "kcheck", "check", ".", "-q", "--exit-zero", "--select", "ALL",
+        cmd = [*KCHECK, "check", ".", "-q", "--exit-zero", "--select", "ALL",
                "-j", str(jobs), "-o", f"json:{out}"]
-        help_text = subprocess.run([sys.executable, "-m", "kcheck", "check", "--help"],
-                                   capture_output=True, text=True).stdout
+        help_text = subprocess.run([*KCHECK, "check", "--help"], capture_output=True, text=True).stdout
         if "--preview" in help_text:
             cmd.append("--preview")
         proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
@@ -282,7 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=Path, help="write the precision sample still to judge to this YAML file")
     ap.add_argument("--why", default="measurement", help="test split: the reason logged for this look")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--kcheck", help="the command that runs kcheck (default: this Python's -m kcheck); "
+                                     "for measuring another commit, installed elsewhere")
+    ap.add_argument("--commit", help="the commit --kcheck runs, for the record (default: this checkout's)")
     args = ap.parse_args(argv)
+    if args.kcheck:
+        KCHECK[:] = args.kcheck.split()
     manifest = load_manifest()
     split_of = {t["name"]: t["split"] for t in manifest}
     trees = {n for n, s in split_of.items() if s == args.split and (args.dest / n).is_dir()}
@@ -291,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     found = scan_split(args.dest, args.split, args.jobs)
     recall, precision = load_labels(split_of)
     m = measure(found, recall, precision, trees)
-    meta = {"commit": _commit(), "date": datetime.date.today().isoformat(),
+    meta = {"commit": args.commit or _commit(), "date": datetime.date.today().isoformat(),
             "python": sys.version.split()[0], "trees": sorted(t for t in trees if t in found)}
     text = render(args.split, m, meta)
     print(text)
