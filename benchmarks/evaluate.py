@@ -59,7 +59,7 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     d = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / d
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if k == 0 else max(0.0, centre - half)), (1.0 if k == n else min(1.0, centre + half))
 
 
 def family(code: str) -> str:
