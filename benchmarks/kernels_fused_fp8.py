@@ -70,7 +70,7 @@ def candidates(op: str, inputs: dict) -> dict[str, callable]:
             grid = (triton.cdiv(M, c.kwargs["ROWS"]),)
             found[f"kernel {_cfg(c)}"] = lambda c=c, grid=grid: sm8._silu_and_mul_fp8_quant_kernel.fn[grid](
                 x, q, s, x.stride(0), q.stride(0), M, I, token_bucket(M), **common,
-                BLOCK_I=triton.next_power_of_2(I), num_warps=c.num_warps, **c.kwargs)
+                BLOCK_A=sm8.split(I)[0], BLOCK_B=sm8.split(I)[1], num_warps=c.num_warps, **c.kwargs)
             found[f"mover {_cfg(c)}"] = lambda c=c, grid=grid: _movers._gated_mover_kernel.fn[grid](
                 x, q, s, x.stride(0), q.stride(0), M, I, token_bucket(M), SCALES=True,
                 BLOCK_I=triton.next_power_of_2(I), num_warps=c.num_warps, **c.kwargs)
@@ -89,6 +89,11 @@ def sweep(tokens: list[int], rounds: int, timer, device: torch.device) -> list[d
             fns = candidates(spec.name, inputs)
             fns["autotuned kernel"] = lambda spec=spec, inputs=inputs: spec.impl(**inputs)
             fns["unfused"] = spec.peers["unfused"](inputs)
+            # The same kernel with a given per-tensor scale: no row maximum, no scale stored. What it
+            # saves is what the dynamic scale costs.
+            static = {k: v for k, v in inputs.items() if k != "scale"}
+            static["static_scale"] = torch.full((1,), 1.0 / FP8_MAX, dtype=torch.float32, device=device)
+            fns["autotuned kernel, static scale"] = lambda spec=spec, static=static: spec.impl(**static)
             times: dict[str, list[float]] = {k: [] for k in fns}
             for _ in range(rounds):
                 for name, fn in fns.items():

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import FUSED_PINS, ROWS_PINS, ROW_CANDIDATES, token_bucket, tuning
+from kcheck.kernels._launch import ROWS_PINS, ROW_CANDIDATES, token_bucket, tuning
 from kcheck.kernels.silu_and_mul_fp8_quant import GATED_CANDIDATES, GATED_PINS
 
 
@@ -47,7 +47,7 @@ def _row_mover_kernel(
         tl.store(s_ptr + rows, tl.full((ROWS, 1), 1.0, tl.float32), mask=rows < M)
 
 
-@triton.autotune(**tuning(ROW_CANDIDATES, FUSED_PINS), key=["N", "token_bucket", "SCALES"],
+@triton.autotune(**tuning(ROW_CANDIDATES, ROWS_PINS), key=["N", "token_bucket", "SCALES"],
                  restore_value=["r_ptr"])
 @triton.jit
 def _pair_mover_kernel(

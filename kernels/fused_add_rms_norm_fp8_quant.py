@@ -2,7 +2,7 @@
 
 ``residual ← x + residual`` (rounded to the dtype, in place by default, as ``fused_add_rms_norm``
 and the engines do), then ``q, scale = per_token_fp8_quant(rms_norm(residual, weight))``: the norm
-reads the rounded sum, its result is rounded to the dtype as the unfused op stores it, and the
+reads the rounded sum s, ``y = (s · weight) / sqrt(mean(s²) + eps)`` is rounded to the dtype as the unfused op stores it, and the
 quantization is ``per_token_fp8_quant``'s (dynamic per-token scales
 ``max(max|y| / 448, 1 / (448·512))``) or a division by one given ``static_scale``. All arithmetic in
 fp32 (triton-cuda/fp32-accumulation); x is not written (the normalized row goes out as e4m3).
@@ -30,16 +30,16 @@ import triton
 import triton.language as tl
 
 from kcheck.kernels import fused_add_rms_norm as fused
-from kcheck.kernels._launch import FUSED_PINS, INTERPRET, ROW_CANDIDATES, device_reason, fallback, token_bucket, tuning
+from kcheck.kernels._launch import INTERPRET, ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, token_bucket, tuning
 from kcheck.kernels.harness import Case, KernelSpec
-from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, quantize_rows
+from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, row_scales, sum_and_absmax, to_e4m3
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
 from kcheck.kernels.rms_norm import TOLERANCES as DTYPE_TOLERANCES
 from kcheck.kernels.rms_norm_fp8_quant import _quantize, outputs, readout, tolerances
 
 
 @triton.autotune(
-    **tuning(ROW_CANDIDATES, FUSED_PINS),
+    **tuning(ROW_CANDIDATES, ROWS_PINS),
     key=["N", "token_bucket", "STATIC"],
     restore_value=["r_ptr"],  # tuning runs must not accumulate into the residual
 )
@@ -77,10 +77,16 @@ def _fused_add_rms_norm_fp8_quant_kernel(
     s = (x + r).to(rout_ptr.dtype.element_ty)
     tl.store(rout_ptr + rows * stride_rom + cols, s, mask=mask)
     sf = s.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(sf * sf, axis=1) / N + eps)
+    sw = sf * w
+    # One reduction for the sum of squares and max|s·w|, which times rstd is max|y| exactly
+    # (rounding is monotone; see rms_norm_fp8_quant).
+    ss, amax_sw = tl.reduce((sf * sf, tl.abs(sw)), 1, sum_and_absmax)
+    rstd = tl.rsqrt(ss / N + eps)
     # Rounded to the dtype, as the unfused op stores it: the quantization sees the unfused values.
-    y = (sf * rstd[:, None] * w).to(rout_ptr.dtype.element_ty).to(tl.float32)
-    q = quantize_rows(y, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC, ROUND_IN_FP32)
+    y = (sw * rstd[:, None]).to(rout_ptr.dtype.element_ty).to(tl.float32)
+    amax = (amax_sw * rstd).to(rout_ptr.dtype.element_ty).to(tl.float32)
+    scale, r = row_scales(amax, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC)
+    q = to_e4m3(y, scale, r, FP8_MAX, ROUND_IN_FP32)
     tl.store(q_ptr + rows * stride_qm + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 

@@ -1,13 +1,15 @@
 """RMSNorm straight to FP8: ``q, scale = per_token_fp8_quant(rms_norm(x, weight))`` in one pass.
 
-For each row t: ``y = x / sqrt(mean(x²) + eps) * weight`` in fp32, rounded to x's dtype as the
+For each row t: ``y = (x · weight) / sqrt(mean(x²) + eps)`` in fp32, rounded to x's dtype as the
 unfused ``rms_norm`` stores it, then quantized as ``per_token_fp8_quant`` does: dynamic,
 ``scale[t] = max(max|y[t, :]| / 448, 1 / (448·512))`` and ``q = clamp(y / scale, ±448)`` rounded
 to float8_e4m3fn; or, given ``static_scale`` (one fp32 value), ``q = clamp(y / static_scale, ±448)``
 and no scale is written. The division is correctly rounded (gemm/fp8-per-token-quantization).
-Rounding y to the dtype first is what makes the result the unfused pair's, bit for bit, wherever
-the sum of squares comes out the same; against the upcast torch reference the e4m3 values are
-within one e4m3 step and the scales within one ulp of the dtype (see ``TOLERANCES``).
+Rounding y to the dtype first is what makes the result the unfused pair's wherever the sum of
+squares and the products round alike (``rms_norm`` multiplies ``(x · rstd) · weight``; here
+``(x · weight) · rstd``, so that max|y| is max|x · weight| · rstd and one reduction gives both the
+sum of squares and the maximum). Against the upcast torch reference of the unfused pair the e4m3
+values are within one e4m3 step and the scales within one ulp of the dtype (``TOLERANCES``).
 
 bytes = T·H·s + T·H + 4·T + H·s (read x, write q, write the scales, read the weight), 3 bytes
 an element in bf16 where the unfused pair moves 7 (rms_norm reads 2 and writes 2, the
@@ -32,7 +34,8 @@ import triton.language as tl
 from kcheck.kernels import per_token_fp8_quant as fp8
 from kcheck.kernels._launch import INTERPRET, ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, token_bucket, tuning
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
-from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, quantize_rows
+from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, row_scales, sum_and_absmax, to_e4m3
+from kcheck.kernels import rms_norm as rms
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
 
 
@@ -65,10 +68,17 @@ def _rms_norm_fp8_quant_kernel(
     mask = (rows < M) & (cols < N)
     x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # in flight with x
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
-    # Rounded to the input dtype, as rms_norm stores it: the quantization then sees the unfused op's values.
-    y = (x * rstd[:, None] * w).to(x_ptr.dtype.element_ty).to(tl.float32)
-    q = quantize_rows(y, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC, ROUND_IN_FP32)
+    xw = x * w
+    # One reduction gives both the sum of squares and max|x·w|. With y = (x·w)·rstd, rstd > 0 the
+    # same for the whole row, max|y| = (max|x·w|)·rstd exactly, since rounding is monotone: the
+    # scale needs no second reduction over y, which would wait for rstd.
+    ss, amax_xw = tl.reduce((x * x, tl.abs(xw)), 1, sum_and_absmax)
+    rstd = tl.rsqrt(ss / N + eps)
+    # Rounded to the input dtype, as rms_norm stores it: the quantization sees the unfused op's values.
+    y = (xw * rstd[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
+    amax = (amax_xw * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)  # = max|y|, bit for bit
+    scale, r = row_scales(amax, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC)
+    q = to_e4m3(y, scale, r, FP8_MAX, ROUND_IN_FP32)
     tl.store(q_ptr + rows * stride_qm + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
@@ -80,11 +90,11 @@ def _quantize(y: torch.Tensor, static_scale: torch.Tensor | None):
 
 
 def reference(x, weight, eps=1e-6, out=None, scale=None, static_scale=None):
-    """The unfused reference: upcast ``rms_norm`` rounded to x's dtype, then the FP8 quantization,
-    both plain torch; returns new ``(q, scale)`` (``static_scale`` itself when given)."""
-    xf = x.float()
-    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
-    return _quantize(y, static_scale)
+    """The unfused reference: ``rms_norm``'s (upcast, ``x · rstd · weight``, rounded to x's dtype),
+    then the FP8 quantization, both plain torch; returns new ``(q, scale)`` (``static_scale`` itself
+    when given). The kernel multiplies in another order, ``(x · weight) · rstd``, so y may differ by
+    one ulp of the dtype where the two fp32 products round apart; that is within ``TOLERANCES``."""
+    return _quantize(rms.reference(x, weight, eps), static_scale)
 
 
 def check_static_scale(op: str, static_scale: torch.Tensor | None, x: torch.Tensor) -> None:

@@ -5,7 +5,8 @@ x's dtype as ``silu_and_mul`` stores it, then quantized as ``per_token_fp8_quant
 per-token scales ``max(max|y[t, :]| / 448, 1 / (448·512))``, or a division by one given
 ``static_scale``; the division correctly rounded (gemm/fp8-per-token-quantization). A per-token
 scale needs the whole row's maximum before any value is written, so each program holds whole
-rows (``I`` up to 32768) where ``silu_and_mul`` tiles a row over several programs. Against the
+rows (``I`` up to 32768), as a power-of-two head and a tail tile (8192 + 4096 columns at I=12288),
+where ``silu_and_mul`` tiles a row over several programs. Against the
 upcast torch reference the e4m3 values are within one e4m3 step and the scales within one ulp of
 the dtype (``rms_norm_fp8_quant.TOLERANCES``).
 
@@ -33,7 +34,7 @@ import triton.language as tl
 from kcheck.kernels import silu_and_mul as silu
 from kcheck.kernels._launch import INTERPRET, device_reason, fallback, token_bucket, tuning
 from kcheck.kernels.harness import Case, KernelSpec
-from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, quantize_rows
+from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, row_scales, to_e4m3
 from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS
 from kcheck.kernels.rms_norm_fp8_quant import TOLERANCES, _quantize, outputs, readout
 
@@ -48,11 +49,21 @@ GATED_CANDIDATES = (
     triton.Config({"ROWS": 2}, num_warps=16),
     triton.Config({"ROWS": 2}, num_warps=32),
 )
-"""Rows per program and warps; the first is the interpreter's. At I=12288 a row is a 16,384-wide
-register tile (a quarter masked) of gate and of up: 32 values of each a thread at 16 warps."""
+"""Rows per program and warps; the first is the interpreter's. At I=12288 a row is 8192 + 4096
+columns of gate and of up in registers: 24 values of each a thread at 16 warps."""
 
 GATED_PINS = {1: {"ROWS": 1, "num_warps": 16}, 64: {"ROWS": 1, "num_warps": 16}, 1024: {"ROWS": 1, "num_warps": 16}}
 """The small token buckets' configuration (see ``_launch.pinned``)."""
+
+
+@triton.jit
+def _silu_mul(x_row, cols, mask, I):
+    """silu(gate) · up for the columns ``cols`` of the rows at ``x_row``, rounded to the input dtype
+    as ``silu_and_mul`` stores it, back in fp32."""
+    g = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(x_row + I + cols, mask=mask, other=0.0).to(tl.float32)
+    # fp32 sigmoid, as in silu_and_mul: the quantization sees its values.
+    return (g * tl.sigmoid(g) * u).to(x_row.dtype.element_ty).to(tl.float32)
 
 
 @triton.autotune(
@@ -73,20 +84,36 @@ def _silu_and_mul_fp8_quant_kernel(
     MIN_SCALE: tl.constexpr,  # lower bound on a dynamic scale
     STATIC: tl.constexpr,  # one given scale instead of one computed per row
     ROUND_IN_FP32: tl.constexpr,  # round to the e4m3 grid before the cast (interpreter only)
-    BLOCK_I: tl.constexpr,  # next power of two >= I: whole rows per register tile
+    BLOCK_A: tl.constexpr,  # the largest power of two <= I: the head of each row, unmasked columns
+    BLOCK_B: tl.constexpr,  # next power of two >= I - BLOCK_A (0: no tail): the rest of the row
     ROWS: tl.constexpr,  # rows per program
 ):
+    # A whole row is two register tiles, a power-of-two head and a masked tail, rather than one tile
+    # of next_power_of_2(I) columns: at I=12288 that is 8192 + 4096 columns with none masked, where
+    # one 16384-wide tile computes a quarter of its sigmoids and divisions on masked lanes.
     # int64 row offsets: row * stride exceeds 2^31 at T=87382 for I=12288.
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    cols = tl.arange(0, BLOCK_I)[None, :]
-    mask = (rows < M) & (cols < I)
     x_row = x_ptr + rows * stride_xm
-    g = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(x_row + I + cols, mask=mask, other=0.0).to(tl.float32)
-    # fp32 sigmoid, rounded to the dtype as silu_and_mul stores it: the quantization sees its values.
-    y = (g * tl.sigmoid(g) * u).to(x_ptr.dtype.element_ty).to(tl.float32)
-    q = quantize_rows(y, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC, ROUND_IN_FP32)
-    tl.store(q_ptr + rows * stride_qm + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+    q_row = q_ptr + rows * stride_qm
+    cols_a = tl.arange(0, BLOCK_A)[None, :]
+    mask_a = (rows < M) & (cols_a < I)
+    y_a = _silu_mul(x_row, cols_a, mask_a, I)
+    amax = tl.max(tl.abs(y_a), axis=1)
+    if BLOCK_B > 0:
+        cols_b = BLOCK_A + tl.arange(0, BLOCK_B)[None, :]
+        mask_b = (rows < M) & (cols_b < I)
+        y_b = _silu_mul(x_row, cols_b, mask_b, I)
+        amax = tl.maximum(amax, tl.max(tl.abs(y_b), axis=1))
+    scale, r = row_scales(amax, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC)
+    tl.store(q_row + cols_a, to_e4m3(y_a, scale, r, FP8_MAX, ROUND_IN_FP32).to(q_ptr.dtype.element_ty), mask=mask_a)
+    if BLOCK_B > 0:
+        tl.store(q_row + cols_b, to_e4m3(y_b, scale, r, FP8_MAX, ROUND_IN_FP32).to(q_ptr.dtype.element_ty), mask=mask_b)
+
+
+def split(I: int) -> tuple[int, int]:
+    """A row of ``I`` columns as a power-of-two head and a power-of-two tile holding the rest (0 if none)."""
+    head = 1 << (I.bit_length() - 1)
+    return head, (triton.next_power_of_2(I - head) if I > head else 0)
 
 
 def reference(x, out=None, scale=None, static_scale=None):
@@ -122,7 +149,7 @@ def silu_and_mul_fp8_quant(
     _silu_and_mul_fp8_quant_kernel[grid](
         x, out, scale, x.stride(0), out.stride(0), M, I, token_bucket(M),
         FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, STATIC=static_scale is not None, ROUND_IN_FP32=INTERPRET,
-        BLOCK_I=triton.next_power_of_2(I),
+        BLOCK_A=split(I)[0], BLOCK_B=split(I)[1],
     )
     return out, scale
 
