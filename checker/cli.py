@@ -27,11 +27,11 @@ def _fail(message: str) -> None:
 class _Progress:
     """A one-line progress counter on stderr, only on a terminal and only when a scan takes a moment."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, quiet: bool = False) -> None:
         import time
 
         self.total, self.done, self.start, self.time = total, 0, time.monotonic(), time.monotonic
-        self.enabled = sys.stderr.isatty() and not os.environ.get("CI") and total > 50
+        self.enabled = not quiet and sys.stderr.isatty() and not os.environ.get("CI") and total > 50
         self.shown = False
 
     def __call__(self, n: int) -> None:
@@ -80,35 +80,50 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...] | None:
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("-o", "--output-format", "formats", multiple=True, metavar="FORMAT[:FILE]",
-              help=f"Output format, optionally written to FILE; repeatable. One of: {', '.join(FORMATS)}.")
+              help=f"Output format, optionally written to FILE ('-': stdout); repeatable. One of: {', '.join(FORMATS)}.")
 @click.option("--select", multiple=True, help="Rules to enable (codes, prefixes, names, ALL); replaces the config's.")
 @click.option("--extend-select", multiple=True, help="Rules to enable on top of the selection.")
 @click.option("--ignore", multiple=True, help="Rules to disable.")
+@click.option("--preview/--no-preview", default=None,
+              help="Also run the preview rules (`kcheck rules` marks them); --no-preview overrides the config.")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Use this configuration file instead of the nearest one.")
 @click.option("--fail-level", type=click.Choice(["info", "warning", "error"]),
               help="Lowest severity that makes kcheck exit 1 (default: info, any finding).")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: all cores).")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache (.kcheck_cache/).")
+@click.option("--no-cache", is_flag=True,
+              help="Neither read nor write any cache (the result cache, the user cache folder).")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="KCHECK_CACHE_DIR",
+              help="The result cache's folder (default: .kcheck_cache in the project root; env KCHECK_CACHE_DIR).")
 @click.option("--no-shortcuts", is_flag=True,
               help="Run every rule on every file: no prefilter, no gate, no cache (slow; for checking kcheck).")
-@click.option("--stdin-filename", help="The file name to report for source read from '-'.")
-@click.option("--force-exclude", is_flag=True, help="Apply exclude patterns to files named on the command line too.")
-@click.option("--statistics", is_flag=True, help="Print the number of findings per rule instead of the findings.")
+@click.option("--max-file-size", type=click.IntRange(min=1), metavar="BYTES",
+              help="Largest file checked (default 4 MiB); larger files are reported as not checked.")
+@click.option("--stdin-filename", help="Read the source from stdin and report it under this file name.")
+@click.option("--force-exclude", is_flag=True,
+              help="Apply exclude patterns to files named on the command line (and --stdin-filename) too.")
+@click.option("--statistics", is_flag=True,
+              help="Print the number of findings per rule instead of the findings (as JSON with -o json); "
+                   "outputs written to files are written as usual.")
 @click.option("--diff-base", metavar="REF",
               help="Report only what the change since the merge base of REF and HEAD is responsible for.")
-@click.option("--filter-mode", type=click.Choice(["added", "diff_context", "file", "nofilter"]),
-              help="With --diff-base: findings on added lines (default), in diff hunks, in changed files, or all.")
+@click.option("--filter-mode", type=click.Choice(["new", "added", "diff_context", "file", "nofilter"]),
+              help="With --diff-base: findings the merge base did not have, wherever they are (new, the "
+                   "default); or findings on added lines, in diff hunks, in changed files, or all.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Hide the findings recorded in this baseline file (written by `kcheck baseline`).")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing on stderr but errors.")
-def check(paths, formats, select, extend_select, ignore, config_file, fail_level, exit_zero, jobs, no_cache,
-          no_shortcuts, stdin_filename, force_exclude, statistics, diff_base, filter_mode, baseline_file,
-          quiet) -> None:
+@click.option("--sarif-rules", type=click.Choice(["all", "fired"]), default="all", show_default=True,
+              help="Which rules the SARIF output describes: every rule, or only those with findings.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on stderr but errors, and no summary line.")
+def check(paths, formats, select, extend_select, ignore, preview, config_file, fail_level, exit_zero, jobs, no_cache,
+          cache_dir, no_shortcuts, max_file_size, stdin_filename, force_exclude, statistics, diff_base, filter_mode,
+          baseline_file, sarif_rules, quiet) -> None:
     """Check PATHS (files or folders; '-' reads stdin) for serving-kernel mistakes."""
-    from kcheck.config import ConfigError
+    from kcheck import config as config_module
+    from kcheck.config import ConfigError, unknown_selector_errors
     from kcheck.engine import discover, scan, scan_stdin, stdin_job
+    from kcheck.reporters import NOT_CHECKED, OutputError, not_checked
 
     specs = [parse_spec(s) for s in formats] or [("concise", None)]
     for name, _ in specs:
@@ -116,13 +131,29 @@ def check(paths, formats, select, extend_select, ignore, config_file, fail_level
             _fail(f"unknown output format {name!r}; choose from: {', '.join(FORMATS)}")
     if filter_mode and not diff_base:
         _fail("--filter-mode needs --diff-base REF")
-    filter_mode = filter_mode or "added"
+    filter_mode = filter_mode or "new"
+    if no_cache:
+        config_module.USE_USER_CACHE = False
+    from_stdin = paths == ("-",) or (not paths and stdin_filename is not None)
+    if from_stdin and diff_base:
+        _fail("--diff-base cannot be used with source read from stdin")
     diff = None
     overrides = {"select": _split(select), "extend_select": _split(extend_select), "ignore": _split(ignore),
-                 "fail_level": fail_level}
+                 "fail_level": fail_level, "preview": preview, "max_file_size": max_file_size}
+    problems = []
+    for option, values in (("--select", overrides["select"]), ("--extend-select", overrides["extend_select"]),
+                           ("--ignore", overrides["ignore"])):
+        problems += unknown_selector_errors(values or (), option)
+    if problems:
+        _fail("\n".join(problems))
+    before: list = []
     try:
-        if paths == ("-",):
-            jobs_list = [stdin_job(stdin_filename or "stdin.py", config_file)]
+        if from_stdin:
+            job = stdin_job(stdin_filename or "stdin.py", config_file)
+            if force_exclude and stdin_filename and job.config.is_excluded(job.config_rel):
+                sys.stdin.read()
+                sys.exit(EXIT_CLEAN)  # excluded: nothing to check, as ruff does
+            jobs_list = [job]
         else:
             jobs_list, problems = discover(list(paths), config_file, force_exclude)
             for p in problems:
@@ -130,16 +161,19 @@ def check(paths, formats, select, extend_select, ignore, config_file, fail_level
             if problems and not jobs_list:
                 sys.exit(EXIT_ERROR)
         jobs_list = [replace(j, config=j.config.with_overrides(**overrides)) for j in jobs_list]
-        if paths == ("-",):
+        if from_stdin:
             result = scan_stdin(sys.stdin.read(), jobs_list[0])
         else:
             if diff_base:
                 diff = _load_diff(diff_base, Path(jobs_list[0].root) if jobs_list else Path.cwd())
                 if filter_mode != "nofilter":  # only files the change touches can have findings to show
                     jobs_list = [j for j in jobs_list if diff.change_of(Path(j.path)) is not None]
-            progress = _Progress(len(jobs_list))
-            result = scan(jobs_list, jobs, shortcuts=not no_shortcuts, cache=not no_cache, progress=progress)
+            progress = _Progress(len(jobs_list), quiet)
+            result = scan(jobs_list, jobs, shortcuts=not no_shortcuts, cache=not no_cache, progress=progress,
+                          cache_dir=cache_dir)
             progress.close()
+            if diff is not None and filter_mode == "new":
+                before = _base_findings(diff, jobs_list, not no_shortcuts)
         if jobs_list:
             config, root = jobs_list[0].config, Path(jobs_list[0].root)
         else:
@@ -152,18 +186,54 @@ def check(paths, formats, select, extend_select, ignore, config_file, fail_level
         if not quiet or err.startswith("internal error"):
             click.echo(f"kcheck: {err}", err=True)
     findings, hidden = _hide(result.findings, root, diff_base, diff, filter_mode, baseline_file,
-                             None if paths == ("-",) else {j.rel for j in jobs_list}, quiet)
+                             None if from_stdin else {j.rel for j in jobs_list}, quiet, before)
+    hidden += [(not_checked(path, why, config.docs_url), NOT_CHECKED) for path, why in result.skipped]
+    if not quiet:
+        for path, why in result.skipped:
+            click.echo(f"kcheck: {path}: skipped: {why}", err=True)
     active = [f for f in findings if f.suppressed is None]
-    ctx = ReportContext(root=root, docs_url=config.docs_url, files=result.files, hidden=hidden)
-    if statistics:
-        _print_statistics(active)
-    else:
-        write_all(specs, findings, ctx)
+    ctx = ReportContext(root=root, docs_url=config.docs_url, files=result.files, hidden=hidden, quiet=quiet,
+                        color=_use_color(), sarif_rules=sarif_rules)
+    try:
+        if statistics:
+            # the statistics replace what goes to stdout; outputs written to files are unchanged
+            if all(target is not None for _, target in specs):
+                specs = [*specs, ("concise", None)]
+            stats = {name: _statistics(active, name) for name, target in specs if target is None}
+            write_all(specs, findings, ctx, rendered=stats)
+        else:
+            write_all(specs, findings, ctx)
+    except OutputError as exc:
+        _fail(str(exc))
     if result.internal_error:
         sys.exit(EXIT_ERROR)
     if exit_zero:
         sys.exit(EXIT_CLEAN)
     sys.exit(EXIT_FINDINGS if any(config.fails(f.severity) for f in active) else EXIT_CLEAN)
+
+
+def _use_color() -> bool:
+    """Colour on a terminal; ``NO_COLOR`` (any value) turns it off, ``FORCE_COLOR`` on (no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def _base_findings(diff, jobs_list, shortcuts: bool):
+    """The findings the changed files had at the merge base, each under its path of today (so a
+    renamed file's old findings still match)."""
+    from kcheck.diff import base_text
+    from kcheck.engine import check_source
+
+    before = []
+    for job in jobs_list:
+        text = base_text(diff, Path(job.path))
+        if text is None:
+            continue
+        before += check_source(text, job.rel, job.config, shortcuts, job.config_rel).findings
+    return before
 
 
 def _load_diff(ref: str, where: Path):
@@ -175,7 +245,8 @@ def _load_diff(ref: str, where: Path):
         _fail(f"--diff-base {ref}: {exc}")
 
 
-def _hide(findings, root: Path, diff_base, diff, filter_mode: str, baseline_file, scanned, quiet: bool):
+def _hide(findings, root: Path, diff_base, diff, filter_mode: str, baseline_file, scanned, quiet: bool,
+          before=()):
     """Findings left after the baseline and the diff filter, and the hidden ones with the reason."""
     from kcheck.reporters import BASELINED, OUTSIDE_DIFF
 
@@ -195,23 +266,32 @@ def _hide(findings, root: Path, diff_base, diff, filter_mode: str, baseline_file
             for entry in stale:
                 click.echo(f"  {entry.describe()}", err=True)
     if diff_base:
-        from kcheck.diff import split
+        from kcheck.diff import split, split_new
 
         if diff is None:
             diff = _load_diff(diff_base, root)
-        findings, outside = split(findings, root, diff, filter_mode)
+        if filter_mode == "new":
+            findings, outside = split_new(findings, before)
+        else:
+            findings, outside = split(findings, root, diff, filter_mode)
         hidden += [(f, OUTSIDE_DIFF) for f in outside if f.suppressed is None]
     return findings, hidden
 
 
-def _print_statistics(findings) -> None:
+def _statistics(findings, fmt: str) -> str:
+    """Findings per rule, most first: a table, or JSON (a list of {code, name, count}) for json formats."""
+    import json
     from collections import Counter
 
     counts = Counter((f.code, f.name) for f in findings)
-    for (code, name), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        click.echo(f"{n:>6}  {code}  {name}")
-    if not counts:
-        click.echo("no findings")
+    rows = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    if fmt in ("json", "json-lines"):
+        items = [{"code": code, "name": name, "count": n} for (code, name), n in rows]
+        if fmt == "json-lines":
+            return "".join(json.dumps(i) + "\n" for i in items)
+        return json.dumps(items, indent=2) + "\n"
+    lines = [f"{n:>6}  {code}  {name}" for (code, name), n in rows]
+    return "\n".join(lines or ["no findings"]) + "\n"
 
 
 @main.command("baseline")
@@ -229,7 +309,7 @@ def baseline_cmd(paths, output, config_file, force_exclude) -> None:
     from kcheck.baseline import dumps, entries_for
     from kcheck.config import ConfigError
     from kcheck.engine import discover, scan
-    from kcheck.reporters import write_atomic
+    from kcheck.reporters import OutputError, write_atomic
 
     try:
         jobs_list, problems = discover(list(paths), config_file, force_exclude)
@@ -244,7 +324,10 @@ def baseline_cmd(paths, output, config_file, force_exclude) -> None:
         click.echo(f"kcheck: {err}", err=True)
     if result.internal_error:
         sys.exit(EXIT_ERROR)
-    write_atomic(str(output), dumps(result.findings))
+    try:
+        write_atomic(str(output), dumps(result.findings))
+    except OutputError as exc:
+        _fail(str(exc))
     active = [f for f in result.findings if f.suppressed is None]
     n = len(entries_for(active))
     click.echo(f"kcheck: wrote {n} entr{'ies' if n != 1 else 'y'} for {len(active)} finding{'s' if len(active) != 1 else ''} "
@@ -258,7 +341,7 @@ def comment_cmd(results, output) -> None:
     """Render the pull-request summary comment from RESULTS, the output of `kcheck check
     --output-format json` ('-' reads stdin), exactly as the `markdown` format prints it."""
     from kcheck.finding import DEFAULT_DOCS_URL
-    from kcheck.reporters import render, write_atomic
+    from kcheck.reporters import OutputError, render, write_atomic
     from kcheck.reporters.json import load
 
     text = sys.stdin.read() if results == "-" else Path(results).read_text(encoding="utf-8")
@@ -270,7 +353,10 @@ def comment_cmd(results, output) -> None:
     docs_url = url[: url.index("/rules/") + 1] if url else DEFAULT_DOCS_URL
     body = render("markdown", shown, ReportContext(root=Path.cwd(), docs_url=docs_url, hidden=hidden))
     if output:
-        write_atomic(output, body)
+        try:
+            write_atomic(output, body)
+        except OutputError as exc:
+            _fail(str(exc))
     else:
         click.echo(body, nl=False)
 

@@ -8,11 +8,11 @@ file, the key and what is allowed.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import hashlib
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
@@ -26,6 +26,8 @@ else:  # pragma: no cover
 from kcheck.finding import DEFAULT_DOCS_URL, severity_rank
 
 CONFIG_FILES = ("kcheck.toml", "pyproject.toml")
+DEFAULT_MAX_FILE_SIZE = 4 * 1024 * 1024
+UNPARSABLE = "KC900"  # reported whatever the selection: a file that does not parse was not checked
 
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", ".kcheck_cache",
@@ -58,16 +60,33 @@ class Config:
     fail_level: str = "info"
     kernel_paths: tuple[str, ...] = ()
     hot_path_functions: tuple[str, ...] = DEFAULT_HOT_PATHS
+    # Set per file by the engine from the project index (kcheck.project), never by users: this
+    # file's functions ("f", "Cls.m") reached every step from a hot path in another function, with why.
+    per_step: tuple[tuple[str, str], ...] = ()
     library_ops: tuple[str, ...] = ()
     fallback_announcers: tuple[str, ...] = ()
     require_suppression_reason: bool = True
     docs_url: str = DEFAULT_DOCS_URL
+    preview: bool = False  # run the rules marked ``PREVIEW`` too (``--preview``, ``preview = true``)
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; larger files are reported as skipped, not checked
 
     # -- rule selection -------------------------------------------------------------------
 
-    def is_enabled(self, code: str, name: str, path: str | None = None) -> bool:
-        """Whether a rule runs (for ``path``, when given, per-file-ignores apply too)."""
-        chosen = _matches_any(self.select, code, name) or _matches_any(self.extend_select, code, name)
+    def is_enabled(self, code: str, name: str, path: str | None = None, preview: bool = False) -> bool:
+        """Whether a rule runs (for ``path``, when given, per-file-ignores apply too).
+
+        ``preview`` says the rule is a preview rule: it runs only when the configuration turns
+        previews on, or when ``select``/``extend-select`` name it by code or name (a prefix such
+        as ``KC4`` or ``ALL`` does not enable it, as in ruff). ``KC900`` (a file that does not
+        parse) is on whatever is selected: a file kcheck could not read is never a silent pass;
+        only ignoring it by its own code or name turns it off.
+        """
+        if code == UNPARSABLE:
+            return not _names_exactly(self.ignore, code, name)
+        if preview and not self.preview:
+            chosen = _names_exactly(self.select, code, name) or _names_exactly(self.extend_select, code, name)
+        else:
+            chosen = _matches_any(self.select, code, name) or _matches_any(self.extend_select, code, name)
         if not chosen or _matches_any(self.ignore, code, name):
             return False
         if path is not None:
@@ -90,10 +109,11 @@ class Config:
         line: patterns that match it (or its parents) do not apply below it, since the user asked for it."""
         parts = rel_path.split("/")
         skip = len(given.split("/")) if given and given != "." else 0
-        any_part, slashed = _exclusion(tuple(self.exclude + self.extend_exclude), given if skip else "")
-        if any_part is not None and any(any_part(p) for p in parts[skip:]):
+        bare, slashed = _exclusion(tuple(self.exclude + self.extend_exclude), given if skip else "")
+        below = "/".join(parts[skip:])
+        if bare is not None and below and bare.match_file(os.path.normcase(below)):
             return True
-        return any(_glob_match(rel_path, pattern) for pattern in slashed)
+        return slashed is not None and slashed.match_file(os.path.normcase(rel_path))
 
     def is_hot_path(self, function_name: str) -> bool:
         return any(fnmatch.fnmatchcase(function_name, p) for p in self.hot_path_functions)
@@ -110,6 +130,10 @@ class Config:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+def _names_exactly(selectors: tuple[str, ...], code: str, name: str) -> bool:
+    return any(s == code or s == name for s in selectors)
+
+
 def _matches_any(selectors: tuple[str, ...], code: str, name: str) -> bool:
     for s in selectors:
         if s == "ALL" or s == name or (s.startswith("KC") and code.startswith(s)):
@@ -117,26 +141,68 @@ def _matches_any(selectors: tuple[str, ...], code: str, name: str) -> bool:
     return False
 
 
+def unknown_selector_errors(selectors, where: str, prefixes: bool = True) -> list[str]:
+    """One message per selector that names no rule (with the closest valid ones), for ``where``
+    (a configuration key or a command-line option). ``prefixes``: code prefixes and ALL are allowed."""
+    from kcheck.registry import all_rules
+
+    rules = all_rules()
+    codes = [r.CODE for r in rules]
+    names = [r.NAME for r in rules]
+    out = []
+    for s in selectors:
+        if s in codes or s in names:
+            continue
+        if prefixes and (s == "ALL" or (s.startswith("KC") and any(c.startswith(s) for c in codes))):
+            continue
+        pool = names if not s.upper().startswith("KC") else codes + (
+            sorted({c[:3] for c in codes}) if prefixes else [])
+        close = difflib.get_close_matches(s.upper() if s.upper().startswith("KC") else s, pool, n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `kcheck rules` lists them"
+        kind = "rule code, name or prefix" if prefixes else "rule code or name"
+        out.append(f"{where}: {s!r} is not a {kind}{hint}")
+    return out
+
+
+def check_selection(config: "Config", origin: str) -> None:
+    """ConfigError for every selector of ``config`` that names no rule (``origin``: the file)."""
+    errors = []
+    for key, values in (("select", config.select), ("extend-select", config.extend_select),
+                        ("ignore", config.ignore)):
+        errors += unknown_selector_errors(values, f"{origin}: key {key!r}")
+    for glob, values in config.per_file_ignores:
+        errors += unknown_selector_errors(values, f"{origin}: key 'per-file-ignores' ({glob!r})")
+    errors += unknown_selector_errors([k for k, _ in config.severity], f"{origin}: key 'severity'", prefixes=False)
+    if errors:
+        raise ConfigError("\n".join(errors))
+
+
 @lru_cache(maxsize=64)
 def _exclusion(patterns: tuple[str, ...], given: str):
-    """For ``Config.is_excluded``: one compiled matcher for a path part against every pattern that
-    applies (those matching ``given``, a folder named on the command line, do not), and the
-    patterns with a ``/`` in them, matched against the whole path."""
+    """For ``Config.is_excluded``: the gitignore-style matchers of the patterns that apply (those
+    matching ``given``, a folder named on the command line, do not): one for the patterns without
+    a ``/`` inside, matched against the path below ``given``, and one for the others, matched
+    against the whole path."""
     active = [p for p in patterns if not (given and _glob_match(given, p))]
     if not active:
-        return None, ()
-    any_part = re.compile("|".join(f"(?:{fnmatch.translate(os.path.normcase(p))})" for p in active)).match
-    return (lambda part: any_part(os.path.normcase(part)) is not None), tuple(
-        p for p in active if "/" in p.rstrip("/"))
+        return None, None
+    bare = [p for p in active if "/" not in p.rstrip("/")]
+    slashed = [p for p in active if "/" in p.rstrip("/")]
+    return (_spec(tuple(bare)) if bare else None), (_spec(tuple(slashed)) if slashed else None)
+
+
+@lru_cache(maxsize=1024)
+def _spec(patterns: tuple[str, ...]):
+    """A gitignore-style matcher (``pathspec``): ``*`` stays within one folder, ``**`` crosses
+    folders, a bare name matches at any depth, a pattern with a ``/`` is anchored at the
+    configuration's folder, and a folder's pattern matches everything below it."""
+    import pathspec
+
+    return pathspec.GitIgnoreSpec.from_lines([os.path.normcase(p.rstrip("/")) for p in patterns])
 
 
 def _glob_match(rel_path: str, pattern: str) -> bool:
-    pattern = pattern.rstrip("/")
-    if fnmatch.fnmatch(rel_path, pattern) or fnmatch.fnmatch(rel_path, pattern + "/*"):
-        return True
-    if "/" not in pattern:  # a bare name matches at any depth, like .gitignore
-        return any(fnmatch.fnmatch(part, pattern) for part in rel_path.split("/"))
-    return False
+    return _spec((pattern,)).match_file(os.path.normcase(rel_path))
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -200,15 +266,31 @@ def _validate(table: dict, path: Path) -> None:
     raise ConfigError("\n".join(lines))
 
 
+# ``kcheck check --no-cache`` sets this False: then nothing is read from or written to any cache.
+USE_USER_CACHE = True
+
+
+def user_cache_dir() -> Path:
+    """kcheck's folder in the user's cache location (``platformdirs``: ~/.cache/kcheck on Linux,
+    ~/Library/Caches/kcheck on macOS, %LOCALAPPDATA%\\kcheck\\Cache on Windows)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("kcheck", appauthor=False))
+
+
 def _valid_stamp(schema_text: str, table: dict) -> Path | None:
-    """Where a note that this table passed validation lives (in the user cache folder)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """Where a note that this table passed validation lives (in the user cache folder); None
+    when caches are off."""
+    if not USE_USER_CACHE:
+        return None
     digest = hashlib.sha256((schema_text + json.dumps(table, sort_keys=True, default=str)).encode()).hexdigest()
-    return Path(base) / "kcheck" / "valid-config" / digest
+    return user_cache_dir() / "valid-config" / digest
 
 
 def _remember_valid(schema_text: str, table: dict) -> None:
     stamp = _valid_stamp(schema_text, table)
+    if stamp is None:
+        return
     try:
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.touch()
@@ -262,7 +344,9 @@ def load_file(path: Path, _seen: tuple[Path, ...] = ()) -> Config:
         if not parent.is_file():
             raise ConfigError(f"{path}: key 'extend': file {table['extend']!r} not found")
         base = replace(load_file(parent, _seen + (path,)), root=path.parent)
-    return _apply(base, table, path)
+    config = _apply(base, table, path)
+    check_selection(config, str(path))
+    return config
 
 
 @lru_cache(maxsize=4096)

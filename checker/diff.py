@@ -7,9 +7,18 @@ is exactly what is staged. Renames are followed (a renamed file's unchanged line
 "added"), and the diff is computed from the repository's top level, so kcheck may run from any
 subfolder.
 
-Filter modes, named as reviewdog names them:
+Filter modes:
 
-- ``added``: findings whose first line the change adds or modifies (the default);
+- ``new`` (the default): finding-level attribution, as Semgrep's baseline commit does it. The
+  changed files are checked again as they were at the merge base, and a finding is the change's
+  when the base did not have it (matched by fingerprint: path, rule, enclosing function and the
+  normalised line, counted), whatever line it sits on. A change that moves ``end.record()`` so
+  that an unchanged ``torch.cuda.synchronize()`` is now timed is reported; an old finding on a
+  line the change merely touched is not.
+
+Line modes, named as reviewdog names them:
+
+- ``added``: findings whose first line the change adds or modifies;
 - ``diff_context``: findings whose first line is inside a hunk, context lines included;
 - ``file``: findings anywhere in a file the change touches;
 - ``nofilter``: every finding.
@@ -22,7 +31,15 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FILTER_MODES = ("added", "diff_context", "file", "nofilter")
+FILTER_MODES = ("new", "added", "diff_context", "file", "nofilter")
+# git settings a user may have that change what ``git diff`` prints, pinned to what the parser
+# reads: prefixes (diff.noprefix, diff.mnemonicPrefix, diff.srcPrefix/dstPrefix), paths relative
+# to a subfolder (diff.relative), blank context lines without their space (diff.suppressBlankEmpty),
+# external and text-conversion drivers, colour.
+_PINNED = ("core.quotepath=off", "diff.noprefix=false", "diff.mnemonicPrefix=false", "diff.relative=false",
+           "diff.suppressBlankEmpty=false", "diff.external=", "color.diff=false", "color.ui=false")
+_DIFF_OPTIONS = ("--no-color", "--no-ext-diff", "--no-textconv", "--no-relative", "--src-prefix=a/",
+                 "--dst-prefix=b/", "--find-renames")
 CONTEXT_LINES = 3  # git's default hunk context: what ``diff_context`` counts as near the change
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's id of the empty tree
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -36,6 +53,8 @@ class DiffError(Exception):
 class FileChange:
     added: set[int] = field(default_factory=set)  # new-side lines the change adds or modifies
     context: set[int] = field(default_factory=set)  # new-side lines inside a hunk, context included
+    old_path: str | None = None  # the path at the base (None: the change adds the file)
+    known_old: bool = False  # whether ``old_path`` was read from the diff (else it is the same path)
 
 
 @dataclass
@@ -67,15 +86,16 @@ class Diff:
         return line in change.added
 
 
-def _git(args: list[str], cwd: Path) -> str:
+def _git(args: list[str], cwd: Path, binary: bool = False):
+    pinned = [arg for setting in _PINNED for arg in ("-c", setting)]
     try:
-        proc = subprocess.run(["git", "-c", "core.quotepath=off", *args], cwd=cwd, capture_output=True, timeout=120)
+        proc = subprocess.run(["git", *pinned, *args], cwd=cwd, capture_output=True, timeout=300)
     except (OSError, subprocess.SubprocessError) as exc:
         raise DiffError(f"cannot run git: {exc}") from None
     if proc.returncode != 0:
         message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise DiffError(message[-1] if message else f"git {' '.join(args)} failed")
-    return proc.stdout.decode("utf-8", "surrogateescape")
+    return proc.stdout if binary else proc.stdout.decode("utf-8", "surrogateescape")
 
 
 def git_toplevel(folder: Path) -> Path | None:
@@ -98,8 +118,9 @@ def _resolve_base(ref: str, top: Path) -> str:
     """The commit to compare against: the merge base of ``ref`` and HEAD.
 
     In a repository without commits (a first commit through pre-commit) the base is the empty
-    tree, so every staged line is added. Without a merge base (a shallow clone) ``ref`` itself is
-    used.
+    tree, so every staged line is added. In a shallow clone without the merge base, history is
+    fetched deeper until it appears; when it cannot be found, DiffError says so (comparing with
+    ``ref`` itself would blame the change for everything the base branch did since).
     """
     if ref.startswith("-"):
         raise DiffError(f"{ref!r} is not a git revision")
@@ -113,16 +134,37 @@ def _resolve_base(ref: str, top: Path) -> str:
         commit = _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], top).strip()
     except DiffError:
         raise DiffError(f"unknown git revision {ref!r} (not fetched? in CI, check out with fetch-depth: 0)") from None
+    for deepen in (None, "100", "1000", "unshallow"):
+        if deepen is not None:
+            if not _is_shallow(top):
+                break
+            try:
+                _git(["fetch", "--quiet", "--no-tags", "--unshallow" if deepen == "unshallow" else f"--deepen={deepen}"], top)
+            except DiffError:
+                break
+        try:
+            return _git(["merge-base", commit, "HEAD"], top).strip()
+        except DiffError:
+            continue
+    if _is_shallow(top):
+        raise DiffError(f"this is a shallow clone and the merge base of {ref} and HEAD is not in it, nor could "
+                        "more history be fetched; fetch the history (git fetch --unshallow, or fetch-depth: 0 "
+                        "in actions/checkout)")
+    raise DiffError(f"{ref} and HEAD have no common history (no merge base)")
+
+
+def _is_shallow(top: Path) -> bool:
     try:
-        return _git(["merge-base", commit, "HEAD"], top).strip()
+        return _git(["rev-parse", "--is-shallow-repository"], top).strip() == "true"
     except DiffError:
-        return commit
+        return False
 
 
 def parse_unified(text: str) -> dict[str, FileChange]:
     """Added and in-hunk lines per new-side path from ``git diff`` output."""
     files: dict[str, FileChange] = {}
     current: FileChange | None = None
+    old: str | None = None  # the base-side path of the file being read
     line = old_left = new_left = 0
     for raw in text.split("\n"):
         if old_left > 0 or new_left > 0:  # inside a hunk: every line is content, whatever it starts with
@@ -136,9 +178,16 @@ def parse_unified(text: str) -> dict[str, FileChange]:
                 old_left -= 1
             continue
         if raw.startswith("diff --git "):
-            current = None
+            current, old = None, None
+        elif raw.startswith("rename from "):
+            old = _unquote(raw[len("rename from "):])
         elif raw.startswith("rename to "):
             current = files.setdefault(_unquote(raw[len("rename to "):]), FileChange())
+            current.old_path, current.known_old = old, True
+        elif raw.startswith("--- "):
+            source = raw[4:].rstrip("\t")
+            source = None if source == "/dev/null" else _unquote(source)
+            old = source[2:] if source and source.startswith("a/") else source
         elif raw.startswith("+++ "):
             target = raw[4:].rstrip("\t")
             if target == "/dev/null":
@@ -146,6 +195,7 @@ def parse_unified(text: str) -> dict[str, FileChange]:
             else:
                 target = _unquote(target)
                 current = files.setdefault(target[2:] if target.startswith("b/") else target, FileChange())
+                current.old_path, current.known_old = old, True
         elif raw.startswith("@@") and current is not None:
             m = _HUNK.match(raw)
             if m:
@@ -163,7 +213,7 @@ def load_diff(ref: str, cwd: Path | None = None, context: int = CONTEXT_LINES) -
     if top is None:
         raise DiffError(f"{cwd or Path.cwd()} is not inside a git repository")
     base = _resolve_base(ref, top)
-    text = _git(["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames", f"--unified={context}", base, "--"], top)
+    text = _git(["diff", *_DIFF_OPTIONS, f"--unified={context}", base, "--"], top)
     diff = Diff(top=top, base=base, files=parse_unified(text))
     untracked = _git(["ls-files", "-z", "--others", "--exclude-standard"], top)
     for rel in filter(None, untracked.split("\0")):
@@ -174,12 +224,51 @@ def load_diff(ref: str, cwd: Path | None = None, context: int = CONTEXT_LINES) -
         except OSError:
             continue
         lines = set(range(1, n + 1))
-        diff.files[rel] = FileChange(added=set(lines), context=lines)
+        diff.files[rel] = FileChange(added=set(lines), context=lines, known_old=True)
     return diff
 
 
+def base_text(diff: Diff, path: Path) -> str | None:
+    """The text at the merge base of the file at ``path`` (followed through a rename), or None
+    when the base has no such file or it is not UTF-8."""
+    change = diff.change_of(path)
+    if change is None:
+        return None
+    try:
+        rel = path.resolve().relative_to(diff.top).as_posix()
+    except ValueError:
+        return None
+    old = change.old_path if change.known_old else rel
+    if old is None or diff.base == EMPTY_TREE:
+        return None
+    try:
+        data = _git(["cat-file", "blob", f"{diff.base}:{old}"], diff.top, binary=True)
+    except DiffError:
+        return None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+
+
+def split_new(findings, before) -> tuple[list, list]:
+    """(new, old) findings: a finding is new when the base had fewer findings with its
+    fingerprint than there are now (``before``: the base's findings of the same files)."""
+    from collections import Counter
+
+    budget = Counter(f.fingerprint for f in before if f.suppressed is None)
+    new, old = [], []
+    for f in findings:
+        if f.suppressed is None and budget[f.fingerprint] > 0:
+            budget[f.fingerprint] -= 1
+            old.append(f)
+        else:
+            new.append(f)
+    return new, old
+
+
 def split(findings, root: Path, diff: Diff, mode: str):
-    """(kept, hidden) findings under filter ``mode``; finding paths are relative to ``root``."""
+    """(kept, hidden) findings under a line filter ``mode``; finding paths are relative to ``root``."""
     kept, hidden = [], []
     for f in findings:
         (kept if diff.keeps(root / f.path, f.line, mode) else hidden).append(f)

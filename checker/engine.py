@@ -26,10 +26,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kcheck import __version__
-from kcheck.config import Config, config_for, project_root
+from kcheck.config import DEFAULT_MAX_FILE_SIZE, Config, config_for, project_root
 from kcheck.finding import Finding, rule_url
 
-MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_FILE_BYTES = DEFAULT_MAX_FILE_SIZE  # the default of ``max-file-size``
 CACHE_DIR = ".kcheck_cache"
 
 
@@ -40,6 +40,7 @@ class FileResult:
     parsed: bool = False  # whether libcst parsed it
     cached: bool = False
     key: str = ""  # the content key its findings are cached under ("" when the cache is off)
+    skipped: str = ""  # why the file was not checked at all ("" when it was)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class ScanResult:
     parsed: int = 0
     cached: int = 0
     seconds: float = 0.0
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why) of files not checked
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ def _git_files(folder: Path) -> list[Path] | None:
     """Python files under ``folder`` that git tracks or would track (ignored ones left out)."""
     try:
         out = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.py", "*.pyi"],
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.py", "*.pyi", "*.ipynb"],
             cwd=folder, capture_output=True, timeout=60, check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
@@ -77,23 +79,64 @@ def _git_files(folder: Path) -> list[Path] | None:
     return [folder / p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
 
 
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")  # notebooks are found to be reported as not checked
+
+
+def _gitignore(folder: str):
+    """The ``.gitignore`` of ``folder`` as a matcher, or None when it has none."""
+    try:
+        with open(os.path.join(folder, ".gitignore"), encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    import pathspec
+
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def _ignored(specs: list, path: str, is_dir: bool) -> bool:
+    """Whether the ``.gitignore`` files in ``specs`` ((folder, matcher), outermost first) ignore
+    ``path``; the deepest file with a matching pattern decides, as in git."""
+    for base, spec in reversed(specs):
+        rel = os.path.relpath(path, base).replace(os.sep, "/") + ("/" if is_dir else "")
+        decided = spec.check_file(rel).include
+        if decided is not None:
+            return decided
+    return False
+
+
 def _walk(folder: Path, config: Config, root: Path) -> list[Path]:
+    """Source files under ``folder`` outside git: exclude patterns and ``.gitignore`` files (those
+    between the project root and ``folder`` too) are honoured, as ``git ls-files`` would."""
     found: list[Path] = []
     given = _rel(folder, root)
     # each folder's path relative to the root, from its parent's: os.walk never enters a symlinked
     # folder, so below ``folder`` no path needs resolving again
     rels = {str(folder): "" if given == "." else given}
+    specs: dict[str, list] = {}
+    outer: list = []
+    absolute = folder.resolve()
+    for parent in reversed(absolute.parents):  # the .gitignore files above ``folder``, up to the root
+        if parent == root or root in parent.parents:
+            spec = _gitignore(str(parent))
+            if spec is not None:
+                outer.append((str(parent), spec))
     for dirpath, dirnames, filenames in os.walk(folder):  # never follows symlinked folders: no loops
         here = Path(dirpath)
         prefix = rels.pop(dirpath)  # os.walk names a folder as os.path.join(parent, name), as recorded
+        inherited = specs.pop(dirpath, outer)
+        own = _gitignore(dirpath) if ".gitignore" in filenames else None
+        active = [*inherited, (dirpath, own)] if own is not None else inherited
         kept = []
         for d in sorted(dirnames):
             rel = f"{prefix}/{d}" if prefix else d
-            if not config.is_excluded(rel, given):
+            if not config.is_excluded(rel, given) and not (active and _ignored(active, os.path.join(dirpath, d), True)):
                 kept.append(d)
                 rels[os.path.join(dirpath, d)] = rel
+                specs[os.path.join(dirpath, d)] = active
         dirnames[:] = kept
-        found.extend(here / f for f in sorted(filenames) if f.endswith((".py", ".pyi")))
+        found.extend(here / f for f in sorted(filenames) if f.endswith(SOURCE_SUFFIXES)
+                     and not (active and _ignored(active, os.path.join(dirpath, f), False)))
     return found
 
 
@@ -200,28 +243,35 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
 
     result = FileResult()
     match = config_rel or rel
-    rules = [r for r in all_rules() if r.family() != "meta" and config.is_enabled(r.CODE, r.NAME, match)]
-    meta_on = {r.CODE for r in all_rules() if r.family() == "meta" and config.is_enabled(r.CODE, r.NAME, match)}
+    rules = [r for r in all_rules() if r.family() != "meta" and config.is_enabled(r.CODE, r.NAME, match, r.PREVIEW)]
+    meta_on = {r.CODE for r in all_rules() if r.family() == "meta" and config.is_enabled(r.CODE, r.NAME, match, r.PREVIEW)}
     if shortcuts:
         seen: dict[str, bool] = {}
         rules = [r for r in rules if r.prefilter(source, config, seen)]
     directives = suppress.parse_directives(source)
     if not rules and not directives and ("KC900" not in meta_on or (shortcuts and _compiles(source, rel))):
         return result  # nothing to check but the syntax, and the syntax is fine
+    tree = None
     try:
         with warnings.catch_warnings():  # SyntaxWarnings about the scanned code are not kcheck's to print
             warnings.simplefilter("ignore")
             tree = ast.parse(source, filename=rel)
     except SyntaxError as exc:
-        if "KC900" in meta_on:
+        # Newer grammar than the running interpreter's (PEP 695 type parameters under 3.11, PEP 701
+        # f-strings): libcst's parser knows it, and the rules need only libcst; the ast-based
+        # shortcuts are skipped for this file.
+        problem = "not tried" if _LIMITS in (exc.msg or "").lower() else _libcst_problem(source)
+        if problem is not None:
+            where = f"{exc.msg} (tried this interpreter's Python {sys.version_info.major}." \
+                    f"{sys.version_info.minor} grammar, then libcst's grammar for newer Pythons: {problem})"
             result.findings.append(_meta_finding(
-                "KC900", f"cannot parse: {exc.msg}", rel, exc.lineno or 1, exc.offset or 1, config, exc.text or ""))
-        return result
+                "KC900", f"cannot parse: {where}", rel, exc.lineno or 1, exc.offset or 1, config, exc.text or ""))
+            return result
     except (ValueError, RecursionError, MemoryError) as exc:
         if "KC900" in meta_on:
             result.findings.append(_meta_finding("KC900", f"cannot parse: {exc}", rel, 1, 1, config))
         return result
-    if shortcuts and rules:
+    if shortcuts and rules and tree is not None:
         from kcheck.gate import summarize
 
         summary = summarize(tree)
@@ -245,6 +295,22 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
             result.findings.append(replace(finding, suppressed=directive.reason or "(no reason given)"))
     result.findings.extend(_meta_findings(directives, rel, config, meta_on, lines))
     return result
+
+
+# CPython's own limits, not grammar: code past them does not run on any CPython, so it is reported
+# even though libcst could parse it.
+_LIMITS = "too many"  # "too many nested parentheses", "too many statically nested blocks"
+
+
+def _libcst_problem(source: str) -> str | None:
+    """None when libcst parses ``source``, else the first line of its error."""
+    import libcst as cst
+
+    try:
+        parse_cst(source)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError) as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
 
 
 def _compiles(source: str, rel: str) -> bool:
@@ -310,7 +376,8 @@ def _check_module(source, rel, config, rules, lines, result, tree, module) -> tu
     if not reports:
         return [], None
     nodes = [r.node for r in reports]
-    spans = positions.resolve(module, tree, source, nodes) or positions.resolve_with_libcst(module, nodes)
+    spans = (positions.resolve(module, tree, source, nodes) if tree is not None else None) or \
+        positions.resolve_with_libcst(module, nodes)
     out: list[Finding] = []
     seen: set[tuple] = set()
     for rep in reports:
@@ -425,7 +492,7 @@ def _meta_findings(directives, rel, config, meta_on, lines) -> list[Finding]:
                     out.append(_meta_finding("KC901", f"suppression names unknown rule {sel!r}", rel, d.line,
                                              d.column, config, text))
                     continue
-                if rule is not None and (rule.family() == "meta" or not config.is_enabled(rule.CODE, rule.NAME)):
+                if rule is not None and (rule.family() == "meta" or not config.is_enabled(rule.CODE, rule.NAME, None, rule.PREVIEW)):
                     continue
                 if not any(code == sel or code.startswith(sel) or (rule and code == rule.CODE) for code in d.used):
                     out.append(_meta_finding("KC901", f"unused suppression of {sel}: nothing here is reported",
@@ -433,13 +500,19 @@ def _meta_findings(directives, rel, config, meta_on, lines) -> list[Finding]:
     return out
 
 
-def _read(job: Job) -> tuple[str | None, bytes, Finding | None]:
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB" if n >= 1024 * 1024 else f"{n} bytes"
+
+
+def _read(job: Job) -> tuple[str | None, bytes | str, Finding | None]:
+    """(text, bytes, problem); for a file over the size limit (None, why it is skipped, None)."""
     try:
         info = os.stat(job.path)
         if not stat.S_ISREG(info.st_mode):  # a FIFO or device named *.py: reading it could block forever
             return None, b"", _meta_finding("KC900", "cannot read file: not a regular file", job.rel, 1, 1, job.config)
-        if info.st_size > MAX_FILE_BYTES:
-            return None, b"", None
+        if info.st_size > job.config.max_file_size:
+            return None, f"larger than max-file-size: {_mib(info.st_size)} is more than {_mib(job.config.max_file_size)}; " \
+                         "raise it with --max-file-size or max-file-size in [tool.kcheck]", None
         with open(job.path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
@@ -452,14 +525,20 @@ def _read(job: Job) -> tuple[str | None, bytes, Finding | None]:
     return text, data, None
 
 
+NOTEBOOK_REFUSAL = ("a Jupyter notebook: kcheck checks .py and .pyi files only; export its code "
+                    "(`jupyter nbconvert --to script`) to check it, or exclude it")
+
+
 def check_job(job: Job, shortcuts: bool, cache: dict[str, list] | None = None) -> FileResult:
     """One file's findings; ``cache`` (content key -> findings, see :class:`_ContentCache`) answers
     for a text checked before with the same kcheck code, configuration and path."""
+    if job.path.endswith(".ipynb"):
+        return FileResult(skipped=NOTEBOOK_REFUSAL)
     text, data, problem = _read(job)
     if problem is not None:
-        return FileResult(findings=[problem] if job.config.is_enabled("KC900", "unparsable-file", job.config_rel) else [])
-    if text is None:
-        return FileResult(errors=[f"{job.rel}: skipped: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"])
+        return FileResult(findings=[problem])
+    if text is None:  # ``data`` says why
+        return FileResult(skipped=data)
     key = ""
     if cache is not None and shortcuts:
         key = hashlib.sha256(b"\0".join([code_fingerprint().encode(), job.config.fingerprint().encode(),
@@ -537,12 +616,18 @@ def code_fingerprint() -> str:
     return _CODE_FINGERPRINT[0]
 
 
-def cache_dir_for(root: Path) -> str:
-    folder = root / CACHE_DIR / __version__
-    if not (root / CACHE_DIR).exists():
+def cache_dir_for(root: Path, cache_dir: str | os.PathLike | None = None) -> str:
+    """The result cache's folder: ``cache_dir`` (``--cache-dir``), else ``$KCHECK_CACHE_DIR``, else
+    ``.kcheck_cache`` in the project root; a version subfolder in each."""
+    chosen = cache_dir or os.environ.get("KCHECK_CACHE_DIR")
+    base = Path(chosen).expanduser() if chosen else root / CACHE_DIR
+    if not base.is_absolute():
+        base = Path.cwd() / base
+    folder = base / __version__
+    if not base.exists():
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            (root / CACHE_DIR / ".gitignore").write_text("# created by kcheck\n*\n")
+            (base / ".gitignore").write_text("# created by kcheck\n*\n")
         except OSError:
             pass
     return str(folder)
@@ -552,7 +637,7 @@ def cache_dir_for(root: Path) -> str:
 
 
 def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cache: bool = True,
-         progress=None) -> ScanResult:
+         progress=None, cache_dir: str | os.PathLike | None = None) -> ScanResult:
     """Check every job, in parallel when it pays, and collect sorted findings.
 
     With the cache on, files whose size and modification time match the cache's index are not
@@ -564,7 +649,7 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
     if cache and shortcuts and jobs:
         first = jobs[0]  # the configuration's folder, else the root discovery reported paths against
         cache_root = cache_dir_for(first.config.root if first.config.source else Path(first.root) if first.root
-                                   else project_root(Path(first.path).resolve().parent))
+                                   else project_root(Path(first.path).resolve().parent), cache_dir)
     index = _StatIndex(cache_root) if cache_root else None
     contents = _ContentCache(cache_root) if cache_root else None
     known: dict[int, FileResult] = {}
@@ -605,9 +690,12 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
         index.save()
     if contents is not None and cache_map is not None:
         contents.save(fresh)
+    fr_paths = {id(fr): job.rel for job, fr in zip(todo, fresh)}
     for fr in [*known.values(), *fresh]:
         result.findings.extend(fr.findings)
         result.errors.extend(fr.errors)
+        if fr.skipped:
+            result.skipped.append((fr_paths[id(fr)], fr.skipped))
         result.internal_error |= any(e.startswith("internal error") for e in fr.errors)
         result.parsed += fr.parsed
         result.cached += fr.cached
@@ -645,7 +733,7 @@ class _StatIndex:
     def put(self, job: Job, fr: FileResult) -> None:
         stamp = self._stamp(job)
         key = os.path.abspath(job.path)
-        if fr.errors or stamp is None or stamp[1] > time.time_ns() - 2_000_000_000:
+        if fr.errors or fr.skipped or stamp is None or stamp[1] > time.time_ns() - 2_000_000_000:
             self.entries.pop(key, None)
             return
         self.entries[key] = [*stamp, [f.to_dict() for f in fr.findings]]
@@ -730,6 +818,8 @@ def stdin_job(filename: str, explicit_config: Path | None = None) -> Job:
 
 
 def scan_stdin(text: str, job: Job) -> ScanResult:
+    if len(text.encode("utf-8", "surrogatepass")) > job.config.max_file_size:
+        return ScanResult(files=1, skipped=[(job.rel, f"larger than max-file-size ({_mib(job.config.max_file_size)})")])
     fr = check_source(text, job.rel, job.config, config_rel=job.config_rel)
     return ScanResult(findings=sorted(fr.findings, key=lambda f: (f.line, f.column, f.code)), errors=fr.errors,
                       internal_error=any(e.startswith("internal error") for e in fr.errors), files=1,

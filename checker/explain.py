@@ -9,6 +9,10 @@ from kcheck.finding import DEFAULT_DOCS_URL, entry_url, rule_url
 from kcheck.registry import FAMILIES, all_rules, find_rule
 
 
+PREVIEW_NOTE = ("Preview: this rule is off by default until its precision is measured well enough. Turn it "
+                "on with `--preview`, `preview = true` in [tool.kcheck], or by naming it in `select`.")
+
+
 def rule_record(rule, docs_url: str = DEFAULT_DOCS_URL) -> dict:
     """Everything known about a rule, as plain data (for json output and the docs site)."""
     return {
@@ -17,6 +21,7 @@ def rule_record(rule, docs_url: str = DEFAULT_DOCS_URL) -> dict:
         "family": FAMILIES[rule.CODE[:3]][1],
         "message": rule.MESSAGE,
         "severity": rule.SEVERITY,
+        "preview": rule.PREVIEW,
         "knowledge": list(rule.KNOWLEDGE),
         "options": list(rule.OPTIONS),
         "docs": rule.docs(),
@@ -34,7 +39,10 @@ def explain_rule(key: str, fmt: str = "text") -> str | None:
     record = rule_record(rule)
     if fmt == "json":
         return json.dumps(record, indent=2)
-    out = [f"{rule.CODE} {rule.NAME} ({rule.SEVERITY})", "", record["docs"].get("summary", "")]
+    out = [f"{rule.CODE} {rule.NAME} ({rule.SEVERITY}{', preview' if rule.PREVIEW else ''})", "",
+           record["docs"].get("summary", "")]
+    if rule.PREVIEW:
+        out += ["", PREVIEW_NOTE]
     for section, text in record["docs"].items():
         if section != "summary":
             out += ["", f"## {section}", text]
@@ -63,5 +71,5 @@ def list_rules(fmt: str = "text") -> str:
     lines = []
     for r in rules:
         summary = r.docs().get("summary", "").splitlines()[0] if r.__doc__ else ""
-        lines.append(f"{r.CODE}  {r.NAME:<40} {r.SEVERITY:<8} {summary}")
+        lines.append(f"{r.CODE}  {r.NAME:<40} {r.SEVERITY:<8} {'preview' if r.PREVIEW else 'stable':<8} {summary}")
     return "\n".join(lines)

@@ -5,7 +5,9 @@ rule over the same tree in one walk. The class carries, in this order: a docstri
 headings (What it does / Why is this bad? / Example / Use instead / References), ``CODE``,
 ``NAME``, ``MESSAGE``, ``SEVERITY``, ``KNOWLEDGE`` (catalog ids), ``VALID``/``INVALID`` examples,
 then its ``visit_*`` methods. The docs page, ``kcheck rule`` and the example tests all come from
-the class.
+the class. ``PREVIEW = True`` marks a preview rule: off by default, on with ``--preview``,
+``preview = true`` in the configuration, or when ``select`` names it by code or name (not by a
+prefix); ``kcheck rules`` and its docs page say so.
 
 Two cheap class-level hooks keep libcst off files a rule cannot fire on: ``PREFILTER`` (a regex
 the file's text must match) and ``gate(summary)`` (a decision over the file's ``ast`` summary).
@@ -143,6 +145,7 @@ class Rule(cst.BatchableCSTVisitor):
     INVALID: ClassVar[list[str]] = []
     OPTIONS: ClassVar[tuple[str, ...]] = ()  # the [tool.kcheck] keys this rule reads
     PREFILTER: ClassVar[tuple[str, ...]] = ()  # regexes the file's text must all match
+    PREVIEW: ClassVar[bool] = False  # a preview rule: off unless previews are on or it is selected by code or name
 
     _prefilter_res: ClassVar[tuple[re.Pattern, ...] | None] = None
 

@@ -296,6 +296,12 @@ def _rule_markdown(record: dict, catalog, config_keys: dict) -> str:
         "",
         summary,
         "",
+        *(['!!! warning "Preview"', "",
+           "    This rule is a preview: its precision is not yet measured well enough for it to be on by "
+           "default, so kcheck runs it only when asked, with `--preview` on the command line, "
+           f"`preview = true` in [configuration]({_rel(src, 'configuration.md')}), or by naming "
+           f"`{record['code']}` or `{record['name']}` in `select` or `extend-select` (a prefix such as "
+           f"`{record['code'][:3]}` or `ALL` does not turn it on).", ""] if record.get("preview") else []),
         '!!! quote "Message"',
         "",
         "    " + re.sub(r"[{]([a-z_]+)[}]", r"‹\1›", _cell(record["message"])),  # placeholders filled per finding
@@ -349,7 +355,7 @@ def _rules_pages(records: list[dict], catalog, config_keys: dict) -> list[Page]:
         index += ["| Code | Rule | Severity | What it finds |", "|---|---|---|---|"]
         summary.append(f"- {prefix}xx {family}")
         for r in members:
-            index.append(f"| {r['code']} | [{r['name']}]({r['name']}.md) | {r['severity']} "
+            index.append(f"| {r['code']} | [{r['name']}]({r['name']}.md){' (preview)' if r.get('preview') else ''} | {r['severity']} "
                          f"| {_cell(r['docs'].get('summary', ''))} |")
             summary.append(f"    - [{r['code']} {r['name']}]({r['name']}.md)")
         index.append("")

@@ -42,8 +42,8 @@ EXPECT = re.compile(r"#\s*expect:\s*(KC\d{3}(?:\s*,\s*KC\d{3})*)")
 
 
 def findings_for(source: str, path: str = "example.py", shortcuts: bool = True, **config):
-    """Findings of every rule on ``source`` (unsuppressed only)."""
-    cfg = Config(root=REPO, **config)
+    """Findings of every rule on ``source``, preview rules included (unsuppressed only)."""
+    cfg = Config(root=REPO, **{"preview": True, **config})
     result = check_source(inspect.cleandoc(source) + "\n" if source.startswith("\n") else source, path, cfg, shortcuts)
     assert not result.errors, result.errors
     return [f for f in result.findings if f.suppressed is None]

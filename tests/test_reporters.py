@@ -110,7 +110,7 @@ def test_sarif_results_levels_paths_fingerprints_and_suppressions(project):
     active = by_line[10]
     assert active["level"] == "error"
     assert active["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "proj/kernels/bench.py"
-    assert active["partialFingerprints"]["kcheck/v1"] == next(f.fingerprint for f in findings if f.line == 10)
+    assert active["partialFingerprints"]["kcheck/v2"] == next(f.fingerprint for f in findings if f.line == 10) + ":1"
     assert "suppressions" not in active
     suppressed = by_line[11]
     assert suppressed["suppressions"] == [{"kind": "inSource", "justification": "measuring the sync on purpose"}]

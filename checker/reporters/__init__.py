@@ -36,6 +36,21 @@ FORMATS = {
 # Why a finding is in ReportContext.hidden.
 OUTSIDE_DIFF = "outside-diff"
 BASELINED = "baselined"
+NOT_CHECKED = "not-checked"  # not a finding: a file kcheck did not check (too large, a notebook)
+
+
+class OutputError(Exception):
+    """An output file that cannot be written; the message names the file and the reason."""
+
+
+def not_checked(path: str, why: str, docs_url: str = DEFAULT_DOCS_URL) -> Finding:
+    """A file kcheck did not check, as the notice every format carries (``hidden`` as
+    :data:`NOT_CHECKED`: it never counts for the exit code)."""
+    from kcheck.finding import rule_url
+
+    return Finding(code="KC900", name="unparsable-file", message=f"not checked: {why}", severity="info",
+                   path=path, line=1, column=1, end_line=1, end_column=1,
+                   url=rule_url("unparsable-file", docs_url))
 
 
 @dataclass
@@ -46,8 +61,11 @@ class ReportContext:
     cwd: Path = field(default_factory=Path.cwd)
     docs_url: str = DEFAULT_DOCS_URL
     files: int = 0
-    hidden: list[tuple[Finding, str]] = field(default_factory=list)  # (finding, OUTSIDE_DIFF or BASELINED)
+    hidden: list[tuple[Finding, str]] = field(default_factory=list)  # (finding, OUTSIDE_DIFF, BASELINED or NOT_CHECKED)
     format: str = "concise"
+    quiet: bool = False  # ``-q``: no summary line
+    color: bool = False  # ANSI colours (a terminal, unless NO_COLOR)
+    sarif_rules: str = "all"  # ``all`` rules described in SARIF, or only those ``fired``
     _repo_root: Path | None = field(default=None, repr=False)
     _lines: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
@@ -58,6 +76,10 @@ class ReportContext:
             return os.path.relpath(absolute, self.cwd)
         except ValueError:
             return str(absolute)
+
+    @property
+    def not_checked(self) -> list[Finding]:
+        return [f for f, why in self.hidden if why == NOT_CHECKED]
 
     @property
     def repo_root(self) -> Path:
@@ -87,9 +109,9 @@ class ReportContext:
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
-    """``sarif:out.sarif`` -> ("sarif", "out.sarif"); ``github`` -> ("github", None)."""
+    """``sarif:out.sarif`` -> ("sarif", "out.sarif"); ``github`` and ``json:-`` -> (name, None): stdout."""
     name, sep, target = spec.partition(":")
-    return name.strip(), (target if sep else None)
+    return name.strip(), (target if sep and target != "-" else None)
 
 
 def render(name: str, findings: list[Finding], ctx: ReportContext) -> str:
@@ -98,23 +120,56 @@ def render(name: str, findings: list[Finding], ctx: ReportContext) -> str:
     return module.render(findings, ctx)
 
 
+def _mode_for(target: Path) -> int:
+    """The permissions a plain ``open(path, "w")`` would give: an existing file keeps its own, a
+    new one gets 0o666 less the umask (``mkstemp`` alone would leave 0o600)."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file: never half-written."""
+    """Write ``text`` to ``path`` through a temporary file: never half-written. OutputError names
+    the path and the reason when it cannot be written."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        mode = _mode_for(target)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
+    except OSError as exc:
+        _remove(tmp)
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     except BaseException:
-        os.unlink(tmp)
+        _remove(tmp)
         raise
 
 
-def write_all(specs: list[tuple[str, str | None]], findings: list[Finding], ctx: ReportContext) -> None:
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_all(specs: list[tuple[str, str | None]], findings: list[Finding], ctx: ReportContext,
+              rendered: dict[str, str] | None = None) -> None:
+    """Render each format and write it to its file or stdout (``rendered``: text to use instead
+    of rendering, by format name, for stdout only: ``--statistics``)."""
     for name, target in specs:
-        text = render(name, findings, ctx)
+        if target is None and rendered is not None and name in rendered:
+            text = rendered[name]
+        else:
+            text = render(name, findings, ctx)
         if target:
             write_atomic(target, text)
         elif text:

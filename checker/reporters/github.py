@@ -37,6 +37,8 @@ def render(findings: list[Finding], ctx) -> str:
     dropped = dropped_by_cap(shown)
     if dropped:
         lines.append(f"::notice title=kcheck::{_data(f'{len(shown)} findings; GitHub shows at most {PER_LEVEL_CAP} annotations per level, so {dropped} are not annotated here. All are in the log below, the SARIF upload and the summary.')}")
+    for f in ctx.not_checked:
+        lines.append(f"::warning file={_prop(ctx.repo_path(f))},title=kcheck::{_data(f'{ctx.repo_path(f)}: {f.message}')}")
     for f in shown:
         props = [f"file={_prop(ctx.repo_path(f))}", f"line={f.line}", f"col={f.column}"]
         if f.end_line >= f.line:

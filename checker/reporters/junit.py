@@ -1,5 +1,6 @@
 """``junit``: JUnit XML for CI systems that show test reports: one test suite per file with
-findings, one failed test case per finding; a clean run is one passing test case."""
+findings, one failed test case per finding; a clean run is one passing test case. A file kcheck did
+not check is a skipped test case."""
 
 from __future__ import annotations
 
@@ -27,5 +28,10 @@ def render(findings: list[Finding], ctx) -> str:
                                  file=shown_path, line=str(f.line))
             failure = ET.SubElement(case, "failure", message=f.message, type=f.severity)
             failure.text = f"{shown_path}:{f.line}:{f.column}: {f.code} [{f.name}] {f.message}\nDocs: {f.url}"
+    for f in ctx.not_checked:
+        shown_path = ctx.display_path(f)
+        suite = ET.SubElement(root, "testsuite", name=shown_path, tests="1", failures="0", skipped="1")
+        case = ET.SubElement(suite, "testcase", name="kcheck.not-checked", classname=shown_path, file=shown_path)
+        ET.SubElement(case, "skipped", message=f.message)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -16,6 +16,7 @@ MAX_ITEMS = 100  # per list: a GitHub comment holds at most 65,536 characters
 SECTION_TITLES = {
     "outside-diff": "outside the changed lines",
     "baselined": "in the baseline",
+    "not-checked": "not checked: files kcheck did not check (the message says why)",
 }
 
 
@@ -75,7 +76,8 @@ def render(findings: list[Finding], ctx) -> str:
     for why, title in SECTION_TITLES.items():
         group = [f for f, reason in ctx.hidden if reason == why]
         if group:
-            out += ["", f"<details><summary>{len(group)} finding{'s' if len(group) != 1 else ''} {title}</summary>",
+            noun = "file" if why == "not-checked" else "finding"
+            out += ["", f"<details><summary>{len(group)} {noun}{'s' if len(group) != 1 else ''} {title}</summary>",
                     "", *_list(group, ctx, cat), "", "</details>"]
     out += ["", f"<sub>[kcheck]({ctx.docs_url}) links every finding to the rule and the catalog entry that explain it.</sub>"]
     return "\n".join(out) + "\n"

@@ -46,6 +46,7 @@ def diagnostic(f: Finding, ctx) -> dict:
 
 def render(findings: list[Finding], ctx) -> str:
     diagnostics = [diagnostic(f, ctx) for f in findings if f.suppressed is None]
+    diagnostics += [diagnostic(f, ctx) for f in ctx.not_checked]  # notices, at INFO
     if ctx.format == "rdjsonl":
         return "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in diagnostics)
     return json.dumps({"source": {"name": "kcheck", "url": ctx.docs_url}, "diagnostics": diagnostics},

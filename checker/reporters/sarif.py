@@ -2,21 +2,26 @@
 
 Every rule is described in ``tool.driver.rules`` (its docs as ``help.markdown``, its page as
 ``helpUri``); each result carries the level from its severity, a path relative to the
-repository's top, and ``partialFingerprints`` from the finding's line-number-free fingerprint so
-alerts follow code that moves. In-source suppressed findings are included with a
-``suppressions`` entry holding their justification, as the format intends.
+repository's top (percent-encoded, as a URI must be), and ``partialFingerprints`` from the
+finding's line-number-free fingerprint plus its occurrence number among findings with the same
+fingerprint, so alerts follow code that moves and two identical lines in one function stay two
+alerts. In-source suppressed findings are included with a ``suppressions`` entry holding their
+justification, as the format intends. Files kcheck did not check are tool execution
+notifications. ``--sarif-rules fired`` describes only the rules that reported something (a smaller
+file); by default every rule is described.
 """
 
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 from kcheck import __version__
 from kcheck.finding import Finding, entry_url
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
-FINGERPRINT_KEY = "kcheck/v1"
+FINGERPRINT_KEY = "kcheck/v2"  # v2: the occurrence number follows the fingerprint
 
 
 def _catalog():
@@ -70,7 +75,12 @@ def rule_descriptor(rule, docs_url: str, cat) -> dict:
     }
 
 
-def result(f: Finding, index: int | None, ctx) -> dict:
+def uri(path: str) -> str:
+    """A repository-relative path as a URI reference: spaces, ``%``, ``#`` and the like encoded."""
+    return quote(path, safe="/")
+
+
+def result(f: Finding, index: int | None, ctx, occurrence: int = 1) -> dict:
     region = {"startLine": f.line, "startColumn": f.column}
     if (f.end_line, f.end_column) > (f.line, f.column):
         region.update(endLine=f.end_line, endColumn=f.end_column)
@@ -80,11 +90,11 @@ def result(f: Finding, index: int | None, ctx) -> dict:
         "message": {"text": f"{f.message} ({f.name})"},
         "locations": [{
             "physicalLocation": {
-                "artifactLocation": {"uri": ctx.repo_path(f), "uriBaseId": "%SRCROOT%"},
+                "artifactLocation": {"uri": uri(ctx.repo_path(f)), "uriBaseId": "%SRCROOT%"},
                 "region": region,
             },
         }],
-        "partialFingerprints": {FINGERPRINT_KEY: f.fingerprint},
+        "partialFingerprints": {FINGERPRINT_KEY: f"{f.fingerprint}:{occurrence}"},
     }
     if index is not None:
         out["ruleIndex"] = index
@@ -100,7 +110,20 @@ def document(findings: list[Finding], ctx) -> dict:
 
     cat = _catalog()
     rules = list(all_rules())
+    if getattr(ctx, "sarif_rules", "all") == "fired":
+        fired = {f.code for f in findings}
+        rules = [r for r in rules if r.CODE in fired]
     index = {r.CODE: i for i, r in enumerate(rules)}
+    seen: dict[str, int] = {}
+    results = []
+    for f in findings:
+        seen[f.fingerprint] = seen.get(f.fingerprint, 0) + 1
+        results.append(result(f, index.get(f.code), ctx, seen[f.fingerprint]))
+    notes = [{
+        "level": "warning",
+        "message": {"text": f"{ctx.repo_path(f)}: {f.message}"},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri(ctx.repo_path(f)), "uriBaseId": "%SRCROOT%"}}}],
+    } for f in ctx.not_checked]
     return {
         "$schema": SCHEMA_URI,
         "version": "2.1.0",
@@ -112,8 +135,9 @@ def document(findings: list[Finding], ctx) -> dict:
                 "informationUri": ctx.docs_url,
                 "rules": [rule_descriptor(r, ctx.docs_url, cat) for r in rules],
             }},
+            "invocations": [{"executionSuccessful": True, "toolExecutionNotifications": notes}],
             "columnKind": "unicodeCodePoints",
-            "results": [result(f, index.get(f.code), ctx) for f in findings],
+            "results": results,
         }],
     }
 

@@ -1,12 +1,23 @@
-"""``concise`` (one line a finding) and ``full`` (with the source lines and the docs link)."""
+"""``concise`` (one line a finding) and ``full`` (with the source lines and the docs link).
+
+Files kcheck did not check (too large, a notebook) are named on stderr and counted in the summary
+line; with ``-q``, which silences stderr and leaves the summary out, they are listed here instead. On a terminal the output is coloured
+(``ReportContext.color``)."""
 
 from __future__ import annotations
 
 from kcheck.finding import Finding, entry_url
 
+_STYLES = {"path": "1", "code": "1;31", "dim": "2", "ok": "32", "warn": "33"}
+
+
+def _paint(text: str, style: str, ctx) -> str:
+    return f"\x1b[{_STYLES[style]}m{text}\x1b[0m" if ctx.color else text
+
 
 def _line(f: Finding, ctx) -> str:
-    return f"{ctx.display_path(f)}:{f.line}:{f.column}: {f.code} [{f.name}] {f.message}"
+    return (f"{_paint(ctx.display_path(f), 'path', ctx)}:{f.line}:{f.column}: {_paint(f.code, 'code', ctx)} "
+            f"[{f.name}] {f.message}")
 
 
 def render(findings: list[Finding], ctx) -> str:
@@ -31,9 +42,20 @@ def render(findings: list[Finding], ctx) -> str:
             for entry in f.knowledge:
                 body.append(f"   see:  {entry_url(entry, ctx.docs_url)}")
             body.append("")
-    n = len(shown)
-    if n:
-        body.append(f"Found {n} finding{'s' if n != 1 else ''} in {len({f.path for f in shown})} file(s).")
-    else:
-        body.append(f"All checks passed ({ctx.files} file{'s' if ctx.files != 1 else ''}).")
-    return "\n".join(body) + "\n"
+    skipped = ctx.not_checked
+    for f in (skipped if ctx.quiet else ()):  # otherwise stderr has named them already
+        body.append(f"{_paint(ctx.display_path(f), 'path', ctx)}: {_paint(f.message, 'warn', ctx)}")
+    if not ctx.quiet:
+        n = len(shown)
+        checked = ctx.files - len(skipped)
+        if n:
+            line = f"Found {n} finding{'s' if n != 1 else ''} in {len({f.path for f in shown})} file(s)."
+        elif skipped:
+            line = f"No findings in {checked} file{'s' if checked != 1 else ''} checked."
+        else:
+            line = _paint(f"All checks passed ({ctx.files} file{'s' if ctx.files != 1 else ''}).", "ok", ctx)
+        if skipped:
+            line += " " + _paint(f"{len(skipped)} file{'s' if len(skipped) != 1 else ''} not checked (see the messages above).",
+                                 "warn", ctx)
+        body.append(line)
+    return "\n".join(body) + ("\n" if body else "")

@@ -202,17 +202,39 @@ def bench_host(fn, x, iters=5):
 def _gate_few_runs(facts, f) -> bool:
     """The function of a window (``f``; None: module or class level) calls ``range()`` with one
     argument that ``int_value`` may read as 2 to 10 (a literal, or a parameter with such a
-    default), and names nothing like an estimate (``_estimate``)."""
+    default), and names nothing like an estimate (``_estimate``).
+
+    Linear in the file: the ``range()`` calls are grouped by function once per file, and each
+    function's answer is kept, since a function may hold many windows (before, every window
+    looked at every call of the file: minutes for a 4 MB file)."""
+    memo = facts.summary.memo
+    answers = memo.setdefault("KC408.few_runs", {})
+    if id(f) not in answers:
+        answers[id(f)] = _few_runs_in(facts, f)
+    return answers[id(f)]
+
+
+def _range_calls(facts) -> dict:
+    """The one-argument ``range()`` calls of the file by the ``id`` of their function (in
+    ``summary.calls`` order)."""
+    memo = facts.summary.memo
+    out = memo.get("KC408.range_calls")
+    if out is None:
+        out = memo["KC408.range_calls"] = {}
+        for call, g in facts.summary.calls:
+            if type(call.func) is ast.Name and call.func.id == "range" and len(call.args) + len(call.keywords) == 1:
+                out.setdefault(id(g), []).append(call)
+    return out
+
+
+def _few_runs_in(facts, f) -> bool:
     node = facts.facts.node(f) if f is not None else None
     defaults = {}
     if node is not None:
         params = [*node.args.posonlyargs, *node.args.args]  # the defaults belong to the last of these
         defaults.update((p.arg, d) for p, d in zip(params[len(params) - len(node.args.defaults):], node.args.defaults))
         defaults.update((p.arg, d) for p, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None)
-    for call, g in facts.summary.calls:
-        if g is not f or not (type(call.func) is ast.Name and call.func.id == "range") \
-                or len(call.args) + len(call.keywords) != 1:
-            continue
+    for call in _range_calls(facts).get(id(f), ()):
         n = call.args[0] if call.args else call.keywords[0].value
         if isinstance(n, ast.Starred):
             n = n.value

@@ -24,7 +24,7 @@ DTYPE_BYTES = {"float64": 8, "double": 8, "int64": 8, "long": 8, "float32": 4, "
 
 
 class TimedWithoutL2Flush(Rule):
-    """(Preview) The same inputs timed over and over with L2 never flushed.
+    """The same inputs timed over and over with L2 never flushed.
 
     ## What it does
     In test and benchmark code, finds CUDA-event and host-timer windows that time the same
@@ -56,8 +56,8 @@ class TimedWithoutL2Flush(Rule):
     both sides of the difference it reports. Nor is a serving engine's runtime autotuner (a
     module named `*autotun*.py` outside test and benchmark paths), which ranks candidates timed
     alike on live inputs, in the cache state they will run in, and reports no figure.
-    `triton.testing.do_bench` flushes L2 itself and is not reported. This rule is a preview:
-    it sees sizes only where the file spells them out (not a kernel whose inputs are small but
+    `triton.testing.do_bench` flushes L2 itself and is not reported. The rule sees sizes
+    only where the file spells them out (not a kernel whose inputs are small but
     whose output is hundreds of MB, nor shapes built from a table of cases), so it reports at
     `info` level.
 
@@ -92,6 +92,7 @@ class TimedWithoutL2Flush(Rule):
     MESSAGE = ("{call}() runs {times} on the same inputs with L2 never flushed: small inputs stay in L2 and the "
                "number is optimistic (flush L2 or rotate inputs)")
     SEVERITY = "info"
+    PREVIEW = True
     KNOWLEDGE = ("measuring/l2-flushing", "hardware/h100-sxm", "hardware/h200-sxm")
     VALID = [
         """
