@@ -52,8 +52,12 @@ GATED_CANDIDATES = (
 """Rows per program and warps; the first is the interpreter's. At I=12288 a row is 8192 + 4096
 columns of gate and of up in registers: 24 values of each a thread at 16 warps."""
 
-GATED_PINS = {1: {"ROWS": 1, "num_warps": 16}, 64: {"ROWS": 1, "num_warps": 16}, 1024: {"ROWS": 1, "num_warps": 16}}
-"""The small token buckets' configuration (see ``_launch.pinned``)."""
+GATED_PINS = {bucket: {"ROWS": 1, "num_warps": 32} for bucket in (1, 64, 1024)}
+"""The small token buckets' configuration (see ``_launch.pinned``): one row on 32 warps. In a sweep of
+every candidate on an H200 (2026-12-04, 5 interleaved rounds, ``benchmarks/kernels_fused_fp8.py``;
+``results/variants/h200_fused_fp8_candidates.json``) it was the fastest at T=1, 32 and 256 (6.82,
+7.10 and 10.27 us; 16 warps took 7.17 at T=1, and 7.28 in the results run that followed, where our
+unfused pair took 7.23)."""
 
 
 @triton.jit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import triton
 
-from kcheck.kernels import _launch, rotary_embedding, silu_and_mul
+from kcheck.kernels import _launch, rotary_embedding, silu_and_mul, silu_and_mul_fp8_quant
 from kcheck.kernels._launch import SMALL_BUCKETS, pinned, token_bucket
 
 CANDIDATES = (
@@ -39,7 +39,8 @@ def test_a_pin_must_match_exactly_one_candidate(pin, found):
     (_launch.ROW_CANDIDATES, _launch.FUSED_PINS),
     (silu_and_mul.CANDIDATES, silu_and_mul.PINS),
     (rotary_embedding.CANDIDATES, rotary_embedding.PINS),
-], ids=["rows", "fused", "silu_and_mul", "rotary_embedding"])
+    (silu_and_mul_fp8_quant.GATED_CANDIDATES, silu_and_mul_fp8_quant.GATED_PINS),
+], ids=["rows", "fused", "silu_and_mul", "rotary_embedding", "silu_and_mul_fp8_quant"])
 def test_every_kernel_pins_each_small_bucket_to_one_of_its_candidates(candidates, pins):
     assert set(pins) == set(SMALL_BUCKETS)
     prune = pinned(candidates, pins)
