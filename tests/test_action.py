@@ -73,7 +73,60 @@ def test_action_is_a_composite_with_shells_and_pinned_actions():
         if "run" in s:
             assert s.get("shell") == "bash", s["name"]
         if "uses" in s:
-            assert re.fullmatch(r"[\w.-]+/[\w./-]+@(v\d+(\.\d+)*|[0-9a-f]{40})", s["uses"]), s["uses"]
+            assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", s["uses"]), s["uses"]
+
+
+PINNED = re.compile(r"uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+")
+
+
+@pytest.mark.parametrize("path", [REPO / "action.yml", *sorted((REPO / ".github" / "workflows").glob("*.yml")),
+                                  *EXAMPLES], ids=lambda p: p.name)
+def test_every_third_party_action_is_pinned_by_sha_with_its_version(path):
+    for line in path.read_text().splitlines():
+        if "uses:" in line and not line.lstrip().startswith("#") and "kcheck/kcheck@" not in line:
+            assert PINNED.search(line), f"{path.name}: {line.strip()}"
+
+
+def test_a_failed_sarif_upload_is_said_in_the_job_summary():
+    upload = step("Upload SARIF")
+    warn = step("SARIF upload failed")
+    assert upload.get("id") == "sarif" and warn["if"] == "steps.sarif.outcome == 'failure'"
+    assert "GITHUB_STEP_SUMMARY" in warn["run"] and "security-events" in warn["run"]
+    assert "GITHUB_STEP_SUMMARY" in step("comments could not be posted")["run"]
+    assert upload["with"]["ref"] == "${{ inputs.sarif-ref }}" and upload["with"]["sha"] == "${{ inputs.sarif-sha }}"
+
+
+def test_the_pull_request_target_example_names_the_pull_requests_ref_and_sha():
+    (target,) = [p for p in EXAMPLES if "target" in p.name]
+    workflow = yaml.safe_load(target.read_text())
+    (job,) = workflow["jobs"].values()
+    (kcheck,) = [s for s in job["steps"] if s.get("uses", "").startswith("kcheck/kcheck@")]
+    assert kcheck["with"]["sarif-ref"] == "refs/pull/${{ github.event.pull_request.number }}/head"
+    assert kcheck["with"]["sarif-sha"] == "${{ github.event.pull_request.head.sha }}"
+    checkout = job["steps"][0]
+    assert checkout["with"]["persist-credentials"] is False
+    assert checkout["with"]["ref"] == "${{ github.event.pull_request.head.sha }}"
+    # nothing from the checkout runs: no run step at all in this job
+    assert not any("run" in s for s in job["steps"])
+
+
+def test_the_summary_comment_is_found_by_its_marker_alone():
+    run = step("summary comment")["run"]
+    assert "startswith" in run and ".user" not in run
+
+
+def test_release_workflow_builds_checks_and_publishes_by_trusted_publishing():
+    path = REPO / ".github" / "workflows" / "release.yml"
+    assert actionlint(path).returncode == 0
+    workflow = yaml.safe_load(path.read_text())
+    assert workflow[True]["push"]["tags"]  # "on" reads as True in YAML 1.1
+    build, publish = workflow["jobs"]["build"], workflow["jobs"]["publish"]
+    script = "\n".join(s.get("run", "") for s in build["steps"])
+    assert "GITHUB_REF_NAME" in script or "${TAG#v}" in script
+    assert "python -m build" in script and "twine check" in script and "--version" in script
+    assert publish["permissions"] == {"id-token": "write"} and publish["environment"]["name"] == "pypi"
+    assert any(s.get("uses", "").startswith("pypa/gh-action-pypi-publish@") for s in publish["steps"])
+    assert "password" not in path.read_text()  # trusted publishing: no token
 
 
 def test_no_expression_is_pasted_into_a_shell_script():
@@ -170,7 +223,7 @@ def _outputs(path: Path) -> dict:
 
 def test_check_step_reports_only_the_change_and_writes_every_file(runner):
     repo, base, env, tmp = runner
-    inputs = {"base-ref": base, "paths": ".", "filter-mode": "added", "fail-level": "", "baseline": "",
+    inputs = {"base-ref": base, "paths": ".", "filter-mode": "new", "fail-level": "", "baseline": "",
               "annotations": "true"}
     result = _run_step(step("Run kcheck"), repo, env, inputs)
     out = _outputs(tmp / "output")

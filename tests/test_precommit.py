@@ -92,7 +92,7 @@ def test_hooks_file_is_well_formed():
     assert set(by_id) == {"kcheck", "kcheck-changed", "kcheck-catalog"}
     for hook in hooks:
         assert hook["language"] == "python" and hook["entry"].startswith("kcheck ")
-    assert "--diff-base HEAD" in by_id["kcheck-changed"]["entry"]
+    assert "--diff-base HEAD --filter-mode new" in by_id["kcheck-changed"]["entry"]
     assert by_id["kcheck-catalog"]["pass_filenames"] is False
 
 
@@ -158,6 +158,24 @@ def test_changed_hook_reports_only_added_lines(hook_repo, tmp_path):
     assert added.returncode == 1, added.stdout + added.stderr
     assert "bench.py:10:" in added.stdout and ".item()" in added.stdout
     assert "synchronize" not in added.stdout
+
+
+def test_changed_hook_reports_a_new_finding_on_an_unchanged_line(hook_repo, tmp_path):
+    """Moving end.record() below a synchronize() times the sync: the finding sits on a line the
+    commit does not touch, and it is still this commit's."""
+    before = ("import torch\n\n\ndef bench(fn, x):\n    start = torch.cuda.Event(enable_timing=True)\n"
+              "    end = torch.cuda.Event(enable_timing=True)\n    fn(x)\n    start.record()\n    fn(x)\n"
+              "    end.record()\n    torch.cuda.synchronize()\n    return start.elapsed_time(end)\n")
+    repo = new_project(tmp_path / "moved")
+    (repo / "bench.py").write_text(before)
+    git(repo, "add", "bench.py")
+    git(repo, "commit", "-q", "--no-verify", "-m", "clean")
+    (repo / "bench.py").write_text(before.replace("    end.record()\n    torch.cuda.synchronize()\n",
+                                                  "    torch.cuda.synchronize()\n    end.record()\n"))
+    git(repo, "add", "bench.py")
+    moved = run_hook(hook_repo, repo, "kcheck-changed")
+    assert moved.returncode == 1, moved.stdout + moved.stderr
+    assert "bench.py:10:5: KC201" in moved.stdout
 
 
 def test_catalog_hook_rejects_a_broken_entry(hook_repo, tmp_path):
