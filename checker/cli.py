@@ -363,7 +363,7 @@ def comment_cmd(results, output) -> None:
 
 @main.command("rule")
 @click.argument("key")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--format", "--output-format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def rule_cmd(key: str, fmt: str) -> None:
     """Explain a rule (by code or name): its docs, examples and catalog entries."""
     from kcheck.explain import explain_rule
@@ -375,9 +375,9 @@ def rule_cmd(key: str, fmt: str) -> None:
 
 
 @main.command("rules")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--format", "--output-format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def rules_cmd(fmt: str) -> None:
-    """List every rule."""
+    """List every rule; preview rules are marked (off unless --preview or selected by code or name)."""
     from kcheck.explain import list_rules
 
     click.echo(list_rules(fmt))

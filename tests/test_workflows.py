@@ -79,7 +79,7 @@ def test_rules_listing_and_docs_mark_preview_rules(run_kcheck):
     line = next(l for l in out.splitlines() if l.startswith("KC409"))
     assert "preview" in line
     assert "preview" not in next(l for l in out.splitlines() if l.startswith("KC201"))
-    records = {r["code"]: r for r in json.loads(run_kcheck("rules", "--format", "json")[1])}
+    records = {r["code"]: r for r in json.loads(run_kcheck("rules", "--output-format", "json")[1])}
     assert records["KC409"]["preview"] is True and records["KC201"]["preview"] is False
     assert "(Preview)" not in records["KC409"]["docs"]["summary"]
     assert "Preview" in run_kcheck("rule", "KC409")[1]
