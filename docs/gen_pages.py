@@ -512,18 +512,26 @@ def _pct(value) -> str:
     return f"{rounded_down(100 * value, 1)}%"
 
 
-def _results_table(rows: list[dict]) -> list[str]:
+def _results_table(rows: list[dict], other_rows: list[dict] = ()) -> list[str]:
     """One line per dtype and token count: kcheck's time, bandwidth and fractions of the ceilings,
-    each peer's time, and the best peer's time over kcheck's (above 1: kcheck is faster)."""
+    each peer's time, and the best peer's time over kcheck's (above 1: kcheck is faster). Then, for
+    the results file's ``other_rows`` (implementations that do less than the op, such as the fused
+    FP8 ops' same-pattern movers), one column each: its time and kcheck's speed as a fraction of
+    its speed; never the best peer."""
     from kcheck.kernels import rounded_down
     peers = sorted({r["impl"] for r in rows} - {"kcheck"},
                    key=lambda i: (PEER_ORDER.index(i) if i in PEER_ORDER else len(PEER_ORDER), i))
+    others = sorted({r["impl"] for r in other_rows})
     grid: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in rows:
         grid[(r["dtype"], r["tokens"])][r["impl"]] = r
+    beside: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for r in other_rows:
+        beside[(r["dtype"], r["tokens"])][r["impl"]] = r
     out = ["| dtype | tokens | kcheck µs | GB/s | of copy | of datasheet | "
-           + " | ".join(f"{p} µs" for p in peers) + " | best peer ÷ kcheck |",
-           "|---|---:|---:|---:|---:|---:|" + "---:|" * len(peers) + "---:|"]
+           + " | ".join(f"{p} µs" for p in peers) + " | best peer ÷ kcheck |"
+           + "".join(f" {o} µs (not the same op; its µs ÷ kcheck µs) |" for o in others),
+           "|---|---:|---:|---:|---:|---:|" + "---:|" * len(peers) + "---:|" + "---:|" * len(others)]
     for (dtype, tokens), by_impl in sorted(grid.items()):
         own = by_impl.get("kcheck")
         cells = [dtype, str(tokens)]
@@ -532,6 +540,10 @@ def _results_table(rows: list[dict]) -> list[str]:
         cells += [f"{by_impl[p]['median_us']:.2f}" if p in by_impl else "—" for p in peers]
         times = [by_impl[p]["median_us"] for p in peers if p in by_impl]
         cells.append(f"{rounded_down(min(times) / own['median_us'], 2)}×" if own and times and own["median_us"] else "—")
+        for o in others:
+            r = beside[(dtype, tokens)].get(o)
+            cells.append(f"{r['median_us']:.2f} ({rounded_down(r['median_us'] / own['median_us'], 2)}×)"
+                         if r and own and own["median_us"] else (f"{r['median_us']:.2f}" if r else "—"))
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
 
@@ -649,7 +661,7 @@ def _kernels_pages(results_dir: Path, modules: dict[str, str], catalog) -> list[
                 plot = f"kernels/plots/{stem}-{op}.svg"
                 pages.append(Page(plot, _plot(data, op)))
                 out += [f"![Achieved bandwidth of {op} on {_cell(data.get('gpu'))}]({_rel(src, plot)})", ""]
-                out += _results_table(rows)
+                out += _results_table(rows, [r for r in data.get("other_rows", []) if r.get("op") == op])
     pages.append(Page(src, "\n".join(out) + "\n"))
     return pages
 
