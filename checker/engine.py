@@ -10,6 +10,7 @@ turns the prefilter, the gates and the cache off (the tests check the findings a
 from __future__ import annotations
 
 import ast
+import errno
 import gc
 import hashlib
 import json
@@ -169,6 +170,14 @@ def _resolver():
     return resolve
 
 
+def _loops(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def discover(paths: list[str], explicit_config: Path | None = None, force_exclude: bool = False) -> tuple[list[Job], list[str]]:
     """The files to scan with their settings, and messages about paths that do not exist."""
     jobs: list[Job] = []
@@ -201,7 +210,8 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
                 problems.append(f"{f}: cannot resolve (symlink loop?)")
                 continue
             if not resolved.exists():
-                problems.append(f"{f}: broken symlink, skipped")
+                # Python 3.13's resolve() no longer raises on a loop; stat() still says ELOOP
+                problems.append(f"{f}: cannot resolve (symlink loop?)" if _loops(f) else f"{f}: broken symlink, skipped")
                 continue
             key = str(resolved)
             if key in seen:
