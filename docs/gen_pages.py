@@ -34,6 +34,7 @@ HARDWARE_KEYS = {
     "smem-per-sm": "Shared memory per SM",
     "bf16-dense-tflops": "BF16 dense tensor",
     "fp8-dense-tflops": "FP8 dense tensor",
+    "fp4-dense-tflops": "FP4 dense tensor",
     "tdp": "Board power",
     "nvlink-bandwidth": "NVLink bandwidth",
 }
