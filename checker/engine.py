@@ -660,6 +660,10 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
         first = jobs[0]  # the configuration's folder, else the root discovery reported paths against
         cache_root = cache_dir_for(first.config.root if first.config.source else Path(first.root) if first.root
                                    else project_root(Path(first.path).resolve().parent), cache_dir)
+    # the project index: each file learns which of its functions run every serving step (kcheck.project)
+    from kcheck.project import annotate
+
+    jobs = annotate(jobs, cache_root, code_fingerprint(), jobs_n or os.cpu_count() or 1)
     index = _StatIndex(cache_root) if cache_root else None
     contents = _ContentCache(cache_root) if cache_root else None
     known: dict[int, FileResult] = {}

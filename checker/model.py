@@ -635,12 +635,15 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
                 model.timed_regions.append(TimedRegion(
                     "graph-capture", "a CUDA-graph capture (with torch.cuda.graph(...))",
                     [stmt.body], model.enclosing_function(stmt)))
+    per_step = dict(config.per_step)
     for defs in model.functions.values():
         for fn in defs:
+            name = model.scope_names.get(id(fn), fn.name.value)
             if config.is_hot_path(fn.name.value):
+                model.timed_regions.append(TimedRegion("hot-path", f"the per-step hot path {name}()", [fn.body], fn))
+            elif name in per_step:  # the project index: reached every step from another module's hot path
                 model.timed_regions.append(TimedRegion(
-                    "hot-path", f"the per-step hot path {model.scope_names.get(id(fn), fn.name.value)}()",
-                    [fn.body], fn))
+                    "hot-path", f"the per-step path {name}() ({per_step[name]})", [fn.body], fn))
 
 
 def _loop_ends_synced(model: ModuleModel, stmt: cst.CSTNode | None, function) -> bool:

@@ -282,7 +282,9 @@ class FileView:
 
     def _hot_path(self, config) -> list:
         hot = _hot_path_pattern(config.hot_path_functions)
-        return [("hot-path", i, self.body(i)) for i, f in enumerate(self.summary.functions) if hot(f.name)]
+        indexed = {name.rsplit(".", 1)[-1] for name, _ in config.per_step}  # by short name: looser than the model
+        return [("hot-path", i, self.body(i)) for i, f in enumerate(self.summary.functions)
+                if hot(f.name) or f.name in indexed]
 
     # -- reachability ---------------------------------------------------------------------------
 

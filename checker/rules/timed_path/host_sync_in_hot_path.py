@@ -7,6 +7,7 @@ import libcst as cst
 
 from kcheck.gate import dotted
 from kcheck.model import MEASUREMENT_PATH, walk
+from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, once_per_input
 from kcheck.rule import Rule
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
 from kcheck.rules.timed_path import (
@@ -106,6 +107,7 @@ class HostSyncInHotPath(Rule):
     NAME = "host-sync-in-hot-path"
     MESSAGE = "{what}{helper} in {region}: every step waits for the GPU"
     SEVERITY = "warning"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("measuring/host-syncs", "sampling/avoid-host-syncs", "triton-cuda/cuda-graph-capture")
     OPTIONS = ("hot-path-functions",)
     VALID = [
@@ -358,38 +360,6 @@ def _kept_on_cpu(module: cst.Module) -> set[str]:
     return kept
 
 
-# -- multimodal encoders: they run once per image, clip or prompt, not on every step ------------
-
-# A class that is a multimodal encoder or a piece of one: a vision or audio tower, its attention
-# and patch embeddings, the projector, resampler or patch merger between it and the language
-# model. It runs in the step that brings a new image or clip (once per input), not in every
-# decode step; a tokenizer's ``decode`` turns ids into text and is no model step at all.
-MULTIMODAL_CLASS = re.compile(
-    r"Vision|Visual|Vi[Tt](?![a-z])|Audio|Speech|Whisper\w*Encoder|Siglip|CLIP|Image(Encoder|Embed)"
-    r"|Resampler|Projector|Merger|Abstractor|Tokenizer")
-# A helper of the language model's forward that runs only for multimodal inputs
-# (``self._execute_mm_encoder(...)``, ``self.get_image_features(...)``, ``self.encode_images(...)``).
-MULTIMODAL_HELPER = re.compile(r"(^|_)(mm|multimodal|images?|videos?|audios?|vision|visual|pixels?)(_|$)")
-# A model zoo's ``encoders/`` folder (a diffusion pipeline's text and image encoders).
-ENCODER_PATH = re.compile(r"(^|/)encoders/[^/]+\.py$")
-# A generation pipeline's prompt or condition encoding: a stage named for encoding
-# (``QwenImageEncodingStage``, ``SanaTextEncodingStage``, ``Flux3ImageTextEncodeStage``) or a text or
-# prompt encoder (``UMT5TextEncoder``). It runs once per request, before the denoising loop; its
-# loops go over prompts, images and guidance branches, not over steps. (Not any ``*Encoding``:
-# ``RotaryPositionalEncoding`` runs in every decode step.)
-ENCODING_CLASS = re.compile(r"Encod(e|ing|er)\w*Stage$|(Text|Prompt)Encod(er|ing)")
-# A module named for a vision encoder, by a word of its file name: ``moonvit.py``, ``intern_vit.py``,
-# ``siglip2.py``, ``clip.py``, ``vision.py``, ``vision_tower.py``. Everything in it is a piece of the
-# tower (its positional embeddings, MLPs, MoE blocks), run once per image. Not ``visual``
-# (``visual_embedding.py`` holds a diffusion transformer's patch and timestep embeddings, run every
-# denoising step), nor ``audio``/``whisper`` (``whisper.py`` holds the decoder, ``qwen2_audio.py``
-# the language model, ``mova_audio_dit.py`` a denoising transformer).
-VISION_MODULE_WORD = re.compile(r"^(\w*vit|siglip\d*|clip|vision)$")
-# The language model of a multimodal model, which runs every decode step even when its class or
-# file is named for vision (``Cohere2VisionForConditionalGeneration``, ``Granite4VisionLLMModel``).
-LANGUAGE_MODEL_CLASS = re.compile(r"ForCausalLM|ForConditionalGeneration|LanguageModel|LLM|LMHead")
-
-
 def _once_per_input(model, function) -> bool:
     """Whether a hot path runs once per image, clip or prompt rather than per step (see
     ``once_per_input``)."""
@@ -397,20 +367,6 @@ def _once_per_input(model, function) -> bool:
         return False
     owner = model.context_of(function).split(".")
     return once_per_input(owner[-2] if len(owner) >= 2 else "", model.path)
-
-
-def once_per_input(owner: str, path: str) -> bool:
-    """Whether a hot path written in ``owner`` (its class or function) in the module at ``path`` runs
-    once per image, clip or prompt: a method of a multimodal encoder class (``MULTIMODAL_CLASS``) or
-    of a pipeline's encoding stage or text encoder (``ENCODING_CLASS``), or a hot path in a module
-    named for a vision encoder (``VISION_MODULE_WORD``); not a method of the language model
-    (``LANGUAGE_MODEL_CLASS``). By names only, so the gate decides it as the rule does."""
-    if LANGUAGE_MODEL_CLASS.search(owner):
-        return False
-    if owner and (MULTIMODAL_CLASS.search(owner) or ENCODING_CLASS.search(owner)):
-        return True
-    stem = re.sub(r"\.py$", "", path.replace("\\", "/").rsplit("/", 1)[-1]).lower()
-    return any(VISION_MODULE_WORD.match(word) for word in stem.split("_"))
 
 
 # -- graph definition: a legacy TensorRT layer's forward builds the engine once ------------------

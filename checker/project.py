@@ -1,0 +1,356 @@
+"""The project index: which functions run every serving step, across modules, and why.
+
+A per-step function is one reachable from an entry point — a function whose name the
+configuration lists as a per-step hot path (``forward``, ``decode_step``, ``execute_model``, ...)
+— through calls the index can resolve: a same-module function, a method of the same class
+(``self.m()``), a function imported from another module of the project (``from .ops import f``;
+``import pkg.ops as ops; ops.f()``). The walk does not enter one-time work (``__init__``,
+weight loading, graph capture, warm-up, profiling runs, calibration, export), tests or
+benchmarks, and stops after a few calls.
+
+Phase one reads each file once with ``ast`` into :class:`FileFacts` (small, picklable, keyed by
+content by the caller); phase two, :func:`per_step`, is a breadth-first walk over all of them. The
+result maps a file to its per-step functions, each with the chain that reached it, so a finding
+can say why its function counts as per-step. The checker never imports the code it reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import fnmatch
+import os
+import pickle
+import re
+import stat
+import warnings
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+
+from kcheck.gate import import_bindings
+
+# One-time work: never a per-step path, whatever calls it.
+# One-time and periodic work: never a per-step path, whatever calls it (set-up, weight loading,
+# graph capture, warm-up, profiling runs, calibration, export; expert rebalancing, which an engine
+# runs every few thousand steps).
+ONE_TIME = re.compile(
+    r"^(__init__|__post_init__|_?init_\w*|_?load\w*|\w*_weights?|_?capture\w*|\w*cuda_graphs?\w*|_?warm_?up\w*"
+    r"|profile_run|_?dummy_run|\w*calibrat\w*|\w*amax\w*|_?export\w*|_?initiali[sz]e\w*|_?setup\w*|_?compile\w*"
+    r"|_?determine_available_memory|_?allocate\w*|_?build_model\w*|_?rearrange\w*|_?rebalanc\w*)$")
+# Code for another platform than CUDA GPUs: Apple's Metal and MLX, TPUs, Neuron, Gaudi, Ascend.
+OTHER_PLATFORM = re.compile(r"(^|/)(metal|mlx|mps|tpu|xla|neuron|hpu|gaudi|npu|ascend)(/|_[^/]*\.py$|\.py$)")
+# Not serving steps: tests, benchmarks, examples, scripts; and input processing, which runs once per
+# request (tokenizers, multimodal processors), usually on the CPU.
+NOT_SERVING_PATH = re.compile(
+    r"(^|/)(tests?|testing|benchmarks?|bench[^/]*|examples?|scripts?|tools?|docs?|processors?|tokenizers?)/"
+    r"|(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
+MAX_DEPTH = 4
+ENTRY = "a per-step entry point"
+INDIRECT = "reached every step through same-module calls"
+
+
+# -- contexts: multimodal encoders run once per image, clip or prompt, not on every step ---------
+
+# A class that is a multimodal encoder or a piece of one: a vision or audio tower, its attention
+# and patch embeddings, the projector, resampler or patch merger between it and the language
+# model. It runs in the step that brings a new image or clip (once per input), not in every
+# decode step; a tokenizer's ``decode`` turns ids into text and is no model step at all.
+MULTIMODAL_CLASS = re.compile(
+    r"Vision|Visual|Vi[Tt](?![a-z])|Audio|Speech|Whisper\w*Encoder|Siglip|CLIP|Image(Encoder|Embed)"
+    r"|Resampler|Projector|Merger|Abstractor|Tokenizer")
+# A helper of the language model's forward that runs only for multimodal inputs
+# (``self._execute_mm_encoder(...)``, ``self.get_image_features(...)``, ``self.encode_images(...)``).
+MULTIMODAL_HELPER = re.compile(r"(^|_)(mm|multimodal|images?|videos?|audios?|vision|visual|pixels?)(_|$)")
+# A model zoo's ``encoders/`` folder (a diffusion pipeline's text and image encoders).
+ENCODER_PATH = re.compile(r"(^|/)encoders/[^/]+\.py$")
+# A generation pipeline's prompt or condition encoding: a stage named for encoding
+# (``QwenImageEncodingStage``, ``SanaTextEncodingStage``, ``Flux3ImageTextEncodeStage``) or a text or
+# prompt encoder (``UMT5TextEncoder``). It runs once per request, before the denoising loop; its
+# loops go over prompts, images and guidance branches, not over steps. (Not any ``*Encoding``:
+# ``RotaryPositionalEncoding`` runs in every decode step.)
+ENCODING_CLASS = re.compile(r"Encod(e|ing|er)\w*Stage$|(Text|Prompt)Encod(er|ing)")
+# A module named for a vision encoder, by a word of its file name: ``moonvit.py``, ``intern_vit.py``,
+# ``siglip2.py``, ``clip.py``, ``vision.py``, ``vision_tower.py``. Everything in it is a piece of the
+# tower (its positional embeddings, MLPs, MoE blocks), run once per image. Not ``visual``
+# (``visual_embedding.py`` holds a diffusion transformer's patch and timestep embeddings, run every
+# denoising step), nor ``audio``/``whisper`` (``whisper.py`` holds the decoder, ``qwen2_audio.py``
+# the language model, ``mova_audio_dit.py`` a denoising transformer).
+VISION_MODULE_WORD = re.compile(r"^(\w*vit|siglip\d*|clip|vision)$")
+# The language model of a multimodal model, which runs every decode step even when its class or
+# file is named for vision (``Cohere2VisionForConditionalGeneration``, ``Granite4VisionLLMModel``).
+LANGUAGE_MODEL_CLASS = re.compile(r"ForCausalLM|ForConditionalGeneration|LanguageModel|LLM|LMHead")
+
+
+def once_per_input(owner: str, path: str) -> bool:
+    """Whether a hot path written in ``owner`` (its class or function) in the module at ``path`` runs
+    once per image, clip or prompt: a method of a multimodal encoder class (``MULTIMODAL_CLASS``) or
+    of a pipeline's encoding stage or text encoder (``ENCODING_CLASS``), or a hot path in a module
+    named for a vision encoder (``VISION_MODULE_WORD``); not a method of the language model
+    (``LANGUAGE_MODEL_CLASS``). By names only, so the gate decides it as the rule does."""
+    if LANGUAGE_MODEL_CLASS.search(owner):
+        return False
+    if owner and (MULTIMODAL_CLASS.search(owner) or ENCODING_CLASS.search(owner)):
+        return True
+    stem = re.sub(r"\.py$", "", path.replace("\\", "/").rsplit("/", 1)[-1]).lower()
+    return any(VISION_MODULE_WORD.match(word) for word in stem.split("_"))
+
+
+@dataclass
+class FileFacts:
+    """What the index needs of one file: its module name, imports and each function's calls."""
+
+    module: str
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified (relative imports resolved)
+    # "f" or "Cls.m" -> the calls in its body (outside nested functions), as dotted text
+    calls: dict[str, list[str]] = field(default_factory=dict)
+
+
+def module_name(path: str) -> str:
+    """``pkg/sub/mod.py`` -> ``pkg.sub.mod``; ``pkg/__init__.py`` -> ``pkg``."""
+    parts = path.removesuffix(".py").removesuffix(".pyi").split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(p for p in parts if p)
+
+
+def _absolute(module: str, target: str, is_package: bool) -> str:
+    """A relative import target (``..ops.f``) made absolute from ``module``."""
+    if not target.startswith("."):
+        return target
+    level = len(target) - len(target.lstrip("."))
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (level - 1)] if level > 1 else base
+    rest = target[level:]
+    return ".".join([*base, rest]) if rest else ".".join(base)
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def file_facts(tree: ast.Module, path: str) -> FileFacts:
+    """Phase one: the facts of one parsed file, from one walk of its tree."""
+    module = module_name(path)
+    facts = FileFacts(module)
+    is_package = path.endswith("__init__.py")
+    # (node, the function or method it is in: "f", "Cls.m", or "" outside any, nested functions "")
+    stack: list[tuple[ast.AST, str, str]] = [(n, "", "") for n in tree.body]
+    while stack:
+        node, owner, klass = stack.pop()
+        kind = type(node)
+        if kind is ast.Import or kind is ast.ImportFrom:
+            for local, qualified in import_bindings(node):
+                facts.imports[local] = _absolute(module, qualified, is_package)
+            continue
+        if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            name = f"{klass}.{node.name}" if klass and not owner else node.name
+            inner = name if not owner else ""  # a nested function's calls are not its parent's
+            if not owner:
+                facts.calls.setdefault(name, [])
+            stack.extend((n, inner or "<nested>", "") for n in node.body)
+            continue
+        if kind is ast.ClassDef:
+            stack.extend((n, owner, node.name if not owner and not klass else "") for n in node.body)
+            continue
+        if kind is ast.Lambda:
+            continue
+        if kind is ast.Call and owner and owner != "<nested>":
+            text = _dotted(node.func)
+            if text:
+                facts.calls[owner].append(text)
+        stack.extend((n, owner, klass) for n in ast.iter_child_nodes(node))
+    return facts
+
+
+def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """Phase two: file path -> {function ("f" or "Cls.m") -> why it runs every step}.
+
+    The entry points themselves are included, with the reason "a per-step entry point"."""
+    by_module = {f.module: path for path, f in files.items()}
+    # a layout with a source folder (src/pkg/mod.py) imports as pkg.mod: every dotted suffix of a
+    # module name that names one file only resolves too
+    suffixes: dict[str, str | None] = {}
+    for module, path in by_module.items():
+        parts = module.split(".")
+        for k in range(1, len(parts)):
+            key = ".".join(parts[k:])
+            suffixes[key] = None if key in suffixes and suffixes[key] != path else path
+    for key, path in suffixes.items():
+        if path is not None:
+            by_module.setdefault(key, path)
+
+    def is_entry(name: str) -> bool:
+        short = name.rsplit(".", 1)[-1]
+        return any(fnmatch.fnmatchcase(short, p) for p in hot_path_names)
+
+    def resolve(path: str, owner: str, call: str) -> tuple[str, str] | None:
+        facts = files[path]
+        head, _, rest = call.partition(".")
+        if head in ("self", "cls") and rest and "." not in rest and owner:
+            target = f"{owner}.{rest}"
+            return (path, target) if target in facts.calls else None
+        if not rest and head in facts.calls:
+            return path, head
+        qualified = facts.imports.get(head)
+        if qualified is None:
+            return None
+        full = f"{qualified}.{rest}" if rest else qualified
+        module, _, fn = full.rpartition(".")
+        target_path = by_module.get(module)
+        if target_path is not None and fn in files[target_path].calls:
+            return target_path, fn
+        return None
+
+    def once(path: str, name: str) -> bool:
+        """Whether a function runs once per input or on another platform, not every step."""
+        owner = name.rsplit(".", 1)[0] if "." in name else ""
+        short = name.rsplit(".", 1)[-1]
+        return (once_per_input(owner, path) or bool(ENCODER_PATH.search(path)) or bool(OTHER_PLATFORM.search(path))
+                or bool(MULTIMODAL_HELPER.search(short)))
+
+    out: dict[str, dict[str, str]] = {}
+    queue: deque[tuple[str, str, int]] = deque()
+    for path, facts in files.items():
+        if NOT_SERVING_PATH.search(path):
+            continue
+        for name in facts.calls:
+            if is_entry(name) and not once(path, name):
+                out.setdefault(path, {})[name] = ENTRY
+                queue.append((path, name, 0))
+    while queue:
+        path, name, depth = queue.popleft()
+        if depth >= MAX_DEPTH:
+            continue
+        owner = name.rsplit(".", 1)[0] if "." in name else ""
+        for call in files[path].calls.get(name, ()):
+            hit = resolve(path, owner, call)
+            if hit is None:
+                continue
+            tpath, tname = hit
+            if ONE_TIME.match(tname.rsplit(".", 1)[-1]) or NOT_SERVING_PATH.search(tpath) or once(tpath, tname):
+                continue
+            if tname in out.get(tpath, {}):
+                continue
+            where = files[path].module
+            if tpath != path:  # same-module helpers: the module model follows those from its hot paths
+                out.setdefault(tpath, {})[tname] = f"called every step from {where}.{name}()"
+            else:
+                out.setdefault(tpath, {})[tname] = INDIRECT
+            queue.append((tpath, tname, depth + 1))
+    return out
+
+
+# -- the engine's side: facts for every file, cached, and each job's per-step functions ----------------
+
+
+def _facts_of(path: str, rel: str) -> FileFacts | None:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(data)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return file_facts(tree, rel)
+
+
+def _facts_chunk(items: list[tuple[str, str]]) -> list[FileFacts | None]:
+    return [_facts_of(path, rel) for path, rel in items]
+
+
+class FactsCache:
+    """Each file's facts keyed on (size, mtime), one file per kcheck code version in the cache
+    folder: a one-file run reads the rest of the project's call graph from here."""
+
+    def __init__(self, cache_root: str, fingerprint: str) -> None:
+        self.path = os.path.join(cache_root, f"facts-{fingerprint}.pickle")
+        try:
+            with open(self.path, "rb") as fh:
+                self.entries: dict[str, tuple] = pickle.load(fh)
+        except (OSError, pickle.PickleError, EOFError, AttributeError, ValueError):
+            self.entries = {}
+        self.dirty = False
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(tmp, "wb") as fh:
+                pickle.dump(self.entries, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+
+def _stamp(path: str) -> tuple | None:
+    """(size, mtime) of a regular file; None for anything else (a FIFO, a device, a missing file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", workers: int = 1) -> list:
+    """The jobs, each with the per-step functions of its file (and why) in its configuration.
+
+    Every job's file is read for its facts (or taken from the cache when its size and time stamp
+    match); with a cache, the facts of the project's other files seen by earlier runs join the
+    call graph, so checking one file still sees the callers in the rest of the project."""
+    if not jobs:
+        return jobs
+    cache = FactsCache(cache_root, fingerprint) if cache_root else None
+    files: dict[str, FileFacts] = {}
+    todo: list[tuple[str, str]] = []
+    stamps: dict[str, tuple | None] = {}
+    for job in jobs:
+        key = os.path.abspath(job.path)
+        stamps[key] = _stamp(job.path)
+        hit = cache.entries.get(key) if cache is not None else None
+        if hit is not None and hit[0] == stamps[key] and hit[1] == job.rel:
+            if hit[2] is not None:
+                files[job.rel] = hit[2]
+        elif stamps[key] is not None and stamps[key][0] <= job.config.max_file_size and job.path.endswith((".py", ".pyi")):
+            todo.append((job.path, job.rel))  # what the engine skips (special or oversized files) has no facts
+    if workers > 1 and len(todo) >= 256:
+        size = max(8, len(todo) // (workers * 8))
+        chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = [f for part in pool.map(_facts_chunk, chunks) for f in part]
+    else:
+        results = _facts_chunk(todo)
+    for (path, rel), facts in zip(todo, results):
+        if facts is not None:
+            files[rel] = facts
+        if cache is not None:
+            cache.entries[os.path.abspath(path)] = (stamps[os.path.abspath(path)], rel, facts)
+            cache.dirty = True
+    if cache is not None:
+        scanned = {os.path.abspath(job.path) for job in jobs}
+        for key, (stamp, rel, facts) in list(cache.entries.items()):
+            if key in scanned or facts is None or rel in files:
+                continue
+            if _stamp(key) == stamp:
+                files[rel] = facts
+            else:  # changed or gone since: its facts are stale
+                del cache.entries[key]
+                cache.dirty = True
+        cache.save()
+    config = jobs[0].config
+    steps = per_step(files, config.hot_path_functions)
+    out = []
+    for job in jobs:
+        mine = tuple(sorted((name, why) for name, why in steps.get(job.rel, {}).items()
+                            if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name.rsplit(".", 1)[-1])))
+        out.append(replace(job, config=replace(job.config, per_step=mine)) if mine != job.config.per_step else job)
+    return out

@@ -1,0 +1,117 @@
+"""The project index: per-step functions across modules, with why, and what reads it."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+from kcheck.config import DEFAULT_HOT_PATHS
+from kcheck.engine import discover, scan
+from kcheck.project import ENTRY, file_facts, module_name, per_step
+
+MODEL = """
+    import torch
+    from ..ops.sampling import top_k_mask
+    from ..ops import norms
+
+
+    class Sampler(torch.nn.Module):
+        def forward(self, logits, k):
+            mask = top_k_mask(logits, k)
+            self._log_stats(logits)
+            return norms.scale(logits.masked_fill(mask, -1e9))
+
+        def _log_stats(self, logits):
+            return None
+
+        def load_weights(self, weights):
+            return calibrate(weights)
+"""
+SAMPLING = """
+    import torch
+
+
+    def top_k_mask(logits, k):
+        kth = int(k.max().item())
+        return logits < torch.topk(logits, kth).values[..., -1:]
+
+
+    def calibrate(weights):
+        return weights.abs().max().item()
+"""
+NORMS = """
+    def scale(x):
+        return x / x.norm()
+"""
+VISION = """
+    from ..ops.sampling import top_k_mask
+
+
+    class VisionTower:
+        def forward(self, pixels, k):
+            return top_k_mask(pixels, k)
+"""
+
+
+def _facts(files: dict[str, str]) -> dict:
+    return {path: file_facts(ast.parse(textwrap.dedent(src)), path) for path, src in files.items()}
+
+
+def test_module_names_and_relative_imports_resolve():
+    assert module_name("pkg/sub/mod.py") == "pkg.sub.mod"
+    assert module_name("pkg/__init__.py") == "pkg"
+    facts = _facts({"pkg/layers/sampler.py": MODEL})["pkg/layers/sampler.py"]
+    assert facts.imports["top_k_mask"] == "pkg.ops.sampling.top_k_mask"
+    assert facts.imports["norms"] == "pkg.ops.norms"
+    assert "Sampler.forward" in facts.calls and "top_k_mask" in facts.calls["Sampler.forward"]
+
+
+def test_per_step_follows_calls_across_modules_and_says_why():
+    files = _facts({"pkg/layers/sampler.py": MODEL, "pkg/ops/sampling.py": SAMPLING, "pkg/ops/norms.py": NORMS})
+    steps = per_step(files, DEFAULT_HOT_PATHS)
+    assert steps["pkg/layers/sampler.py"]["Sampler.forward"] == ENTRY
+    assert steps["pkg/ops/sampling.py"]["top_k_mask"] == "called every step from pkg.layers.sampler.Sampler.forward()"
+    assert "scale" in steps["pkg/ops/norms.py"]  # through a module alias: norms.scale()
+    assert "calibrate" not in steps["pkg/ops/sampling.py"]  # reached only from load_weights: one-time work
+
+
+def test_once_per_input_entries_and_tests_start_nothing():
+    files = _facts({"pkg/models/vision.py": VISION, "pkg/ops/sampling.py": SAMPLING,
+                    "tests/test_sampler.py": "from pkg.ops.sampling import top_k_mask\ndef forward(x):\n    top_k_mask(x, 1)\n"})
+    steps = per_step(files, DEFAULT_HOT_PATHS)
+    assert "pkg/ops/sampling.py" not in steps
+
+
+def _write(root, files: dict[str, str]) -> None:
+    for rel, src in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(src))
+
+
+def test_a_sync_in_a_helper_of_another_module_is_reported_with_its_caller(tmp_path):
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "", "pkg/layers/__init__.py": "",
+                      "pkg/ops/__init__.py": "", "pkg/layers/sampler.py": MODEL, "pkg/ops/sampling.py": SAMPLING,
+                      "pkg/ops/norms.py": NORMS})
+    jobs, _ = discover([str(tmp_path)])
+    found = [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC203"]
+    assert [(f.path, f.line) for f in found] == [("pkg/ops/sampling.py", 6)]
+    assert "called every step from pkg.layers.sampler.Sampler.forward()" in found[0].message
+    # the same file alone, with nothing cached: no caller in sight, no finding
+    alone, _ = discover([str(tmp_path / "pkg" / "ops" / "sampling.py")])
+    assert [f for f in scan(alone, 1, cache=False).findings if f.code == "KC203"] == []
+
+
+def test_a_one_file_run_reads_the_rest_of_the_project_from_the_cache(tmp_path):
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/layers/sampler.py": MODEL,
+                      "pkg/ops/sampling.py": SAMPLING, "pkg/ops/norms.py": NORMS})
+    cache = tmp_path / "cache"
+    jobs, _ = discover([str(tmp_path / "pkg")])
+    scan(jobs, 1, cache_dir=cache)  # a full run fills the cache
+    alone, _ = discover([str(tmp_path / "pkg" / "ops" / "sampling.py")])
+    found = [f for f in scan(alone, 1, cache_dir=cache).findings if f.code == "KC203"]
+    assert [(f.path, f.line) for f in found] == [("pkg/ops/sampling.py", 6)]
+    # the caller changes so that it no longer calls the helper: the cached facts are refreshed
+    (tmp_path / "pkg" / "layers" / "sampler.py").write_text("def forward(x):\n    return x\n")
+    jobs, _ = discover([str(tmp_path / "pkg")])
+    assert [f for f in scan(jobs, 1, cache_dir=cache).findings if f.code == "KC203"] == []
