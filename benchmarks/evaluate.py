@@ -3,14 +3,14 @@
     python benchmarks/corpus.py fetch DEST                   # once: the trees and fixes
     python benchmarks/evaluate.py DEST --split dev           # tune here as often as you like
     python benchmarks/evaluate.py DEST --split test --out benchmarks/results/evaluation
-    python benchmarks/evaluate.py DEST --split test --sample precision-todo.yaml
+    python benchmarks/evaluate.py DEST --split test --sample precision-todo/
 
 kcheck runs over every tree of the split (every rule, preview ones included) and over the fixes,
 then its findings meet the labels of ``benchmarks/labels/`` (see its README):
 
 - **recall**: of the positive labels (real instances found by reading, and the pre-fix side of
   merged fixes), the share with a finding of the family (per rule: of the rule) inside the range;
-- **precision**: of the findings judged in ``precision.yaml``, the share judged TRUE;
+- **precision**: of the findings judged in ``precision/``, the share judged TRUE;
 - **false alarms**: findings inside negative labels (clean look-alikes, the post-fix side).
 
 Every interval is Wilson's 95 % score interval. Every label that disagrees with kcheck is
@@ -120,8 +120,9 @@ def load_labels(split_of: dict[str, str]) -> tuple[list[dict], list[dict]]:
                 "evidence": fix.get("evidence", ""), "origin": f"fix {fix['id']}"}
         recall.append(dict(base, path=f"{fix['id']}/pre/{fix['path']}", lines=fix["pre_lines"], verdict=True))
         recall.append(dict(base, path=f"{fix['id']}/post/{fix['path']}", lines=fix["post_lines"], verdict=False))
-    precision_file = LABELS / "precision.yaml"
-    precision = (yaml.safe_load(precision_file.read_text()) or {}).get("labels", []) if precision_file.exists() else []
+    precision: list[dict] = []
+    for f in sorted((LABELS / "precision").glob("*.yaml")):
+        precision += (yaml.safe_load(f.read_text()) or {}).get("labels", []) or []
     for lab in recall + precision:
         if lab["tree"] != "fixes" and lab["tree"] not in split_of:
             raise SystemExit(f"evaluate: a label names tree {lab['tree']!r}, which is not in corpus.yaml")
@@ -131,7 +132,7 @@ def load_labels(split_of: dict[str, str]) -> tuple[list[dict], list[dict]]:
 def _hits(lab: dict, findings: list[dict], by_rule: bool) -> list[dict]:
     lo, hi = lab["lines"]
     want = lab.get("rule") if by_rule else lab["family"]
-    return [f for f in findings if f["path"] == lab["path"] and lo <= f["line"] <= hi
+    return [f for f in findings if f["path"] == lab["path"] and f["line"] <= hi and lo <= f["end_line"]
             and (f["code"] == want if by_rule else family(f["code"]) == want)]
 
 
@@ -195,7 +196,10 @@ def measure(found: dict[str, list[dict]], recall: list[dict], precision: list[di
     per_rule = {}
     for r in rules:
         p = row(*prec_rule[r])
-        status = "stable" if p["n"] and p["value"] >= BAR_PRECISION and p["high"] - p["low"] <= BAR_WIDTH else "preview"
+        if r.startswith("KC9"):
+            status = "meta"  # unparsable files and suppressions: not judged as kernel findings
+        else:
+            status = "stable" if p["n"] and p["value"] >= BAR_PRECISION and p["high"] - p["low"] <= BAR_WIDTH else "preview"
         per_rule[r] = {"findings": counts.get(r, 0), "precision": p, "recall": row(*rec_rule[r]), "status": status}
     fams = sorted(set(rec_fam) | set(prec_fam) | {family(r) for r in rules})
     per_family = {f: {"findings": sum(v for c, v in counts.items() if family(c) == f),
@@ -214,7 +218,7 @@ def pct(r: dict) -> str:
 def render(split: str, m: dict, meta: dict) -> str:
     out = [f"# kcheck on the {split} split", "",
            f"kcheck {meta['commit']}, {meta['date']}, Python {meta['python']}, trees: {', '.join(meta['trees'])}", "",
-           "Intervals: Wilson 95 %. Precision from judged findings (`labels/precision.yaml`); recall from "
+           "Intervals: Wilson 95 %. Precision from judged findings (`labels/precision/`); recall from "
            "positive labels (`labels/recall/`, and the pre-fix side of `labels/fixes.yaml` on the test split); "
            "false alarms: findings inside negative labels.", "",
            "| family | findings | precision | recall | false alarms on negatives |", "|---|---:|---|---|---|"]
@@ -242,8 +246,11 @@ def draw_sample(found: dict[str, list[dict]], judged: list[dict], seed: int = SE
     done = {(lab["tree"], lab["path"], lab["lines"][0], lab["rule"]) for lab in judged}
     pool = defaultdict(list)
     for tree, fs in found.items():
+        if tree == "fixes":
+            continue  # the fixes' files are judged by their fix, not sampled
         for f in fs:
-            pool[f["code"]].append((tree, f["path"], f["line"], f["code"], f["end_line"], f["message"]))
+            if not f["code"].startswith("KC9"):  # meta rules judge suppressions, not kernels
+                pool[f["code"]].append((tree, f["path"], f["line"], f["code"], f["end_line"], f["message"]))
     todo = []
     for code in sorted(pool):
         items = sorted(pool[code])
@@ -281,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dest", type=Path, help="where benchmarks/corpus.py fetched the trees")
     ap.add_argument("--split", choices=("dev", "test"), required=True)
     ap.add_argument("--out", type=Path, help="write <out>-<split>.json and .md")
-    ap.add_argument("--sample", type=Path, help="write the precision sample still to judge to this YAML file")
+    ap.add_argument("--sample", type=Path, help="write the precision sample still to judge to FOLDER/KC<n>.yaml")
     ap.add_argument("--why", default="measurement", help="test split: the reason logged for this look")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--kcheck", help="the command that runs kcheck (default: this Python's -m kcheck); "
@@ -308,8 +315,11 @@ def main(argv: list[str] | None = None) -> int:
         Path(f"{args.out}-{args.split}.json").write_text(json.dumps({"meta": meta, **m}, indent=1, default=str) + "\n")
     if args.sample:
         todo = draw_sample(found, precision)
-        args.sample.write_text(yaml.safe_dump({"labels": todo}, sort_keys=False, width=120))
-        print(f"evaluate: {len(todo)} findings to judge written to {args.sample}", file=sys.stderr)
+        args.sample.mkdir(parents=True, exist_ok=True)
+        for fam in sorted({lab["family"] for lab in todo}):
+            mine = [lab for lab in todo if lab["family"] == fam]
+            (args.sample / f"{fam}.yaml").write_text(yaml.safe_dump({"labels": mine}, sort_keys=False, width=120))
+        print(f"evaluate: {len(todo)} findings to judge written to {args.sample}/KC*.yaml", file=sys.stderr)
     if args.split == "test":
         log_look(args.split, m, meta, args.why)
     return 0

@@ -192,8 +192,12 @@ def check(paths, formats, select, extend_select, ignore, preview, config_file, f
         for path, why in result.skipped:
             click.echo(f"kcheck: {path}: skipped: {why}", err=True)
     active = [f for f in findings if f.suppressed is None]
+    from kcheck.registry import all_rules
+
     ctx = ReportContext(root=root, docs_url=config.docs_url, files=result.files, hidden=hidden, quiet=quiet,
-                        color=_use_color(), sarif_rules=sarif_rules)
+                        color=_use_color(), sarif_rules=sarif_rules,
+                        preview_off=sum(1 for r in all_rules() if r.PREVIEW and not config.is_enabled(r.CODE, r.NAME, preview=True)
+                                        and config.is_enabled(r.CODE, r.NAME)))
     try:
         if statistics:
             # the statistics replace what goes to stdout; outputs written to files are unchanged

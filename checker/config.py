@@ -67,7 +67,9 @@ class Config:
     fallback_announcers: tuple[str, ...] = ()
     require_suppression_reason: bool = True
     docs_url: str = DEFAULT_DOCS_URL
-    preview: bool = False  # run the rules marked ``PREVIEW`` too (``--preview``, ``preview = true``)
+    # run the rules marked ``PREVIEW`` too (``--preview``, ``preview = true``, or ``KCHECK_PREVIEW=1``
+    # in the environment, which a configuration file's ``preview`` and the command line override)
+    preview: bool = field(default_factory=lambda: os.environ.get("KCHECK_PREVIEW", "").lower() in ("1", "true", "yes"))
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; larger files are reported as skipped, not checked
 
     # -- rule selection -------------------------------------------------------------------

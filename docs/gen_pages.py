@@ -279,6 +279,36 @@ def _config_keys() -> dict[str, dict]:
     return schema.get("properties", {})
 
 
+EVALUATION = REPO / "benchmarks" / "results" / "evaluation-test.json"
+
+
+def _measured(code: str) -> list[str]:
+    """The rule's precision and recall on the yardstick's test split (benchmarks/evaluate.py)."""
+    if not EVALUATION.exists() or code.startswith("KC9"):
+        return []  # meta rules judge files and suppressions, not kernel code
+    data = json.loads(EVALUATION.read_text(encoding="utf-8"))
+    rule = data["rules"].get(code)
+
+    def share(r: dict) -> str:
+        if not r["n"]:
+            return "not measured (no labels)"
+        return f"{100 * r['value']:.0f}% ({100 * r['low']:.0f}–{100 * r['high']:.0f}%, {r['k']} of {r['n']})"
+
+    out = ["## Measured", ""]
+    if rule is None:
+        out += ["No finding and no label on the test split yet: not measured, so the rule is a preview.", ""]
+        return out
+    out += [f"On the yardstick's test split (real public trees kcheck was not tuned on; kcheck "
+            f"{data['meta']['commit']}, {data['meta']['date']}), Wilson 95% intervals:", "",
+            "| | |", "|---|---|",
+            f"| findings | {rule['findings']} |",
+            f"| precision (judged findings) | {share(rule['precision'])} |",
+            f"| recall (labelled real instances) | {share(rule['recall'])} |",
+            f"| status | {rule['status']} |", "",
+            "How it is measured: `benchmarks/README.md` in the repository.", ""]
+    return out
+
+
 def _rule_markdown(record: dict, catalog, config_keys: dict) -> str:
     src = rule_page(record["name"])
     docs = dict(record["docs"])
@@ -333,6 +363,7 @@ def _rule_markdown(record: dict, catalog, config_keys: dict) -> str:
         for label, examples in (("Flagged", record["invalid"]), ("Clean", record["valid"])):
             for n, code in enumerate(examples, 1):
                 out += [f'=== "{label} {n}"', "", "    ```python", _indent(code), "    ```", ""]
+    out += _measured(record["code"])
     out += ["## Suppressing it", "", "```python",
             f"...  # kcheck: ignore[{record['code']}] <why this one is fine>", "```", ""]
     return "\n".join(out)

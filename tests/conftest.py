@@ -74,6 +74,14 @@ def run_kcheck():
 
 
 @pytest.fixture(autouse=True)
+def _preview_rules_on(monkeypatch):
+    """Every rule is a preview until the yardstick says otherwise (benchmarks/README.md), and the
+    suite tests what the rules do: previews run unless a test removes ``KCHECK_PREVIEW`` to test
+    the default selection."""
+    monkeypatch.setenv("KCHECK_PREVIEW", "1")
+
+
+@pytest.fixture(autouse=True)
 def _fresh_config_caches():
     """Each test sees the configuration files as they are now."""
     from kcheck.config import clear_caches

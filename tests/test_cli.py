@@ -128,3 +128,24 @@ def test_stdin_honours_rule_selection(tmp_path, run_kcheck, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, _ = run_kcheck("check", "-", "--stdin-filename", "bench.py", "--ignore", "KC201", input=BENCH)
     assert code == 0 and "KC201" not in out
+
+
+def test_a_clean_run_says_which_preview_rules_did_not_run(tmp_path, run_kcheck, monkeypatch):
+    """With previews off, "All checks passed" must not read as "every rule looked" (issue 21)."""
+    from kcheck.registry import all_rules
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KCHECK_PREVIEW")
+    (tmp_path / "pyproject.toml").write_text("[tool.kcheck]\nroot = true\n")
+    (tmp_path / "m.py").write_text("x = 1\n")
+    previews = sum(1 for r in all_rules() if r.PREVIEW)
+    code, out, _ = run_kcheck("check", "m.py", "--no-cache")
+    assert code == 0 and f"{previews} preview rules did not run" in out
+    code, out, _ = run_kcheck("check", "m.py", "--no-cache", "--preview")
+    assert code == 0 and "preview rule" not in out
+    from kcheck.config import clear_caches
+
+    monkeypatch.setenv("KCHECK_PREVIEW", "1")  # the environment turns previews on, as --preview does
+    clear_caches()
+    code, out, _ = run_kcheck("check", "m.py", "--no-cache")
+    assert code == 0 and "preview rule" not in out

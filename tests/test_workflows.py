@@ -50,7 +50,8 @@ def bench_norm(x, w):
 def test_preview_rules_are_off_by_default_and_on_when_asked(tmp_path, run_kcheck, monkeypatch):
     from kcheck.registry import find_rule
 
-    assert find_rule("KC409").PREVIEW and not find_rule("KC201").PREVIEW
+    monkeypatch.delenv("KCHECK_PREVIEW")  # the suite turns previews on; this test is about the default
+    assert find_rule("KC409").PREVIEW and not find_rule("KC901").PREVIEW
     cfg = Config()
     assert not cfg.is_enabled("KC409", "timed-without-l2-flush", preview=True)
     assert Config(preview=True).is_enabled("KC409", "timed-without-l2-flush", preview=True)
@@ -78,9 +79,9 @@ def test_rules_listing_and_docs_mark_preview_rules(run_kcheck):
     _, out, _ = run_kcheck("rules")
     line = next(l for l in out.splitlines() if l.startswith("KC409"))
     assert "preview" in line
-    assert "preview" not in next(l for l in out.splitlines() if l.startswith("KC201"))
+    assert "preview" not in next(l for l in out.splitlines() if l.startswith("KC901"))
     records = {r["code"]: r for r in json.loads(run_kcheck("rules", "--output-format", "json")[1])}
-    assert records["KC409"]["preview"] is True and records["KC201"]["preview"] is False
+    assert records["KC409"]["preview"] is True and records["KC901"]["preview"] is False
     assert "(Preview)" not in records["KC409"]["docs"]["summary"]
     assert "Preview" in run_kcheck("rule", "KC409")[1]
     sys.path.insert(0, str(REPO / "docs"))
@@ -93,7 +94,7 @@ def test_rules_listing_and_docs_mark_preview_rules(run_kcheck):
         catalog = type("Cat", (), {"entries": {}})()
         page = gen_pages._rule_markdown(rule_record(find_rule("KC409")), catalog, {})
         assert '!!! warning "Preview"' in page and "--preview" in page
-        assert "Preview" not in gen_pages._rule_markdown(rule_record(find_rule("KC201")), catalog, {})
+        assert "Preview" not in gen_pages._rule_markdown(rule_record(find_rule("KC901")), catalog, {})
     finally:
         sys.path.remove(str(REPO / "docs"))
 

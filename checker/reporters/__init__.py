@@ -66,6 +66,7 @@ class ReportContext:
     quiet: bool = False  # ``-q``: no summary line
     color: bool = False  # ANSI colours (a terminal, unless NO_COLOR)
     sarif_rules: str = "all"  # ``all`` rules described in SARIF, or only those ``fired``
+    preview_off: int = 0  # selected preview rules that did not run (previews off): the summary says so
     _repo_root: Path | None = field(default=None, repr=False)
     _lines: dict[str, list[str]] = field(default_factory=dict, repr=False)
 

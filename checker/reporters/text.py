@@ -57,5 +57,8 @@ def render(findings: list[Finding], ctx) -> str:
         if skipped:
             line += " " + _paint(f"{len(skipped)} file{'s' if len(skipped) != 1 else ''} not checked (see the messages above).",
                                  "warn", ctx)
+        if ctx.preview_off:
+            line += " " + _paint(f"{ctx.preview_off} preview rule{'s' if ctx.preview_off != 1 else ''} did not run "
+                                 "(`--preview` runs them; `kcheck rules` lists them).", "warn", ctx)
         body.append(line)
     return "\n".join(body) + ("\n" if body else "")

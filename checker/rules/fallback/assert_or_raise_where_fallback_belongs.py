@@ -67,6 +67,7 @@ class AssertOrRaiseWhereFallbackBelongs(Rule):
     NAME = "assert-or-raise-where-fallback-belongs"
     MESSAGE = "{stmt} on {what}{more} before {kernel}: unsupported input should take a declared fallback, not fail"
     SEVERITY = "warning"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("triton-cuda/declared-fallbacks",)
     VALID = [
         """

@@ -54,6 +54,7 @@ class BroadExceptFallback(Rule):
     NAME = "broad-except-fallback"
     MESSAGE = "{handler} around {kernel} swallows every error, bugs and CUDA faults included, into the fallback"
     SEVERITY = "warning"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("triton-cuda/declared-fallbacks",)
     VALID = [
         """

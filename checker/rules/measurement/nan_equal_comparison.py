@@ -51,6 +51,7 @@ class NanEqualComparison(Rule):
     NAME = "nan-equal-comparison"
     MESSAGE = "equal_nan=True lets a NaN output pass: unwritten and poisoned elements are no longer caught"
     SEVERITY = "warning"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("verification/nan-never-passes", "verification/poisoned-outputs")
     VALID = [
         """

@@ -72,6 +72,7 @@ class SpeedupWithoutCheck(Rule):
     MESSAGE = ("a speed-up is reported but nothing in this file checks the candidate's output: a microbenchmark "
                "can reject a kernel, never accept one")
     SEVERITY = "error"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("profiling/microbenchmark-rejects-never-accepts", "verification/ways-kernels-cheat-benchmarks")
     VALID = [
         """

@@ -93,6 +93,7 @@ class UnpoisonedOutput(Rule):
     MESSAGE = ("{name} comes from {factory}(), is written by {writer}() and compared without being poisoned, "
                "and {why}: a missed write can pass; fill it with NaN first")
     SEVERITY = "warning"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("verification/poisoned-outputs", "verification/nan-never-passes")
     VALID = [
         """

@@ -39,6 +39,7 @@ class HostSyncInGraphCapture(Rule):
     NAME = "host-sync-in-graph-capture"
     MESSAGE = "{what}{helper} in {region}: a sync cannot be captured and breaks graph replay"
     SEVERITY = "error"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("triton-cuda/cuda-graph-capture", "measuring/host-syncs")
     VALID = [
         """

@@ -59,6 +59,7 @@ class HostSyncInTimedRegion(Rule):
     NAME = "host-sync-in-timed-region"
     MESSAGE = "{what}{helper} in {region}: the host waits for the GPU inside the measurement"
     SEVERITY = "error"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("measuring/keep-timed-path-clean", "measuring/host-syncs")
     VALID = [
         """

@@ -124,6 +124,7 @@ class Int32OffsetOverflow(Rule):
     MESSAGE = ("{pid} * {other} is computed in 32 bits: it wraps past 2^31 on large tensors (logits, KV cache, "
                "MoE buffers); cast the program id to tl.int64 before multiplying")
     SEVERITY = "warning"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("triton-cuda/int64-offsets",)
     VALID = [
         """

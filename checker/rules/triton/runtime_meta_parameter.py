@@ -58,6 +58,7 @@ class RuntimeMetaParameter(Rule):
     NAME = "runtime-meta-parameter"
     MESSAGE = "{param} of {kernel}() is {why} but is not a tl.constexpr: annotate it `{param}: tl.constexpr`"
     SEVERITY = "error"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("triton-cuda/constexpr-block-sizes",)
     VALID = [
         """

@@ -90,6 +90,7 @@ class UnmaskedTailAccess(Rule):
     MESSAGE = ("tl.{op}() with offsets from tl.arange(0, {bound}) and no mask: the last block {what} past the end "
                "when the size is not a multiple of {bound}")
     SEVERITY = "error"
+    PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("triton-cuda/masks-on-tail-blocks",)
     VALID = [
         """
