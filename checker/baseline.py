@@ -113,6 +113,20 @@ def _line_of_entry(text: str, index: int) -> int:
     return 1
 
 
+def spend(findings, budget: Counter) -> tuple[list, list]:
+    """(unmatched, matched) findings: each unsuppressed finding whose fingerprint still has a count
+    left in ``budget`` takes one from it and is matched; ``budget`` keeps what is left. The
+    baseline's entries and the findings at a diff base (``split_new``) are both counted this way."""
+    unmatched, matched = [], []
+    for f in findings:
+        if f.suppressed is None and budget[f.fingerprint] > 0:
+            budget[f.fingerprint] -= 1
+            matched.append(f)
+        else:
+            unmatched.append(f)
+    return unmatched, matched
+
+
 def apply(findings: list[Finding], entries: list[Entry], scanned: set[str] | None = None):
     """(kept, baselined, stale): findings not in the baseline, findings it hides, and the
     entries that matched nothing. Only entries whose path is in ``scanned`` (when given) can be
@@ -120,12 +134,6 @@ def apply(findings: list[Finding], entries: list[Entry], scanned: set[str] | Non
     budget = Counter()
     for e in entries:
         budget[e.fingerprint] += e.count
-    kept, baselined = [], []
-    for f in findings:
-        if f.suppressed is None and budget[f.fingerprint] > 0:
-            budget[f.fingerprint] -= 1
-            baselined.append(f)
-        else:
-            kept.append(f)
+    kept, baselined = spend(findings, budget)
     stale = [e for e in entries if budget[e.fingerprint] > 0 and (scanned is None or e.path in scanned)]
     return kept, baselined, stale

@@ -256,15 +256,9 @@ def split_new(findings, before) -> tuple[list, list]:
     fingerprint than there are now (``before``: the base's findings of the same files)."""
     from collections import Counter
 
-    budget = Counter(f.fingerprint for f in before if f.suppressed is None)
-    new, old = [], []
-    for f in findings:
-        if f.suppressed is None and budget[f.fingerprint] > 0:
-            budget[f.fingerprint] -= 1
-            old.append(f)
-        else:
-            new.append(f)
-    return new, old
+    from kcheck.baseline import spend
+
+    return spend(findings, Counter(f.fingerprint for f in before if f.suppressed is None))
 
 
 def split(findings, root: Path, diff: Diff, mode: str):
