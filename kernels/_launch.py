@@ -162,6 +162,11 @@ def tuning(candidates: tuple[triton.Config, ...], pins: dict[int, dict[str, int]
     return {"configs": configs(*candidates), "prune_configs_by": {"early_config_prune": pinned(candidates, pins)}, **_BENCH}
 
 
+def row_grid(M: int):
+    """The launch grid of a row-wise kernel: one program for each ``ROWS`` rows of ``M``."""
+    return lambda meta: (triton.cdiv(M, meta["ROWS"]),)
+
+
 def token_bucket(tokens: int) -> int:
     """Coarse token-count regime used as an autotune key: decode, small, medium, large batches.
 

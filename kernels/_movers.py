@@ -17,8 +17,16 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import ROWS_PINS, ROW_CANDIDATES, token_bucket, tuning
+from kcheck.kernels._launch import ROWS_PINS, ROW_CANDIDATES, row_grid, token_bucket, tuning
+from kcheck.kernels._rows import row_tile
 from kcheck.kernels.silu_and_mul_fp8_quant import GATED_CANDIDATES, GATED_PINS
+
+
+@triton.jit
+def _one_per_row(s_ptr, rows, M, ROWS: tl.constexpr, SCALES: tl.constexpr):
+    """Where the op writes its scales: one fp32 value a row (when ``SCALES``)."""
+    if SCALES:
+        tl.store(s_ptr + rows, tl.full((ROWS, 1), 1.0, tl.float32), mask=rows < M)
 
 
 @triton.autotune(**tuning(ROW_CANDIDATES, ROWS_PINS), key=["N", "token_bucket", "SCALES"])
@@ -37,14 +45,11 @@ def _row_mover_kernel(
     BLOCK_N: tl.constexpr,  # next power of two >= N
     ROWS: tl.constexpr,  # rows per program
 ):
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    mask = (rows < M) & (cols < N)
+    rows, cols, mask = row_tile(M, N, ROWS, BLOCK_N)
     x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     tl.store(q_ptr + rows * stride_qm + cols, (x * w).to(q_ptr.dtype.element_ty), mask=mask)
-    if SCALES:
-        tl.store(s_ptr + rows, tl.full((ROWS, 1), 1.0, tl.float32), mask=rows < M)
+    _one_per_row(s_ptr, rows, M, ROWS, SCALES)
 
 
 @triton.autotune(**tuning(ROW_CANDIDATES, ROWS_PINS), key=["N", "token_bucket", "SCALES"],
@@ -66,42 +71,40 @@ def _pair_mover_kernel(
     BLOCK_N: tl.constexpr,  # next power of two >= N
     ROWS: tl.constexpr,  # rows per program
 ):
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    mask = (rows < M) & (cols < N)
+    rows, cols, mask = row_tile(M, N, ROWS, BLOCK_N)
     x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
     r = tl.load(r_ptr + rows * stride_rm + cols, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     s = x + r
     tl.store(r_ptr + rows * stride_rm + cols, s.to(r_ptr.dtype.element_ty), mask=mask)
     tl.store(q_ptr + rows * stride_qm + cols, (s * w).to(q_ptr.dtype.element_ty), mask=mask)
-    if SCALES:
-        tl.store(s_ptr + rows, tl.full((ROWS, 1), 1.0, tl.float32), mask=rows < M)
+    _one_per_row(s_ptr, rows, M, ROWS, SCALES)
+
+
+def _launcher(kernel, x: torch.Tensor, out: torch.Tensor, scale: torch.Tensor | None, width: int, block: str,
+              tensors: tuple, strides: tuple):
+    """A zero-argument callable launching the mover ``kernel`` over ``out``'s rows (None off a GPU):
+    its ``tensors``, then the scales (``out`` in their place, not written, when there are none), the
+    row ``strides``, the rows, ``width`` and the token bucket, and ``block`` = next power of two >= width."""
+    if x.device.type != "cuda":
+        return None
+    M = out.shape[0]
+    s = scale if scale is not None else out  # not written when there are no scales
+    grid, meta = row_grid(M), {"SCALES": scale is not None, block: triton.next_power_of_2(width)}
+    return lambda: kernel[grid](*tensors, s, *strides, M, width, token_bucket(M), **meta)
 
 
 def row_mover(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, scale: torch.Tensor | None):
     """A zero-argument callable moving ``rms_norm_fp8_quant``'s bytes (None off a GPU)."""
-    if x.device.type != "cuda":
-        return None
-    M, N = x.shape
-    s = scale if scale is not None else out  # not written when there are no scales
-    grid = lambda meta: (triton.cdiv(M, meta["ROWS"]),)  # noqa: E731
-    return lambda: _row_mover_kernel[grid](
-        x, weight, out, s, x.stride(0), out.stride(0), M, N, token_bucket(M),
-        SCALES=scale is not None, BLOCK_N=triton.next_power_of_2(N))
+    return _launcher(_row_mover_kernel, x, out, scale, x.shape[1], "BLOCK_N", (x, weight, out),
+                     (x.stride(0), out.stride(0)))
 
 
 def pair_mover(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
                scale: torch.Tensor | None):
     """A zero-argument callable moving ``fused_add_rms_norm_fp8_quant``'s bytes, residual in place."""
-    if x.device.type != "cuda":
-        return None
-    M, N = x.shape
-    s = scale if scale is not None else out
-    grid = lambda meta: (triton.cdiv(M, meta["ROWS"]),)  # noqa: E731
-    return lambda: _pair_mover_kernel[grid](
-        x, residual, weight, out, s, x.stride(0), residual.stride(0), out.stride(0), M, N, token_bucket(M),
-        SCALES=scale is not None, BLOCK_N=triton.next_power_of_2(N))
+    return _launcher(_pair_mover_kernel, x, out, scale, x.shape[1], "BLOCK_N", (x, residual, weight, out),
+                     (x.stride(0), residual.stride(0), out.stride(0)))
 
 
 @triton.autotune(**tuning(GATED_CANDIDATES, GATED_PINS), key=["I", "token_bucket", "SCALES"])
@@ -119,22 +122,13 @@ def _gated_mover_kernel(
     BLOCK_I: tl.constexpr,  # next power of two >= I
     ROWS: tl.constexpr,  # rows per program
 ):
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    cols = tl.arange(0, BLOCK_I)[None, :]
-    mask = (rows < M) & (cols < I)
+    rows, cols, mask = row_tile(M, I, ROWS, BLOCK_I)
     g = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(x_ptr + rows * stride_xm + I + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(q_ptr + rows * stride_qm + cols, (g * u).to(q_ptr.dtype.element_ty), mask=mask)
-    if SCALES:
-        tl.store(s_ptr + rows, tl.full((ROWS, 1), 1.0, tl.float32), mask=rows < M)
+    _one_per_row(s_ptr, rows, M, ROWS, SCALES)
 
 
 def gated_mover(x: torch.Tensor, out: torch.Tensor, scale: torch.Tensor | None):
     """A zero-argument callable moving ``silu_and_mul_fp8_quant``'s bytes, over that op's candidates."""
-    if x.device.type != "cuda":
-        return None
-    M, I = out.shape
-    s = scale if scale is not None else out
-    grid = lambda meta: (triton.cdiv(M, meta["ROWS"]),)  # noqa: E731
-    return lambda: _gated_mover_kernel[grid](x, out, s, x.stride(0), out.stride(0), M, I, token_bucket(M),
-                                             SCALES=scale is not None, BLOCK_I=triton.next_power_of_2(I))
+    return _launcher(_gated_mover_kernel, x, out, scale, out.shape[1], "BLOCK_I", (x, out), (x.stride(0), out.stride(0)))

@@ -26,7 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import FUSED_PINS, ROW_CANDIDATES, device_reason, fallback, token_bucket, tuning
+from kcheck.kernels._launch import FUSED_PINS, ROW_CANDIDATES, device_reason, fallback, row_grid, token_bucket, tuning
+from kcheck.kernels._rows import add_residual, row_tile
 from kcheck.kernels.harness import Case, KernelSpec
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS, TOLERANCES
 
@@ -54,17 +55,8 @@ def _fused_add_rms_norm_kernel(
     BLOCK_N: tl.constexpr,  # next power of two >= N
     ROWS: tl.constexpr,  # rows per program
 ):
-    # int64 row offsets: M * stride overflows int32 beyond 2^31 elements.
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    mask = (rows < M) & (cols < N)
-    x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-    r = tl.load(r_ptr + rows * stride_rm + cols, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # in flight with x and r
-    # Round the sum to the storage dtype first, so the norm sees exactly the stored residual.
-    s = (x + r).to(rout_ptr.dtype.element_ty)
-    tl.store(rout_ptr + rows * stride_rom + cols, s, mask=mask)
-    sf = s.to(tl.float32)
+    rows, cols, mask = row_tile(M, N, ROWS, BLOCK_N)  # int64 rows
+    sf, w = add_residual(x_ptr, r_ptr, w_ptr, rout_ptr, stride_xm, stride_rm, stride_rom, rows, cols, mask, N)
     rstd = tl.rsqrt(tl.sum(sf * sf, axis=1) / N + eps)
     tl.store(out_ptr + rows * stride_om + cols, (sf * rstd[:, None] * w).to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -110,8 +102,7 @@ def fused_add_rms_norm(
         y, s = reference(x, residual, weight, eps)
         return out.copy_(y), residual_out.copy_(s)
     M, N = x.shape
-    grid = lambda meta: (triton.cdiv(M, meta["ROWS"]),)  # noqa: E731
-    _fused_add_rms_norm_kernel[grid](
+    _fused_add_rms_norm_kernel[row_grid(M)](
         x, residual, weight, out, residual_out,
         x.stride(0), residual.stride(0), out.stride(0), residual_out.stride(0),
         M, N, eps, token_bucket(M), BLOCK_N=triton.next_power_of_2(N),

@@ -30,12 +30,15 @@ import triton
 import triton.language as tl
 
 from kcheck.kernels import fused_add_rms_norm as fused
-from kcheck.kernels._launch import INTERPRET, ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, token_bucket, tuning
+from kcheck.kernels._launch import ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, row_grid, token_bucket, tuning
+from kcheck.kernels._rows import add_residual, row_tile
 from kcheck.kernels.harness import Case, KernelSpec
-from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, row_scales, sum_and_absmax, to_e4m3
+from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
 from kcheck.kernels.rms_norm import TOLERANCES as DTYPE_TOLERANCES
-from kcheck.kernels.rms_norm_fp8_quant import _quantize, outputs, readout, tolerances
+from kcheck.kernels.rms_norm_fp8_quant import (
+    _quantize, from_reference, norm_to_e4m3, outputs, quant_meta, readout, scale_input, tolerances,
+)
 
 
 @triton.autotune(
@@ -66,28 +69,12 @@ def _fused_add_rms_norm_fp8_quant_kernel(
     BLOCK_N: tl.constexpr,  # next power of two >= N
     ROWS: tl.constexpr,  # rows per program
 ):
-    # int64 row offsets: M * stride overflows int32 beyond 2^31 elements.
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    mask = (rows < M) & (cols < N)
-    x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-    r = tl.load(r_ptr + rows * stride_rm + cols, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # in flight with x and r
-    # Round the sum to the storage dtype first, so the norm sees exactly the stored residual.
-    s = (x + r).to(rout_ptr.dtype.element_ty)
-    tl.store(rout_ptr + rows * stride_rom + cols, s, mask=mask)
-    sf = s.to(tl.float32)
-    sw = sf * w
-    # One reduction for the sum of squares and max|s·w|, which times rstd is max|y| exactly
-    # (rounding is monotone; see rms_norm_fp8_quant).
-    ss, amax_sw = tl.reduce((sf * sf, tl.abs(sw)), 1, sum_and_absmax)
-    rstd = tl.rsqrt(ss / N + eps)
-    # Rounded to the dtype, as the unfused op stores it: the quantization sees the unfused values.
-    y = (sw * rstd[:, None]).to(rout_ptr.dtype.element_ty).to(tl.float32)
-    amax = (amax_sw * rstd).to(rout_ptr.dtype.element_ty).to(tl.float32)
-    scale, r = row_scales(amax, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC)
-    q = to_e4m3(y, scale, r, FP8_MAX, ROUND_IN_FP32)
-    tl.store(q_ptr + rows * stride_qm + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+    rows, cols, mask = row_tile(M, N, ROWS, BLOCK_N)  # int64 rows
+    sf, w = add_residual(x_ptr, r_ptr, w_ptr, rout_ptr, stride_xm, stride_rm, stride_rom, rows, cols, mask, N)
+    # The norm of s·w rounded to the dtype, as the unfused op stores it, then quantized (one
+    # reduction for the sum of squares and max|s·w|; see rms_norm_fp8_quant).
+    norm_to_e4m3(sf, w, rout_ptr, q_ptr, s_ptr, rows, cols, mask, stride_qm, M, N, eps,
+                 FP8_MAX, MIN_SCALE, STATIC, ROUND_IN_FP32)
 
 
 def reference(x, residual, weight, eps=1e-6, out=None, scale=None, residual_out=None, static_scale=None):
@@ -130,14 +117,12 @@ def fused_add_rms_norm_fp8_quant(
         fallback("fused_add_rms_norm_fp8_quant", reason)
         q, s, res = reference(x, residual, weight, eps, static_scale=static_scale)
         residual_out.copy_(res)
-        return out.copy_(q), (scale if static_scale is not None else scale.copy_(s)), residual_out
+        return (*from_reference(out, scale, static_scale, q, s), residual_out)
     M, N = x.shape
-    grid = lambda meta: (triton.cdiv(M, meta["ROWS"]),)  # noqa: E731
-    _fused_add_rms_norm_fp8_quant_kernel[grid](
+    _fused_add_rms_norm_fp8_quant_kernel[row_grid(M)](
         x, residual, weight, residual_out, out, scale,
         x.stride(0), residual.stride(0), residual_out.stride(0), out.stride(0), M, N, eps, token_bucket(M),
-        FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, STATIC=static_scale is not None, ROUND_IN_FP32=INTERPRET,
-        BLOCK_N=triton.next_power_of_2(N),
+        **quant_meta(static_scale), BLOCK_N=triton.next_power_of_2(N),
     )
     return out, scale, residual_out
 
@@ -160,11 +145,7 @@ def make_inputs(shape, dtype, device, gen, in_place: bool = True, row_pad: int =
               "eps": 1e-6, "out": torch.empty(T, H, dtype=FP8, device=device)}
     if not in_place:
         inputs["residual_out"] = torch.empty(T, H, dtype=dtype, device=device)
-    if static:
-        inputs["static_scale"] = torch.full((1,), 2.0 / FP8_MAX, dtype=torch.float32, device=device)
-    else:
-        inputs["scale"] = torch.empty(T, 1, dtype=torch.float32, device=device)
-    return inputs
+    return {**inputs, **scale_input(T, device, static, 2.0 / FP8_MAX)}
 
 
 def _unfused(inputs: dict):

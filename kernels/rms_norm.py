@@ -20,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kcheck.kernels._launch import ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, token_bucket, tuning
+from kcheck.kernels._launch import ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, row_grid, token_bucket, tuning
+from kcheck.kernels._rows import row_tile
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -45,10 +46,7 @@ def _rms_norm_kernel(
     BLOCK_N: tl.constexpr,  # next power of two >= N: one row per register tile
     ROWS: tl.constexpr,  # rows per program
 ):
-    # int64 row offsets: M * stride overflows int32 beyond 2^31 elements (16384 x 131072).
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    mask = (rows < M) & (cols < N)
+    rows, cols, mask = row_tile(M, N, ROWS, BLOCK_N)  # int64 rows
     x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # in flight with x, not after the sum
     # fp32 sum of squares: bf16 would lose the small terms, fp16 would overflow at |x| > 256.
@@ -91,8 +89,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, out: torc
         fallback("rms_norm", reason)
         return out.copy_(reference(x, weight, eps))
     M, N = x2.shape
-    grid = lambda meta: (triton.cdiv(M, meta["ROWS"]),)  # noqa: E731
-    _rms_norm_kernel[grid](
+    _rms_norm_kernel[row_grid(M)](
         x2, weight, o2, x2.stride(0), o2.stride(0), M, N, eps, token_bucket(M), BLOCK_N=triton.next_power_of_2(N)
     )
     return out
@@ -127,18 +124,23 @@ TOLERANCES = {
     "float16": Tolerance(rel=1e-3, atol=1e-3, rtol=2e-3),
 }
 
+ROW_CASES = (
+    Case("one-token", "decode step: a single program, T=1", {"tokens": 1, "hidden": 4096}),
+    Case("tail-rows", "T not a multiple of the rows per program: masked tail rows", {"tokens": 37, "hidden": 4096}),
+    Case("odd-hidden", "hidden size not a power of two: masked tail columns", {"tokens": 5, "hidden": 5120 + 17}),
+    Case("small-hidden", "hidden smaller than a warp's vector width", {"tokens": 9, "hidden": 24}),
+    Case("odd-stride", "rows of x padded by 3 elements: non-contiguous, unaligned rows", {"tokens": 7, "hidden": 4096}, {"row_pad": 3}),
+    Case("near-limit", "|x| near the fp16 maximum: fp16 sums of squares would overflow", {"tokens": 4, "hidden": 4096}, {"scale": 2e4}),
+)
+"""The regime boundaries of a row-wise norm over x [T, H]; ``rms_norm_fp8_quant`` checks the same ones."""
+
 SPEC = KernelSpec(
     name="rms_norm",
     impl=rms_norm,
     reference=reference,
     make_inputs=make_inputs,
     cases=(
-        Case("one-token", "decode step: a single program, T=1", {"tokens": 1, "hidden": 4096}),
-        Case("tail-rows", "T not a multiple of the rows per program: masked tail rows", {"tokens": 37, "hidden": 4096}),
-        Case("odd-hidden", "hidden size not a power of two: masked tail columns", {"tokens": 5, "hidden": 5120 + 17}),
-        Case("small-hidden", "hidden smaller than a warp's vector width", {"tokens": 9, "hidden": 24}),
-        Case("odd-stride", "rows of x padded by 3 elements: non-contiguous, unaligned rows", {"tokens": 7, "hidden": 4096}, {"row_pad": 3}),
-        Case("near-limit", "|x| near the fp16 maximum: fp16 sums of squares would overflow", {"tokens": 4, "hidden": 4096}, {"scale": 2e4}),
+        *ROW_CASES,
         Case("largest", "largest benchmark shape, T=16384", {"tokens": 16384, "hidden": 4096}, large=True),
     ),
     bench_shapes=tuple({"tokens": t, **QWEN3_8B} for t in TOKENS),

@@ -32,11 +32,32 @@ import triton
 import triton.language as tl
 
 from kcheck.kernels import per_token_fp8_quant as fp8
-from kcheck.kernels._launch import INTERPRET, ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, token_bucket, tuning
+from kcheck.kernels._launch import INTERPRET, ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, row_grid, token_bucket, tuning
+from kcheck.kernels._rows import row_tile
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
 from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, row_scales, sum_and_absmax, to_e4m3
 from kcheck.kernels import rms_norm as rms
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
+
+
+@triton.jit
+def norm_to_e4m3(v, w, like_ptr, q_ptr, s_ptr, rows, cols, mask, stride_qm, M, N, eps,
+                 FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr, STATIC: tl.constexpr, ROUND_IN_FP32: tl.constexpr):
+    """RMSNorm of the fp32 rows ``v`` times the weight ``w``, rounded to ``like_ptr``'s dtype as the
+    unfused norm stores it, quantized to e4m3 at ``q_ptr`` with the rows' scales (``row_scales``:
+    written to ``s_ptr``, or the static one read from it). Shared by both fused norms."""
+    vw = v * w
+    # One reduction gives both the sum of squares and max|v·w|. With y = (v·w)·rstd, rstd > 0 the
+    # same for the whole row, max|y| = (max|v·w|)·rstd exactly, since rounding is monotone: the
+    # scale needs no second reduction over y, which would wait for rstd.
+    ss, amax_vw = tl.reduce((v * v, tl.abs(vw)), 1, sum_and_absmax)
+    rstd = tl.rsqrt(ss / N + eps)
+    # Rounded to the input dtype, as rms_norm stores it: the quantization sees the unfused op's values.
+    y = (vw * rstd[:, None]).to(like_ptr.dtype.element_ty).to(tl.float32)
+    amax = (amax_vw * rstd).to(like_ptr.dtype.element_ty).to(tl.float32)  # = max|y|, bit for bit
+    scale, r = row_scales(amax, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC)
+    q = to_e4m3(y, scale, r, FP8_MAX, ROUND_IN_FP32)
+    tl.store(q_ptr + rows * stride_qm + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.autotune(
@@ -62,24 +83,11 @@ def _rms_norm_fp8_quant_kernel(
     BLOCK_N: tl.constexpr,  # next power of two >= N: one row per register tile
     ROWS: tl.constexpr,  # rows per program
 ):
-    # int64 row offsets: M * stride overflows int32 beyond 2^31 elements.
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    mask = (rows < M) & (cols < N)
+    rows, cols, mask = row_tile(M, N, ROWS, BLOCK_N)  # int64 rows
     x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # in flight with x
-    xw = x * w
-    # One reduction gives both the sum of squares and max|x·w|. With y = (x·w)·rstd, rstd > 0 the
-    # same for the whole row, max|y| = (max|x·w|)·rstd exactly, since rounding is monotone: the
-    # scale needs no second reduction over y, which would wait for rstd.
-    ss, amax_xw = tl.reduce((x * x, tl.abs(xw)), 1, sum_and_absmax)
-    rstd = tl.rsqrt(ss / N + eps)
-    # Rounded to the input dtype, as rms_norm stores it: the quantization sees the unfused op's values.
-    y = (xw * rstd[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
-    amax = (amax_xw * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)  # = max|y|, bit for bit
-    scale, r = row_scales(amax, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC)
-    q = to_e4m3(y, scale, r, FP8_MAX, ROUND_IN_FP32)
-    tl.store(q_ptr + rows * stride_qm + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+    norm_to_e4m3(x, w, x_ptr, q_ptr, s_ptr, rows, cols, mask, stride_qm, M, N, eps,
+                 FP8_MAX, MIN_SCALE, STATIC, ROUND_IN_FP32)
 
 
 def _quantize(y: torch.Tensor, static_scale: torch.Tensor | None):
@@ -102,6 +110,25 @@ def check_static_scale(op: str, static_scale: torch.Tensor | None, x: torch.Tens
                                      or static_scale.device != x.device):
         raise ValueError(f"{op}: static_scale must be one float32 value on {x.device}, got "
                          f"{tuple(static_scale.shape)} {static_scale.dtype} on {static_scale.device}")
+
+
+def quant_meta(static_scale: torch.Tensor | None) -> dict:
+    """The quantization's launch keywords, the same for the three fused FP8 kernels."""
+    return dict(FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, STATIC=static_scale is not None, ROUND_IN_FP32=INTERPRET)
+
+
+def from_reference(out: torch.Tensor, scale: torch.Tensor, static_scale, q: torch.Tensor, s: torch.Tensor):
+    """The fallback's result: the reference's e4m3 values into ``out`` and its scales into ``scale``
+    (left alone when it is the given static scale); returns ``(out, scale)``."""
+    return out.copy_(q), (scale if static_scale is not None else scale.copy_(s))
+
+
+def scale_input(T: int, device, static: bool, static_value: float) -> dict[str, torch.Tensor]:
+    """The scale argument of a fused FP8 op's inputs: a per-tensor ``static_scale`` of
+    ``static_value`` when ``static``, else an empty ``scale`` [T, 1] for the per-token scales."""
+    if static:
+        return {"static_scale": torch.full((1,), static_value, dtype=torch.float32, device=device)}
+    return {"scale": torch.empty(T, 1, dtype=torch.float32, device=device)}
 
 
 def outputs(op: str, x: torch.Tensor, width: int, out, scale, static_scale):
@@ -142,14 +169,11 @@ def rms_norm_fp8_quant(
     )
     if reason is not None:
         fallback("rms_norm_fp8_quant", reason)
-        q, s = reference(x, weight, eps, static_scale=static_scale)
-        return out.copy_(q), (scale if static_scale is not None else scale.copy_(s))
+        return from_reference(out, scale, static_scale, *reference(x, weight, eps, static_scale=static_scale))
     M, N = x.shape
-    grid = lambda meta: (triton.cdiv(M, meta["ROWS"]),)  # noqa: E731
-    _rms_norm_fp8_quant_kernel[grid](
+    _rms_norm_fp8_quant_kernel[row_grid(M)](
         x, weight, out, scale, x.stride(0), out.stride(0), M, N, eps, token_bucket(M),
-        FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, STATIC=static_scale is not None, ROUND_IN_FP32=INTERPRET,
-        BLOCK_N=triton.next_power_of_2(N),
+        **quant_meta(static_scale), BLOCK_N=triton.next_power_of_2(N),
     )
     return out, scale
 
@@ -194,12 +218,8 @@ def make_inputs(shape, dtype, device, gen, row_pad: int = 0, scale: float = 1.0,
         x[T // 2] = 0
     x = x.clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max).to(dtype)[:, :H]
     w = (1 + 0.1 * torch.randn(H, generator=gen, device=device)).to(dtype)
-    inputs = {"x": x, "weight": w, "eps": 1e-6, "out": torch.empty(T, H, dtype=FP8, device=device)}
-    if static:
-        inputs["static_scale"] = torch.full((1,), 2.0 / FP8_MAX, dtype=torch.float32, device=device)
-    else:
-        inputs["scale"] = torch.empty(T, 1, dtype=torch.float32, device=device)
-    return inputs
+    return {"x": x, "weight": w, "eps": 1e-6, "out": torch.empty(T, H, dtype=FP8, device=device),
+            **scale_input(T, device, static, 2.0 / FP8_MAX)}
 
 
 def _unfused(inputs: dict):
@@ -222,12 +242,7 @@ def _mover(inputs: dict):
 
 
 CASES = (
-    Case("one-token", "decode step: a single program, T=1", {"tokens": 1, "hidden": 4096}),
-    Case("tail-rows", "T not a multiple of the rows per program: masked tail rows", {"tokens": 37, "hidden": 4096}),
-    Case("odd-hidden", "hidden size not a power of two: masked tail columns", {"tokens": 5, "hidden": 5120 + 17}),
-    Case("small-hidden", "hidden smaller than a warp's vector width", {"tokens": 9, "hidden": 24}),
-    Case("odd-stride", "rows of x padded by 3 elements: non-contiguous, unaligned rows", {"tokens": 7, "hidden": 4096}, {"row_pad": 3}),
-    Case("near-limit", "|x| near the fp16 maximum: fp16 sums of squares would overflow", {"tokens": 4, "hidden": 4096}, {"scale": 2e4}),
+    *rms.ROW_CASES,
     Case("zero-row", "an all-zero row: y = 0, and the scale's lower bound keeps q finite", {"tokens": 6, "hidden": 4096}, {"zero_row": True}),
     Case("static", "a given per-tensor scale of 2/448: no scales written, the 5% of |y| beyond 2 saturate at ±448", {"tokens": 37, "hidden": 4096}, {"static": True}),
     Case("largest", "largest benchmark shape, T=16384", {"tokens": 16384, "hidden": 4096}, large=True),

@@ -32,11 +32,11 @@ import triton
 import triton.language as tl
 
 from kcheck.kernels import silu_and_mul as silu
-from kcheck.kernels._launch import INTERPRET, device_reason, fallback, token_bucket, tuning
+from kcheck.kernels._launch import device_reason, fallback, row_grid, token_bucket, tuning
 from kcheck.kernels.harness import Case, KernelSpec
-from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, row_scales, to_e4m3
+from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, row_scales, to_e4m3
 from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS
-from kcheck.kernels.rms_norm_fp8_quant import TOLERANCES, _quantize, outputs, readout
+from kcheck.kernels.rms_norm_fp8_quant import TOLERANCES, _quantize, from_reference, outputs, quant_meta, readout, scale_input
 
 MAX_INTERMEDIATE = 32768
 """Whole rows are held in registers: 2 x 32768 fp32 values over a program's warps at most."""
@@ -146,14 +146,11 @@ def silu_and_mul_fp8_quant(
     )
     if reason is not None:
         fallback("silu_and_mul_fp8_quant", reason)
-        q, s = reference(x, static_scale=static_scale)
-        return out.copy_(q), (scale if static_scale is not None else scale.copy_(s))
+        return from_reference(out, scale, static_scale, *reference(x, static_scale=static_scale))
     M = x.shape[0]
-    grid = lambda meta: (triton.cdiv(M, meta["ROWS"]),)  # noqa: E731
-    _silu_and_mul_fp8_quant_kernel[grid](
+    _silu_and_mul_fp8_quant_kernel[row_grid(M)](
         x, out, scale, x.stride(0), out.stride(0), M, I, token_bucket(M),
-        FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, STATIC=static_scale is not None, ROUND_IN_FP32=INTERPRET,
-        BLOCK_A=split(I)[0], BLOCK_B=split(I)[1],
+        **quant_meta(static_scale), BLOCK_A=split(I)[0], BLOCK_B=split(I)[1],
     )
     return out, scale
 
@@ -170,12 +167,7 @@ def make_inputs(shape, dtype, device, gen, row_pad: int = 0, scale: float = 1.0,
     if scale < 1:
         x[:, I:] *= scale
     x = x.clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max).to(dtype)[:, : 2 * I]
-    inputs = {"x": x, "out": torch.empty(T, I, dtype=FP8, device=device)}
-    if static:
-        inputs["static_scale"] = torch.full((1,), 1.0 / FP8_MAX, dtype=torch.float32, device=device)
-    else:
-        inputs["scale"] = torch.empty(T, 1, dtype=torch.float32, device=device)
-    return inputs
+    return {"x": x, "out": torch.empty(T, I, dtype=FP8, device=device), **scale_input(T, device, static, 1.0 / FP8_MAX)}
 
 
 def _unfused(inputs: dict):
