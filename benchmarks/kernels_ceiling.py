@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from kcheck.kernels import specs
-from kcheck.kernels.harness import DATASHEET_GBPS, Timer, environment
+from kcheck.kernels.harness import DATASHEET_GBPS, Timer, environment, interleaved, seeded_inputs
 
 # bytes read per byte written, by op (the weight, cos/sin rows and scales are under 1% and ignored)
 READS_PER_WRITE = {"rms_norm": 1, "fused_add_rms_norm": 1, "rotary_embedding": 1, "silu_and_mul": 2,
@@ -120,12 +120,7 @@ def main() -> None:
     tokens = [int(t) for t in args.tokens.split(",")]
     cases: dict[str, tuple[int, callable]] = {}
     for spec in specs():
-        for shape in spec.bench_shapes:
-            if shape["tokens"] not in tokens:
-                continue
-            gen = torch.Generator(device=device)
-            gen.manual_seed(shape["tokens"])
-            inputs = spec.make_inputs(shape, torch.bfloat16, device, gen)
+        for shape, inputs in seeded_inputs(spec, tokens, device):
             nbytes = spec.bytes(shape, torch.bfloat16)
             ratio = READS_PER_WRITE[spec.name]
             cases[f"{spec.name} T={shape['tokens']}"] = (nbytes, lambda spec=spec, inputs=inputs: spec.impl(**inputs))
@@ -136,10 +131,7 @@ def main() -> None:
     for mib in COPY_SIZES_MIB:
         nbytes = 2 * (mib << 20)  # read plus written
         cases[f"copy {mib} MiB"] = (nbytes, same_traffic(nbytes, 1, device))
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.rounds):
-        for name, (_, fn) in cases.items():
-            times[name].append(timer.median_us(fn))
+    times = interleaved({name: fn for name, (_, fn) in cases.items()}, args.rounds, timer)
     rows = []
     for name, (nbytes, _) in cases.items():
         us = statistics.median(times[name])

@@ -29,7 +29,7 @@ from kcheck.kernels import fused_add_rms_norm_fp8_quant as fa8
 from kcheck.kernels import rms_norm_fp8_quant as rn8
 from kcheck.kernels import silu_and_mul_fp8_quant as sm8
 from kcheck.kernels._launch import ROW_CANDIDATES, token_bucket
-from kcheck.kernels.harness import Timer, environment
+from kcheck.kernels.harness import Timer, environment, interleaved, seeded_inputs
 from kcheck.kernels.per_token_fp8_quant import FP8_MAX, MIN_SCALE
 
 
@@ -80,12 +80,7 @@ def candidates(op: str, inputs: dict) -> dict[str, callable]:
 def sweep(tokens: list[int], rounds: int, timer, device: torch.device) -> list[dict]:
     rows = []
     for spec in (rn8.SPEC, fa8.SPEC, sm8.SPEC):
-        for shape in spec.bench_shapes:
-            if shape["tokens"] not in tokens:
-                continue
-            gen = torch.Generator(device=device)
-            gen.manual_seed(shape["tokens"])
-            inputs = spec.make_inputs(shape, torch.bfloat16, device, gen)
+        for shape, inputs in seeded_inputs(spec, tokens, device):
             fns = candidates(spec.name, inputs)
             fns["autotuned kernel"] = lambda spec=spec, inputs=inputs: spec.impl(**inputs)
             fns["unfused"] = spec.peers["unfused"](inputs)
@@ -94,10 +89,7 @@ def sweep(tokens: list[int], rounds: int, timer, device: torch.device) -> list[d
             static = {k: v for k, v in inputs.items() if k != "scale"}
             static["static_scale"] = torch.full((1,), 1.0 / FP8_MAX, dtype=torch.float32, device=device)
             fns["autotuned kernel, static scale"] = lambda spec=spec, static=static: spec.impl(**static)
-            times: dict[str, list[float]] = {k: [] for k in fns}
-            for _ in range(rounds):
-                for name, fn in fns.items():
-                    times[name].append(timer.median_us(fn))
+            times = interleaved(fns, rounds, timer)
             nbytes = spec.bytes(shape, torch.bfloat16)
             best = {kind: min((statistics.median(v), k) for k, v in times.items() if k.startswith(kind))
                     for kind in ("kernel ", "mover ")}

@@ -299,6 +299,28 @@ class Timer:
         return 1e3 * statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def interleaved(fns: Mapping[str, Callable[[], Any]], rounds: int, timer: Timer) -> dict[str, list[float]]:
+    """Each callable's median time (``timer.median_us``) in each of ``rounds`` rounds, the callables
+    taken in turn within a round, so that drift in clocks or temperature falls on all of them."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(timer.median_us(fn))
+    return times
+
+
+def seeded_inputs(spec: KernelSpec, tokens: Sequence[int], device: torch.device, dtype: torch.dtype = torch.bfloat16):
+    """``(shape, inputs)`` for each of ``spec.bench_shapes`` whose token count is in ``tokens``, the
+    inputs drawn from a generator seeded with that count: the benchmark scripts' inputs, the same
+    from run to run (the harness's own :func:`bench` draws a fresh seed instead)."""
+    for shape in spec.bench_shapes:
+        if shape["tokens"] not in tokens:
+            continue
+        gen = torch.Generator(device=device)
+        gen.manual_seed(shape["tokens"])
+        yield shape, spec.make_inputs(shape, dtype, device, gen)
+
+
 def copy_ceiling_gbps(timer: Timer, nbytes: int = 2 << 30) -> float:
     """Bandwidth of a large device-to-device copy, counting bytes read plus bytes written."""
     src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=timer.device).uniform_()
