@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import fnmatch
+import hashlib
 import os
 import pickle
 import re
@@ -185,9 +186,10 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> di
         if path is not None:
             by_module.setdefault(key, path)
 
+    entry = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in hot_path_names) or "(?!)").match
+
     def is_entry(name: str) -> bool:
-        short = name.rsplit(".", 1)[-1]
-        return any(fnmatch.fnmatchcase(short, p) for p in hot_path_names)
+        return entry(name.rsplit(".", 1)[-1]) is not None
 
     def resolve(path: str, owner: str, call: str) -> tuple[str, str] | None:
         facts = files[path]
@@ -273,9 +275,10 @@ class FactsCache:
         self.path = os.path.join(cache_root, f"facts-{fingerprint}.pickle")
         try:
             with open(self.path, "rb") as fh:
-                self.entries: dict[str, tuple] = pickle.load(fh)
-        except (OSError, pickle.PickleError, EOFError, AttributeError, ValueError):
-            self.entries = {}
+                self.entries, self.walk = pickle.load(fh)
+        except (OSError, pickle.PickleError, EOFError, AttributeError, ValueError, TypeError):
+            self.entries: dict[str, tuple] = {}
+            self.walk: tuple = ("", {})  # (digest of the facts and entry points it was made from, per_step's answer)
         self.dirty = False
 
     def save(self) -> None:
@@ -285,7 +288,7 @@ class FactsCache:
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(tmp, "wb") as fh:
-                pickle.dump(self.entries, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump((self.entries, self.walk), fh, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.path)
         except OSError:
             with contextlib.suppress(OSError):
@@ -345,9 +348,21 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
             else:  # changed or gone since: its facts are stale
                 del cache.entries[key]
                 cache.dirty = True
-        cache.save()
     config = jobs[0].config
-    steps = per_step(files, config.hot_path_functions)
+    steps = None
+    if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
+        # the facts are a function of each file's path and stamp: those, and the entry points, decide the walk
+        digest = hashlib.sha256(repr((sorted((key, stamp, rel) for key, (stamp, rel, _) in cache.entries.items()),
+                                      config.hot_path_functions)).encode()).hexdigest()
+        if cache.walk[0] == digest:
+            steps = cache.walk[1]
+    if steps is None:
+        steps = per_step(files, config.hot_path_functions)
+        if cache is not None:
+            cache.walk = (digest, steps)
+            cache.dirty = True
+    if cache is not None:
+        cache.save()
     out = []
     for job in jobs:
         mine = tuple(sorted((name, why) for name, why in steps.get(job.rel, {}).items()
