@@ -7,6 +7,8 @@ Measured in one run, on the same files:
 * **cold**: ``kcheck check TREE -j N`` with an empty result cache (start-up included);
 * **warm**: the same command again, every result now in the cache;
 * **one file**: ``kcheck check FILE --no-cache``, the pre-commit case (start-up included);
+* **one file, index cached**: ``kcheck check FILE`` right after the warm run, the file just changed
+  (a comment appended, then restored): the project index of the rest comes from the cache;
 * **libcst**: ``libcst.parse_module`` of every file kcheck scanned, on N processes, nothing else;
 * **ast**: ``ast.parse`` of every file on one process, for scale.
 
@@ -38,7 +40,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-GOALS = {"cold_s": 30.0, "warm_s": 2.0, "one_file_s": 0.5, "peak_mib": 300.0}
+GOALS = {"cold_s": 60.0, "warm_s": 1.0, "one_file_s": 0.5, "one_file_indexed_s": 0.5, "peak_mib": 400.0}  # issue 22
 
 
 def _children_of(pid: int) -> list[int]:
@@ -205,6 +207,17 @@ def main(argv: list[str] | None = None) -> int:
         one = sorted(paths, key=os.path.getsize)[len(paths) // 2]
     one_cmd = [*kcheck, "check", "--exit-zero", "-q", "--no-cache", one]
     one_run = _median([timed_run(one_cmd) for _ in range(args.rounds)])
+    # the pre-commit case with the project index cached by the warm run: the file has just changed
+    original, stat_before = Path(one).read_bytes(), os.stat(one)
+    indexed_runs = []
+    try:
+        for n in range(args.rounds):
+            Path(one).write_bytes(original + f"\n# kcheck speed probe {n}\n".encode())
+            indexed_runs.append(timed_run([*kcheck, "check", "--exit-zero", "-q", one]))
+    finally:
+        Path(one).write_bytes(original)
+        os.utime(one, ns=(stat_before.st_atime_ns, stat_before.st_mtime_ns))
+    indexed = _median(indexed_runs)
     clear_caches(tree)
     memory = {"cold": timed_run(base, sample=True), "warm": timed_run(base, sample=True),
               "one_file": timed_run(one_cmd, sample=True)}
@@ -216,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(), "rounds": args.rounds,
         "cold": shown(cold), "warm": shown(warm),
         "one_file": {**shown(one_run), "file": os.path.relpath(one, tree), "bytes": os.path.getsize(one)},
+        "one_file_indexed": shown(indexed),
         "memory_runs": {k: shown(r) for k, r in memory.items()},
         "peak_mib": max(r["peak_mib"] for r in memory.values()),
         "memory_measure": "+".join(sorted({k for r in memory.values() for k in r["memory_measure"].split("+")})),
@@ -235,9 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     result["meets"] = {
         "cold_s": cold["wall_s"] < GOALS["cold_s"], "warm_s": warm["wall_s"] < GOALS["warm_s"],
         "one_file_s": one_run["wall_s"] < GOALS["one_file_s"],
+        "one_file_indexed_s": indexed["wall_s"] < GOALS["one_file_indexed_s"],
         "peak_mib": result["peak_mib"] < GOALS["peak_mib"],
     }
-    crashed = [r for r in (*colds, *warms, one_run, *memory.values()) if r["exit_code"] not in (0,)]
+    crashed = [r for r in (*colds, *warms, one_run, *indexed_runs, *memory.values()) if r["exit_code"] not in (0,)]
     for r in crashed:
         print(r["stderr"][-2000:], file=sys.stderr)
     if crashed:  # a run that failed measured nothing: write no figures
