@@ -204,9 +204,14 @@ def broad_except_gate(summary) -> bool:
 # A module that holds the project's compiled or JIT kernels (``from .ops import fused_moe``,
 # ``import my_ext._C``, ``from pkg.kernels.triton import matmul``). The compilers and DSLs themselves
 # (``import triton``) are optional dependencies, not kernels.
+# A compiled extension ends its name in ``_cuda`` (``flash_attn_2_cuda``); a module that starts with
+# ``cuda`` is a binding or a helper (``nvidia.cuda_runtime``, ``cuda_graph``), not a kernel.
 KERNEL_MODULE = re.compile(
-    r"(^|\.)(_C|_?[a-z0-9]*_?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]*cuda[a-z0-9_]*|csrc"
+    r"(^|\.)(_C|_?[a-z0-9]*_?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
     r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu)(\.|$)")
+# A capability probe: a function that answers whether something is available. Its False is the
+# answer its callers decide on (and announce), not a silent fallback.
+PROBE_NAME = re.compile(r"^_*(is|has|can|supports?|check)_\w+|_(available|supported|usable)$")
 NOT_KERNEL_MODULE = re.compile(r"^(triton|tilelang|cutlass|cuda|torch|numba|cupy|jax)(\.|$)")
 # Calls that build or fetch a kernel at run time.
 KERNEL_LOADERS = {"load_inline": "load_inline", "load": "cpp_extension.load", "load_library": "ops.load_library",

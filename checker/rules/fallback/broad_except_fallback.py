@@ -6,7 +6,7 @@ from kcheck.claims import BUILTINS, _walk
 from kcheck.rule import Rule
 from kcheck.model import walk
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, KERNEL_LOADERS, TEST_FILE, broad_except_gate, dispatchers, is_announcer, kernel_import_gate, kernel_module,
+    BROAD_EXCEPTIONS, KERNEL_LOADERS, PROBE_NAME, TEST_FILE, broad_except_gate, dispatchers, is_announcer, kernel_import_gate, kernel_module,
     statements, warns,
 )
 
@@ -22,8 +22,9 @@ class BroadExceptFallback(Rule):
     project's extension, `_C`, `ops`, `kernels` or Triton-kernel modules; not the compilers
     themselves) or build or fetch one (`load_inline`, `cpp_extension.load`,
     `torch.ops.load_library`, `get_kernel`), whose broad handler neither re-raises nor warns: every
-    later call silently takes the slower path. Tests, which guard imports of what they test, are
-    left alone.
+    later call silently takes the slower path. Tests, which guard imports of what they test, and
+    capability probes (`is_*`, `has_*`, `*_available` functions, whose answer their callers act
+    on) are left alone; a module whose name starts with `cuda` is a binding or helper, not a kernel.
 
     ## Why is this bad?
     The handler cannot tell "this input is not supported" from a bug: a wrong argument, an
@@ -138,6 +139,9 @@ def moe(x, w):
             what = _loads_kernel(model, statements(node.body))
             if what is None:
                 continue
+            probe = model.enclosing_function(node)
+            if probe is not None and PROBE_NAME.search(probe.name.value):
+                continue  # a capability probe: its answer goes to a caller that decides
             for handler in node.handlers:
                 caught = _broad(model, handler)
                 body = statements(handler.body)
