@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import os
@@ -42,6 +43,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from corpus import load_fixes, load_manifest  # noqa: E402
+from scan_corpus import _commit  # noqa: E402
 
 LABELS = HERE / "labels"
 LOOKS = HERE / "results" / "test-looks.md"
@@ -71,15 +73,19 @@ def family(code: str) -> str:
 KCHECK = [sys.executable, "-m", "kcheck"]
 
 
+@functools.lru_cache(maxsize=1)
+def _preview_flag() -> tuple[str, ...]:
+    """``--preview`` where the measured kcheck has it (a commit from before preview rules has not)."""
+    help_text = subprocess.run([*KCHECK, "check", "--help"], capture_output=True, text=True).stdout
+    return ("--preview",) if "--preview" in help_text else ()
+
+
 def kcheck_findings(folder: Path, jobs: int) -> list[dict]:
     """Every finding kcheck reports in ``folder`` (paths relative to it), every rule on."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "findings.json"
         cmd = [*KCHECK, "check", ".", "-q", "--exit-zero", "--select", "ALL",
-               "-j", str(jobs), "-o", f"json:{out}"]
-        help_text = subprocess.run([*KCHECK, "check", "--help"], capture_output=True, text=True).stdout
-        if "--preview" in help_text:
-            cmd.append("--preview")
+               "-j", str(jobs), "-o", f"json:{out}", *_preview_flag()]
         proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
         if proc.returncode not in (0, 1) or not out.exists():
             raise SystemExit(f"evaluate: kcheck failed on {folder.name} (exit {proc.returncode}): "
@@ -260,14 +266,6 @@ def draw_sample(found: dict[str, list[dict]], judged: list[dict], seed: int = SE
                 todo.append({"tree": tree, "path": path, "lines": [line, end], "rule": c, "family": c[:3],
                              "verdict": None, "reason": "", "message": msg})
     return todo
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def log_look(split: str, m: dict, meta: dict, why: str) -> None:

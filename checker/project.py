@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import fnmatch
 import hashlib
 import os
 import pickle
@@ -29,7 +28,8 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from kcheck.gate import import_bindings
+from kcheck.config import hot_path_matcher
+from kcheck.gate import dotted, import_bindings
 
 # One-time work: never a per-step path, whatever calls it.
 # One-time and periodic work: never a per-step path, whatever calls it (set-up, weight loading,
@@ -43,9 +43,9 @@ ONE_TIME = re.compile(
 OTHER_PLATFORM = re.compile(r"(^|/)(metal|mlx|mps|tpu|xla|neuron|hpu|gaudi|npu|ascend)(/|_[^/]*\.py$|\.py$)")
 # Not serving steps: tests, benchmarks, examples, scripts; and input processing, which runs once per
 # request (tokenizers, multimodal processors), usually on the CPU.
+TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
 NOT_SERVING_PATH = re.compile(
-    r"(^|/)(tests?|testing|benchmarks?|bench[^/]*|examples?|scripts?|tools?|docs?|processors?|tokenizers?)/"
-    r"|(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
+    TEST_PATH.pattern + r"|(^|/)(benchmarks?|bench[^/]*|examples?|scripts?|tools?|docs?|processors?|tokenizers?)/")
 MAX_DEPTH = 4
 ENTRY = "a per-step entry point"
 INDIRECT = "reached every step through same-module calls"
@@ -126,15 +126,6 @@ def _absolute(module: str, target: str, is_package: bool) -> str:
     return ".".join([*base, rest]) if rest else ".".join(base)
 
 
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
-
 def file_facts(tree: ast.Module, path: str) -> FileFacts:
     """Phase one: the facts of one parsed file, from one walk of its tree."""
     module = module_name(path)
@@ -162,7 +153,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
         if kind is ast.Lambda:
             continue
         if kind is ast.Call and owner and owner != "<nested>":
-            text = _dotted(node.func)
+            text = dotted(node.func)
             if text:
                 facts.calls[owner].append(text)
         stack.extend((n, owner, klass) for n in ast.iter_child_nodes(node))
@@ -186,7 +177,7 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> di
         if path is not None:
             by_module.setdefault(key, path)
 
-    entry = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in hot_path_names) or "(?!)").match
+    entry = hot_path_matcher(tuple(hot_path_names))
 
     def is_entry(name: str) -> bool:
         return entry(name.rsplit(".", 1)[-1]) is not None

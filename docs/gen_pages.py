@@ -15,6 +15,7 @@ Site URLs (``use_directory_urls``) are fixed because ``kcheck`` prints them: ``r
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import json
 import posixpath
@@ -282,11 +283,16 @@ def _config_keys() -> dict[str, dict]:
 EVALUATION = REPO / "benchmarks" / "results" / "evaluation-test.json"
 
 
+@functools.lru_cache(maxsize=1)
+def _evaluation() -> dict | None:
+    return json.loads(EVALUATION.read_text(encoding="utf-8")) if EVALUATION.exists() else None
+
+
 def _measured(code: str) -> list[str]:
     """The rule's precision and recall on the yardstick's test split (benchmarks/evaluate.py)."""
-    if not EVALUATION.exists() or code.startswith("KC9"):
+    data = _evaluation()
+    if data is None or code.startswith("KC9"):
         return []  # meta rules judge files and suppressions, not kernel code
-    data = json.loads(EVALUATION.read_text(encoding="utf-8"))
     rule = data["rules"].get(code)
 
     def share(r: dict) -> str:

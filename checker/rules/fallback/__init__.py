@@ -18,6 +18,7 @@ import libcst as cst
 
 from kcheck.claims import BUILTINS, _walk, in_kernel_module, is_reference_name
 from kcheck.gate import ast_children, by_name, reachable
+from kcheck.project import TEST_PATH
 from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
 
 # Text every file with a launch or dispatch site contains (a Triton launch ends in ``](``).
@@ -216,7 +217,6 @@ NOT_KERNEL_MODULE = re.compile(r"^(triton|tilelang|cutlass|cuda|torch|numba|cupy
 # Calls that build or fetch a kernel at run time.
 KERNEL_LOADERS = {"load_inline": "load_inline", "load": "cpp_extension.load", "load_library": "ops.load_library",
                   "get_kernel": "get_kernel"}  # last name -> what the qualified name must end with
-TEST_FILE = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
 # Announcements a user sees at default log levels.
 WARNING_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
                    "critical"}
@@ -246,7 +246,7 @@ def loads_kernel_ast(node: ast.AST) -> str | None:
 
 def kernel_import_gate(summary) -> bool:
     """Whether a ``try`` anywhere in the file imports or builds a kernel with a broad handler."""
-    if summary.tree is None or TEST_FILE.search(summary.path):
+    if summary.tree is None or TEST_PATH.search(summary.path):
         return False
     for node in ast.walk(summary.tree):
         if isinstance(node, ast.Try) and any(h.type is None or any(
@@ -270,9 +270,7 @@ def warns(model, nodes: list[cst.CSTNode]) -> bool:
                 return True
             if type(func) is cst.Attribute and func.attr.value in WARNING_METHODS:
                 return True
-            name = model.call_name(node) or ""
-            if any(name == e or name.endswith("." + e) or fnmatch.fnmatchcase(name, e)
-                   for e in model.config.fallback_announcers):
+            if configured_announcer(model, model.call_name(node) or ""):
                 return True
     return False
 
@@ -592,10 +590,13 @@ def is_announcer(model, call: cst.Call) -> bool:
         return True
     if name.split(".")[-1] in ("warning_once", "warn_once", "info_once", "print_warning_once"):
         return True
-    for entry in model.config.fallback_announcers:
-        if name == entry or name.endswith("." + entry) or fnmatch.fnmatchcase(name, entry):
-            return True
-    return False
+    return configured_announcer(model, name)
+
+
+def configured_announcer(model, name: str) -> bool:
+    """Whether ``name`` is one of the configured ``fallback-announcers`` (exact, by suffix or pattern)."""
+    return any(name == entry or name.endswith("." + entry) or fnmatch.fnmatchcase(name, entry)
+               for entry in model.config.fallback_announcers)
 
 
 def announces(model, nodes: list[cst.CSTNode], depth: int = 3) -> bool:

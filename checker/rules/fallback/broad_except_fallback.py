@@ -5,8 +5,9 @@ import libcst as cst
 from kcheck.claims import BUILTINS, _walk
 from kcheck.rule import Rule
 from kcheck.model import walk
+from kcheck.project import TEST_PATH
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, KERNEL_LOADERS, PROBE_NAME, TEST_FILE, broad_except_gate, dispatchers, is_announcer, kernel_import_gate, kernel_module,
+    BROAD_EXCEPTIONS, KERNEL_LOADERS, PROBE_NAME, broad_except_gate, dispatchers, is_announcer, kernel_import_gate, kernel_module,
     statements, warns,
 )
 
@@ -133,7 +134,7 @@ def moe(x, w):
                         model, body
                     ):
                         self.report(handler, handler=caught, kernel=disp.label)
-        for node in () if TEST_FILE.search(model.path) else walk(original_node):  # a test's import guard skips tests
+        for node in () if TEST_PATH.search(model.path) else walk(original_node):  # a test's import guard skips tests
             if type(node) is not cst.Try:
                 continue
             what = _loads_kernel(model, statements(node.body))

@@ -8,8 +8,6 @@ gates, over the ``ast`` (:class:`FileView`).
 from __future__ import annotations
 
 import ast
-import fnmatch
-import functools
 import re
 from typing import Callable, Iterator
 
@@ -281,7 +279,7 @@ class FileView:
         return out
 
     def _hot_path(self, config) -> list:
-        hot = _hot_path_pattern(config.hot_path_functions)
+        hot = config.is_hot_path
         indexed = {name.rsplit(".", 1)[-1] for name, _ in config.per_step}  # by short name: looser than the model
         return [("hot-path", i, self.body(i)) for i, f in enumerate(self.summary.functions)
                 if hot(f.name) or f.name in indexed]
@@ -321,12 +319,6 @@ class FileView:
         if hit is None:
             hit = self._classified[key] = CLASSIFY[what](self, call)
         return hit
-
-
-@functools.lru_cache(maxsize=8)
-def _hot_path_pattern(patterns: tuple[str, ...]):
-    """``Config.is_hot_path`` as one compiled regex (``fnmatchcase`` of any pattern)."""
-    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)").match
 
 
 def file_view(summary) -> FileView:
