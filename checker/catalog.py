@@ -41,6 +41,9 @@ INDEX_FILE = "index.yaml"
 MEASURED_TOLERANCE = 0.03  # relative; medians of device timings move about 1% between runs
 SOURCES_FILE = "sources.yaml"
 _FACT_REF = re.compile(r"^(?P<id>[a-z0-9-]+/[a-z0-9-]+)#(?P<key>[a-z0-9-]+)$")
+# The SM100 family (B200, GB200, B300): an entry that applies to one of these tags must have a fact
+# marked with one in its own `archs`, so an sm100 tag never stands on Hopper facts alone.
+_SM100_TAG = re.compile(r"^sm10[0-9]a?$")
 # A number standing alone in prose: 132, 3.35, 151,936, 1e-6, 1.43x. Digits inside names (H100, fp8,
 # Llama-3) and hyphenated ranges or compounds (80-90%, 32-bit) are not taken as claims.
 _NUMBER = re.compile(r"(?<![\w.\-])\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?(?!(?!x\b)[\w\-]|,\d)")
@@ -434,6 +437,7 @@ def _integrity(catalog: Catalog, docs: dict[Path, _Document], rules: Iterable[ty
                     stated.add(float(fact["value"]))
         for number in sorted(_numbers(str(entry.get("summary", ""))) - stated):
             report(path, ["summary"], f"the number {number:g} is not stated by any fact of this entry")
+        _check_archs(entry, lambda where, message: report(path, where, message))
         cited: set[str] = set()
         cited_unlisted: set[str] = set()
         for i, fact in enumerate(entry.get("facts") or []):
@@ -484,6 +488,30 @@ def _integrity(catalog: Catalog, docs: dict[Path, _Document], rules: Iterable[ty
                 problems.append(Problem(where[0], where[1], f"{getattr(rule, 'CODE', rule.__name__)}.KNOWLEDGE",
                                         f"unknown catalog entry {kid!r}"))
     return problems
+
+
+def _check_archs(entry: dict, report) -> None:
+    """A fact's ``archs`` are among the entry's (unless the entry applies to any architecture), and
+    an entry that applies to an SM100 tag has at least one fact marked SM100-specific."""
+    applies = entry.get("applies_to") if isinstance(entry.get("applies_to"), dict) else {}
+    entry_archs = [a for a in applies.get("archs") or [] if isinstance(a, str)]
+    marked: set[str] = set()
+    for i, fact in enumerate(entry.get("facts") or []):
+        if not isinstance(fact, dict):
+            continue
+        for j, arch in enumerate(fact.get("archs") or []):
+            if not isinstance(arch, str):
+                continue
+            marked.add(arch)
+            if entry_archs and "any" not in entry_archs and arch not in entry_archs:
+                report(["facts", i, "archs", j], f"{arch!r} is not among the entry's applies_to.archs")
+    if not any(_SM100_TAG.match(a) for a in marked):
+        for i, arch in enumerate(entry_archs):
+            if _SM100_TAG.match(arch):
+                report(["applies_to", "archs", i],
+                       f"the entry applies to {arch} but no fact is marked SM100-specific; mark one that states "
+                       "something particular to SM100 with archs: [sm100], or drop the tag")
+                break
 
 
 def _rule_location(rule: type) -> tuple[str, int]:
@@ -560,17 +588,33 @@ def stats(catalog: Catalog) -> dict:
     )
     source_kinds = Counter(s.get("kind") for s in catalog.sources.values())
     kinds = Counter(e.get("kind") for e in catalog.entries.values())
+    archs = Counter(
+        arch for e in catalog.entries.values()
+        for arch in ((e.get("applies_to") or {}).get("archs") or ["unrestricted"])
+    )
+    fact_archs = Counter(
+        arch for e in catalog.entries.values() for f in e.get("facts") or [] if isinstance(f, dict)
+        for arch in f.get("archs") or []
+    )
     return {
         "entries": len(catalog.entries),
         "entries_per_topic": {t: topics.get(t, 0) for t in catalog.topics} | {
             t: n for t, n in sorted(topics.items()) if t not in catalog.topics
         },
         "entries_per_kind": dict(sorted(kinds.items())),
+        "entries_per_arch": dict(sorted(archs.items(), key=_arch_order)),
         "facts": sum(evidence.values()),
         "facts_per_evidence": dict(sorted(evidence.items())),
+        "arch_specific_facts": dict(sorted(fact_archs.items(), key=_arch_order)),
         "sources": len(catalog.sources),
         "sources_per_kind": dict(sorted(source_kinds.items())),
     }
+
+
+def _arch_order(item: tuple[str, int]) -> tuple[int, str]:
+    """sm80 < sm90 < sm100 < sm120 by number, then 'any' and 'unrestricted'."""
+    match = re.match(r"^sm(\d+)", item[0])
+    return (int(match[1]), item[0]) if match else (10**6, item[0])
 
 
 # --------------------------------------------------------------------------- terminal output
@@ -675,14 +719,17 @@ def search_command(words: tuple[str, ...], limit: int) -> None:
 @click.argument("path", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def stats_command(path: Path | None, fmt: str) -> None:
-    """Count entries per topic, facts per kind of evidence, and sources per kind."""
+    """Count entries per topic, kind and architecture, facts per kind of evidence and per
+    architecture they are marked specific to, and sources per kind."""
     data = stats(load_catalog(path))
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
         return
     click.echo(f"{data['entries']} entries, {data['facts']} facts, {data['sources']} sources")
     for title, key in (("Entries per topic", "entries_per_topic"), ("Entries per kind", "entries_per_kind"),
-                       ("Facts per evidence", "facts_per_evidence"), ("Sources per kind", "sources_per_kind")):
+                       ("Entries per architecture", "entries_per_arch"),
+                       ("Facts per evidence", "facts_per_evidence"),
+                       ("Architecture-specific facts", "arch_specific_facts"), ("Sources per kind", "sources_per_kind")):
         click.echo(f"\n{title}")
         for name, count in data[key].items():
             click.echo(f"  {name:<16} {count:>4}")

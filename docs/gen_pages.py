@@ -160,6 +160,8 @@ def _entry_markdown(catalog, entry_id: str, cited_by: list[dict], kernels: list[
         statement = _cell(fact.get("statement", ""))
         if fact.get("conditions"):
             statement += f" <br><small>Conditions: {_cell(fact['conditions'])}</small>"
+        if fact.get("archs"):
+            statement += f" <br><small>Specific to: {', '.join(fact['archs'])}</small>"
         out.append(f"| {statement} | {_cell(_value(fact))} | {_evidence(src, catalog, fact)} |")
     out.append("")
     for name, heading in (("guidance", "Guidance"), ("signals", "Signals"), ("verify", "Verify")):

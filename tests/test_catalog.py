@@ -235,13 +235,32 @@ def test_stats_counts_match_the_catalog():
         "entries": 2,
         "entries_per_topic": {"gemm": 1, "profiling": 1},
         "entries_per_kind": {"procedure": 1, "rule-of-thumb": 1},
+        "entries_per_arch": {"sm90": 1, "sm100": 1, "any": 1},
         "facts": 7,
         "facts_per_evidence": {"cited": 3, "derived": 2, "measured": 2},
+        "arch_specific_facts": {"sm100": 1},
         "sources": 3,
         "sources_per_kind": {"measurement": 1, "official-doc": 1, "upstream-code": 1},
     }
     result = CliRunner().invoke(cat.catalog, ["stats", "--format", "json", str(VALID / "knowledge")])
     assert json.loads(result.stdout) == cat.stats(catalog)
+
+
+def test_cli_stats_text_lists_entries_per_architecture():
+    result = CliRunner().invoke(cat.catalog, ["stats", str(VALID / "knowledge")])
+    assert result.exit_code == 0, result.output
+    section = result.stdout.split("Entries per architecture\n")[1].split("\n\n")[0].split("\n")
+    assert [line.split() for line in section] == [["sm90", "1"], ["sm100", "1"], ["any", "1"]]
+    assert "Architecture-specific facts\n  sm100" in result.stdout
+
+
+def test_shipped_catalog_counts_sm100_entries_and_each_has_an_sm100_fact():
+    catalog = cat.load_catalog()
+    per_arch = cat.stats(catalog)["entries_per_arch"]
+    assert per_arch["sm100"] >= 12 and per_arch["sm90"] >= per_arch["sm80"]
+    for entry in catalog.entries.values():
+        if "sm100" in entry["applies_to"].get("archs", []):
+            assert any("sm100" in f.get("archs", []) for f in entry["facts"]), entry["id"]
 
 
 def test_importing_the_catalog_module_is_cheap():

@@ -250,6 +250,10 @@ def test_catalog_pages_and_topic_indexes(site):
         assert " ".join(entry["summary"].split())[:60] in " ".join(text.split()), entry_id
         # The edit link opens the entry's YAML.
         assert f"/edit/main/knowledge/{entry_id}.yaml" in html, entry_id
+        # A fact marked specific to some architectures says so on the page.
+        for fact in entry["facts"]:
+            if fact.get("archs"):
+                assert f"Specific to: {', '.join(fact['archs'])}" in text, entry_id
 
 
 def test_rule_pages_and_entry_pages_link_both_ways(site, pages):
