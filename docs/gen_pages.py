@@ -219,7 +219,9 @@ def _hardware_table(catalog, src: str) -> list[str]:
     for key in keys:
         cells = [_cell(_value(facts[eid][key])) if key in facts[eid] else "—" for eid, _ in gpus]
         out.append(f"| {HARDWARE_KEYS[key]} | " + " | ".join(cells) + " |")
-    out.append("")
+    out += ["", "A dash means the part's entry states no such figure. Figures its entry marks "
+            "source-reported were read in a copy of the vendor's table or in a third-party review, not in "
+            "the vendor's own page.", ""]
     return out
 
 

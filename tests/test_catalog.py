@@ -78,6 +78,14 @@ def test_gpu_entries_carry_table_keys_with_numbers(gpu):
         assert facts[key]["unit"], key
 
 
+def test_b200_fills_every_table_key_or_says_why_not():
+    """No silent blank in the B200 column: each key is a number with a unit, or a stated absence."""
+    facts = {f.get("key"): f for f in cat.load_catalog().get("hardware/b200")["facts"]}
+    for key in GPU_KEYS:
+        value = facts[key]["value"]
+        assert isinstance(value, (int, float)) and facts[key]["unit"] or value == "not published", key
+
+
 def test_every_source_records_where_and_when():
     for source in cat.load_catalog().sources.values():
         assert source["retrieved"]
