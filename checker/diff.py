@@ -72,14 +72,15 @@ class Diff:
             return None
         return self.files.get(rel)
 
-    def keeps(self, path: Path, line: int, mode: str) -> bool:
-        """Whether a finding at ``path``:``line`` passes the filter ``mode``."""
+    def keeps(self, path: Path, line: int, mode: str, cell: int = 0) -> bool:
+        """Whether a finding at ``path``:``line`` passes the filter ``mode``. A notebook's diff is of
+        its JSON, whose lines are not the cells' (``cell``): any change to the notebook keeps it."""
         if mode == "nofilter":
             return True
         change = self.change_of(path)
         if change is None:
             return False
-        if mode == "file":
+        if mode == "file" or cell:
             return True
         if mode == "diff_context":
             return line in change.context
@@ -265,5 +266,5 @@ def split(findings, root: Path, diff: Diff, mode: str):
     """(kept, hidden) findings under a line filter ``mode``; finding paths are relative to ``root``."""
     kept, hidden = [], []
     for f in findings:
-        (kept if diff.keeps(root / f.path, f.line, mode) else hidden).append(f)
+        (kept if diff.keeps(root / f.path, f.line, mode, f.cell) else hidden).append(f)
     return kept, hidden

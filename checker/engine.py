@@ -80,7 +80,7 @@ def _git_files(folder: Path) -> list[Path] | None:
     return [folder / p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
 
 
-SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")  # notebooks are found to be reported as not checked
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")  # notebooks are checked cell by cell (kcheck.notebook)
 
 
 def _gitignore(folder: str):
@@ -535,15 +535,9 @@ def _read(job: Job) -> tuple[str | None, bytes | str, Finding | None]:
     return text, data, None
 
 
-NOTEBOOK_REFUSAL = ("a Jupyter notebook: kcheck checks .py and .pyi files only; export its code "
-                    "(`jupyter nbconvert --to script`) to check it, or exclude it")
-
-
 def check_job(job: Job, shortcuts: bool, cache: dict[str, list] | None = None) -> FileResult:
     """One file's findings; ``cache`` (content key -> findings, see :class:`_ContentCache`) answers
     for a text checked before with the same kcheck code, configuration and path."""
-    if job.path.endswith(".ipynb"):
-        return FileResult(skipped=NOTEBOOK_REFUSAL)
     text, data, problem = _read(job)
     if problem is not None:
         return FileResult(findings=[problem])
@@ -558,12 +552,21 @@ def check_job(job: Job, shortcuts: bool, cache: dict[str, list] | None = None) -
             return FileResult(findings=findings, cached=True, key=key)
     try:
         with collector_paused():
-            result = check_source(text, job.rel, job.config, shortcuts, job.config_rel)
+            result = _check_text(text, job.rel, job.config, shortcuts, job.config_rel)
     except Exception:  # noqa: BLE001 - never let one file stop the scan
         return FileResult(errors=[f"internal error while checking {job.rel}:\n{traceback.format_exc()}"])
     if not result.errors:
         result.key = key
     return result
+
+
+def _check_text(text: str, rel: str, config: Config, shortcuts: bool = True, config_rel: str = "") -> FileResult:
+    """``check_source``, or for a Jupyter notebook its code cells, findings placed in their cells."""
+    if rel.endswith(".ipynb"):
+        from kcheck import notebook
+
+        return notebook.check(text, rel, config, shortcuts, config_rel)
+    return check_source(text, rel, config, shortcuts, config_rel)
 
 
 @contextmanager
@@ -713,7 +716,7 @@ def scan(jobs: list[Job], jobs_n: int | None = None, shortcuts: bool = True, cac
         result.internal_error |= any(e.startswith("internal error") for e in fr.errors)
         result.parsed += fr.parsed
         result.cached += fr.cached
-    result.findings.sort(key=lambda f: (f.path, f.line, f.column, f.code))
+    result.findings.sort(key=lambda f: f.sort_key)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -834,10 +837,10 @@ def stdin_job(filename: str, explicit_config: Path | None = None) -> Job:
 def scan_stdin(text: str, job: Job) -> ScanResult:
     if len(text.encode("utf-8", "surrogatepass")) > job.config.max_file_size:
         return ScanResult(files=1, skipped=[(job.rel, f"larger than max-file-size ({_mib(job.config.max_file_size)})")])
-    fr = check_source(text, job.rel, job.config, config_rel=job.config_rel)
-    return ScanResult(findings=sorted(fr.findings, key=lambda f: (f.line, f.column, f.code)), errors=fr.errors,
+    fr = _check_text(text, job.rel, job.config, config_rel=job.config_rel)
+    return ScanResult(findings=sorted(fr.findings, key=lambda f: f.sort_key), errors=fr.errors,
                       internal_error=any(e.startswith("internal error") for e in fr.errors), files=1,
-                      parsed=int(fr.parsed))
+                      parsed=int(fr.parsed), skipped=[(job.rel, fr.skipped)] if fr.skipped else [])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,6 +31,7 @@ class Finding:
     1-based, as editors and SARIF count them. ``context`` is the enclosing function or class
     (dotted), and ``source_line`` the stripped text of the first reported line: together with
     path and code they key a finding independent of line numbers (baselines, fingerprints).
+    In a Jupyter notebook ``cell`` is the cell's number and lines count from its first line.
     """
 
     code: str
@@ -48,6 +49,16 @@ class Finding:
     source_line: str = ""
     suppressed: str | None = None  # the justification, when an in-source suppression hid it
     fingerprint: str = field(default="")
+    cell: int = 0  # in a notebook: the cell (1-based, all cells counted); ``line`` is then within it
+
+    @property
+    def where(self) -> str:
+        """``5:1``, or ``cell 3:5:1`` in a notebook (ruff's notation): what follows the path."""
+        return f"cell {self.cell}:{self.line}:{self.column}" if self.cell else f"{self.line}:{self.column}"
+
+    @property
+    def sort_key(self) -> tuple:
+        return (self.path, self.cell, self.line, self.column, self.code)
 
     def __post_init__(self) -> None:
         if not self.fingerprint:

@@ -311,15 +311,17 @@ def test_a_file_over_the_size_limit_is_reported_in_every_format(tmp_path, run_kc
     assert "All checks passed (2 files)" in out and "big.py" not in err
 
 
-def test_notebooks_are_refused_with_a_message_never_passed(tmp_path, run_kcheck, monkeypatch):
+def test_notebooks_are_checked_and_a_non_python_one_is_named_never_passed(tmp_path, run_kcheck, monkeypatch):
     monkeypatch.chdir(tmp_path)
     nb = {"cells": [{"cell_type": "code", "source": ["import torch\n", "torch.cuda.synchronize()\n"]}],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / "exp.ipynb").write_text(json.dumps(nb))
     code, out, err = run_kcheck("check", "--no-cache", "exp.ipynb")
-    assert "All checks passed" not in out and "exp.ipynb" in err and "notebook" in err
+    assert code == 0 and "All checks passed (1 file)" in out  # checked cell by cell (tests/test_notebooks.py)
+    nb["metadata"] = {"kernelspec": {"language": "julia"}}
+    (tmp_path / "exp.ipynb").write_text(json.dumps(nb))
     code, out, err = run_kcheck("check", "--no-cache", ".")  # found in folders too
-    assert "exp.ipynb" in err and "1 file not checked" in out
+    assert "All checks passed" not in out and "exp.ipynb" in err and "julia notebook" in err and "1 file not checked" in out
 
 
 def test_kc408_gate_is_linear_in_the_number_of_windows():

@@ -36,7 +36,7 @@ FORMATS = {
 # Why a finding is in ReportContext.hidden.
 OUTSIDE_DIFF = "outside-diff"
 BASELINED = "baselined"
-NOT_CHECKED = "not-checked"  # not a finding: a file kcheck did not check (too large, a notebook)
+NOT_CHECKED = "not-checked"  # not a finding: a file kcheck did not check (too large, a non-Python notebook)
 
 
 class OutputError(Exception):
@@ -69,6 +69,7 @@ class ReportContext:
     preview_off: int = 0  # selected preview rules that did not run (previews off): the summary says so
     _repo_root: Path | None = field(default=None, repr=False)
     _lines: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    _cells: dict[str, dict[int, list[str]]] = field(default_factory=dict, repr=False)
 
     def display_path(self, finding: Finding) -> str:
         """The path as the user should click it: relative to the current folder."""
@@ -97,6 +98,17 @@ class ReportContext:
         if self.repo_root == self.root:
             return finding.path
         return Path(os.path.relpath(self.root / finding.path, self.repo_root)).as_posix()
+
+    def lines_of(self, finding: Finding) -> list[str]:
+        """The lines ``finding.line`` counts: its cell's in a notebook, else its file's."""
+        if not finding.cell:
+            return self.source_lines(finding)
+        key = f"{finding.path}\0cells"
+        if key not in self._cells:
+            from kcheck.notebook import cell_lines
+
+            self._cells[key] = cell_lines("\n".join(self.source_lines(finding)))
+        return self._cells[key].get(finding.cell, [])
 
     def source_lines(self, finding: Finding) -> list[str]:
         """The lines of the finding's file (empty when it cannot be read); cached per path."""

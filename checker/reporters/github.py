@@ -32,7 +32,7 @@ def dropped_by_cap(findings: list[Finding]) -> int:
 
 def render(findings: list[Finding], ctx) -> str:
     shown = sorted((f for f in findings if f.suppressed is None),
-                   key=lambda f: (-severity_rank(f.severity), f.path, f.line, f.column, f.code))
+                   key=lambda f: (-severity_rank(f.severity), *f.sort_key))
     lines = []
     dropped = dropped_by_cap(shown)
     if dropped:
@@ -40,12 +40,14 @@ def render(findings: list[Finding], ctx) -> str:
     for f in ctx.not_checked:
         lines.append(f"::warning file={_prop(ctx.repo_path(f))},title=kcheck::{_data(f'{ctx.repo_path(f)}: {f.message}')}")
     for f in shown:
-        props = [f"file={_prop(ctx.repo_path(f))}", f"line={f.line}", f"col={f.column}"]
-        if f.end_line >= f.line:
+        props = [f"file={_prop(ctx.repo_path(f))}"]
+        if not f.cell:  # a notebook's lines are its cells', not the .ipynb's: the message names the cell
+            props += [f"line={f.line}", f"col={f.column}"]
+        if f.end_line >= f.line and not f.cell:
             props += [f"endLine={f.end_line}"]
             if f.end_line == f.line:
                 props += [f"endColumn={f.end_column}"]
         props.append(f"title={_prop(f'kcheck {f.code} ({f.name})')}")
-        message = f"{ctx.repo_path(f)}:{f.line}:{f.column}: {f.code} {f.message}\nDocs: {f.url}"
+        message = f"{ctx.repo_path(f)}:{f.where}: {f.code} {f.message}\nDocs: {f.url}"
         lines.append(f"::{COMMANDS[f.severity]} {','.join(props)}::{_data(message)}")
     return "\n".join(lines) + ("\n" if lines else "")

@@ -1,5 +1,7 @@
 """``json`` (a list) and ``json-lines`` (one object a line): ruff's fields, plus ``severity``,
-``fingerprint`` and the catalog ids.
+``fingerprint`` and the catalog ids. ``cell`` is null except in a Jupyter notebook, where it is the
+cell's number (1-based, all cells counted) and ``location``/``end_location`` count within that
+cell, as ruff reports notebooks.
 
 In-source suppressed findings are left out. Findings hidden by ``--diff-base`` or ``--baseline``
 follow the others, each with ``"hidden": "outside-diff"`` or ``"baselined"``; they never count
@@ -20,6 +22,7 @@ def as_object(f: Finding, ctx) -> dict:
         "message": f.message,
         "severity": f.severity,
         "filename": f.path,
+        "cell": f.cell or None,
         "location": {"row": f.line, "column": f.column},
         "end_location": {"row": f.end_line, "column": f.end_column},
         "url": f.url,
@@ -54,7 +57,7 @@ def from_object(item: dict) -> Finding:
         end_line=item["end_location"]["row"], end_column=item["end_location"]["column"],
         knowledge=tuple(k["id"] if isinstance(k, dict) else k for k in item.get("knowledge", ())),
         url=item.get("url", ""), context=item.get("context", ""), source_line=item.get("source_line", ""),
-        fingerprint=item.get("fingerprint", ""),
+        fingerprint=item.get("fingerprint", ""), cell=item.get("cell") or 0,
     )
 
 

@@ -25,9 +25,9 @@ def render(findings: list[Finding], ctx) -> str:
         suite = ET.SubElement(root, "testsuite", name=shown_path, tests=str(len(group)), failures=str(len(group)))
         for f in group:
             case = ET.SubElement(suite, "testcase", name=f"kcheck.{f.code}.{f.name}", classname=shown_path,
-                                 file=shown_path, line=str(f.line))
+                                 file=shown_path, **({} if f.cell else {"line": str(f.line)}))
             failure = ET.SubElement(case, "failure", message=f.message, type=f.severity)
-            failure.text = f"{shown_path}:{f.line}:{f.column}: {f.code} [{f.name}] {f.message}\nDocs: {f.url}"
+            failure.text = f"{shown_path}:{f.where}: {f.code} [{f.name}] {f.message}\nDocs: {f.url}"
     for f in ctx.not_checked:
         shown_path = ctx.display_path(f)
         suite = ET.SubElement(root, "testsuite", name=shown_path, tests="1", failures="0", skipped="1")

@@ -34,7 +34,7 @@ def _families() -> dict[str, str]:
 def _item(f: Finding, ctx, cat) -> str:
     from kcheck.reporters.sarif import catalog_title
 
-    where = f"`{_escape(f.path)}:{f.line}`"
+    where = f"`{_escape(f.path)}:cell {f.cell}:{f.line}`" if f.cell else f"`{_escape(f.path)}:{f.line}`"
     text = f"- **{f.severity}** {where} [{f.code} {f.name}]({f.url}): {_escape(f.message)}"
     if f.knowledge:
         links = ", ".join(f"[{_escape(catalog_title(cat, k))}]({entry_url(k, ctx.docs_url)})" for k in f.knowledge)
@@ -43,7 +43,7 @@ def _item(f: Finding, ctx, cat) -> str:
 
 
 def _list(findings: list[Finding], ctx, cat) -> list[str]:
-    ordered = sorted(findings, key=lambda f: (-severity_rank(f.severity), f.path, f.line, f.code))
+    ordered = sorted(findings, key=lambda f: (-severity_rank(f.severity), *f.sort_key))
     out = [_item(f, ctx, cat) for f in ordered[:MAX_ITEMS]]
     if len(ordered) > MAX_ITEMS:
         out.append(f"- ... and {len(ordered) - MAX_ITEMS} more (see the full output)")

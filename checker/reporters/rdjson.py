@@ -24,23 +24,26 @@ def _byte_column(lines: list[str], line: int, column: int) -> int:
 
 def diagnostic(f: Finding, ctx) -> dict:
     lines = ctx.source_lines(f)
-    message = f.message
+    message = f"cell {f.cell}, line {f.line}: {f.message}" if f.cell else f.message
     if f.knowledge:
         links = ", ".join(f"[{k}]({entry_url(k, ctx.docs_url)})" for k in f.knowledge)
         message += f"\n\nSee: {links}"
+    location = {
+        "path": ctx.repo_path(f),
+        "range": {
+            "start": {"line": f.line, "column": _byte_column(lines, f.line, f.column)},
+            "end": {"line": f.end_line, "column": _byte_column(lines, f.end_line, f.end_column)},
+        },
+    }
+    if f.cell:  # a notebook: its diff lines are JSON, not the cell's; the message names the cell
+        del location["range"]
     return {
         "message": message,
-        "location": {
-            "path": ctx.repo_path(f),
-            "range": {
-                "start": {"line": f.line, "column": _byte_column(lines, f.line, f.column)},
-                "end": {"line": f.end_line, "column": _byte_column(lines, f.end_line, f.end_column)},
-            },
-        },
+        "location": location,
         "severity": SEVERITIES.get(f.severity, "WARNING"),
         "source": {"name": "kcheck", "url": ctx.docs_url},
         "code": {"value": f.code, "url": f.url},
-        "original_output": f"{ctx.repo_path(f)}:{f.line}:{f.column}: {f.code} [{f.name}] {f.message}",
+        "original_output": f"{ctx.repo_path(f)}:{f.where}: {f.code} [{f.name}] {f.message}",
     }
 
 

@@ -84,18 +84,22 @@ def result(f: Finding, index: int | None, ctx, occurrence: int = 1) -> dict:
     region = {"startLine": f.line, "startColumn": f.column}
     if (f.end_line, f.end_column) > (f.line, f.column):
         region.update(endLine=f.end_line, endColumn=f.end_column)
+    physical = {"artifactLocation": {"uri": uri(ctx.repo_path(f)), "uriBaseId": "%SRCROOT%"}, "region": region}
+    text = f"{f.message} ({f.name})"
+    if f.cell:
+        # a notebook: a region would point into the .ipynb's JSON, whose lines are not the cell's, so
+        # the result names the file alone and carries the cell and the region within it as properties
+        del physical["region"]
+        text = f"cell {f.cell}, line {f.line}: {text}"
     out = {
         "ruleId": f.code,
         "level": LEVELS.get(f.severity, "warning"),
-        "message": {"text": f"{f.message} ({f.name})"},
-        "locations": [{
-            "physicalLocation": {
-                "artifactLocation": {"uri": uri(ctx.repo_path(f)), "uriBaseId": "%SRCROOT%"},
-                "region": region,
-            },
-        }],
+        "message": {"text": text},
+        "locations": [{"physicalLocation": physical}],
         "partialFingerprints": {FINGERPRINT_KEY: f"{f.fingerprint}:{occurrence}"},
     }
+    if f.cell:
+        out["properties"] = {"cell": f.cell, "cellRegion": region}
     if index is not None:
         out["ruleIndex"] = index
     if f.context:

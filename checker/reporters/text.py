@@ -1,7 +1,8 @@
 """``concise`` (one line a finding) and ``full`` (with the source lines and the docs link).
 
-Files kcheck did not check (too large, a notebook) are named on stderr and counted in the summary
-line; with ``-q``, which silences stderr and leaves the summary out, they are listed here instead. On a terminal the output is coloured
+A finding in a Jupyter notebook reads ``nb.ipynb:cell 3:5:1: ...`` (ruff's notation: the cell, then
+the line and column within it). Files kcheck did not check (too large, a non-Python notebook) are
+named on stderr and counted in the summary line; with ``-q``, which silences stderr and leaves the summary out, they are listed here instead. On a terminal the output is coloured
 (``ReportContext.color``)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ def _paint(text: str, style: str, ctx) -> str:
 
 
 def _line(f: Finding, ctx) -> str:
-    return (f"{_paint(ctx.display_path(f), 'path', ctx)}:{f.line}:{f.column}: {_paint(f.code, 'code', ctx)} "
+    return (f"{_paint(ctx.display_path(f), 'path', ctx)}:{f.where}: {_paint(f.code, 'code', ctx)} "
             f"[{f.name}] {f.message}")
 
 
@@ -26,14 +27,8 @@ def render(findings: list[Finding], ctx) -> str:
         body = [_line(f, ctx) for f in shown]
     else:
         body = []
-        sources: dict[str, list[str]] = {}
         for f in shown:
-            if f.path not in sources:
-                try:
-                    sources[f.path] = (ctx.root / f.path).read_text(encoding="utf-8", errors="replace").splitlines()
-                except OSError:
-                    sources[f.path] = []
-            lines = sources[f.path]
+            lines = ctx.lines_of(f)  # a notebook finding's: its cell's
             body.append(f"{_line(f, ctx)}  ({f.severity})")
             for n in range(max(1, f.line - 1), min(len(lines), f.end_line) + 1):
                 marker = ">" if f.line <= n <= f.end_line else " "
