@@ -126,6 +126,7 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=4.0, help="size of the generated file in MB (default 4)")
     parser.add_argument("--kind", choices=("tuning", "bench"), default="tuning", help="what the file holds")
     parser.add_argument("--preview", action="store_true", help="run the preview rules too")
+    parser.add_argument("--select", help="only these rules (kcheck's --select), e.g. KC409")
     parser.add_argument("--keep", help="write the generated file here and keep it")
     args = parser.parse_args()
     text = generate(args.mb, args.kind)
@@ -137,7 +138,7 @@ def main() -> None:
     parse = measure("import sys, libcst; libcst.parse_module(open(sys.argv[1], encoding='utf-8').read())", [path], folder)
     check = measure("import sys; from kcheck.cli import main; sys.argv[0] = 'kcheck'; main()",
                     ["check", "--no-cache", "--max-file-size", str(size + 1), "--exit-zero", "-q",
-                     *(["--preview"] if args.preview else []),
+                     *(["--preview"] if args.preview else []), *(["--select", args.select] if args.select else []),
                      "-o", "json:" + os.path.join(folder, "out.json"), path], folder)
     print(f"file: {size / 1e6:.2f} MB ({args.kind}), {text.count(chr(10))} lines, python {sys.version.split()[0]}")
     print(f"libcst parse : {parse[0]:7.2f} s  peak {parse[1]:7.1f} MiB")

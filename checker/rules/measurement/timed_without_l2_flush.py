@@ -176,6 +176,8 @@ def bench(fn, x, iters=100):
                 return True
         return False
 
+    _vocab_found: bool | None = None  # whether the file's text names a vocabulary (``_vocab``)
+
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         scope = Scope(self)
@@ -233,8 +235,14 @@ def bench(fn, x, iters=100):
                 for site in self.model.callers(fn):
                     caller = self.model.enclosing_function(site) or site
                     texts += [n.value for n in nodes_under(caller, nested=True) if type(n) is cst.Name]
-        vocab = bool(VOCAB.search(self.context.source))  # logits over a vocabulary, not a router's
-        return any(LARGE.search(t) or (vocab and "logits" in t.lower()) for t in texts)
+        return any(LARGE.search(t) or ("logits" in t.lower() and self._vocab()) for t in texts)
+
+    def _vocab(self) -> bool:
+        """The file is about a vocabulary or cross-entropy (its ``logits`` are a vocabulary's, not a
+        router's). Searched once per file: once per timing window made large files quadratic."""
+        if self._vocab_found is None:
+            self._vocab_found = bool(VOCAB.search(self.context.source))
+        return self._vocab_found
 
     def _static_bytes(self) -> int:
         """The largest tensor the file allocates (``torch.randn``/``empty``/``zeros``/``full``...)
