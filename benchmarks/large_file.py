@@ -23,12 +23,9 @@ and prints both and their ratio. Two kinds of file:
 
 Measured on a 2-core machine, Python 3.11, ``--mb 4`` (tuning, 4.19 MB, 145,831 lines), at the
 commit that made KC408's gate linear: kcheck 4.9 s and 696 MiB peak, the bare libcst parse 31 s
-and 2,143 MiB. The time target is met; the memory target is not: CPython's own ``ast`` of this
-file holds about 610 MiB, and kcheck keeps it for the gates, so 500 MiB needs gates that work on
-part of a file at a time. Before (same file at 1 MB, in-process): 68 s and 703 MiB, from KC408's
-gate (every window against every call of the file) and KC409, then on by default, sending the
-file through libcst. With ``--preview`` KC409 is still superlinear here (its ``_large_inputs``
-searches the whole text once per timing window: 75 s at 1 MB, 256 s at 2 MB).
+and 2,143 MiB. Before (same file at 1 MB, in-process): 68 s and 703 MiB, from KC408's gate (every
+window against every call of the file) and KC409, then on by default, sending the file through
+libcst. The full table, KC409's fix and where the memory goes: ``benchmarks/results/large_file.md``.
 """
 
 from __future__ import annotations
