@@ -48,7 +48,7 @@ def candidates(op: str, inputs: dict) -> dict[str, callable]:
             grid = (triton.cdiv(M, c.kwargs["ROWS"]),)
             found[f"kernel {_cfg(c)}"] = lambda c=c, grid=grid: rn8._rms_norm_fp8_quant_kernel.fn[grid](
                 x, w, q, s, x.stride(0), q.stride(0), M, N, 1e-6, token_bucket(M), **common,
-                BLOCK_N=triton.next_power_of_2(N), num_warps=c.num_warps, **c.kwargs)
+                BLOCK_N=triton.next_power_of_2(N), EVEN=N == triton.next_power_of_2(N), num_warps=c.num_warps, **c.kwargs)
             found[f"mover {_cfg(c)}"] = lambda c=c, grid=grid: _movers._row_mover_kernel.fn[grid](
                 x, w, q, s, x.stride(0), q.stride(0), M, N, token_bucket(M), SCALES=True,
                 BLOCK_N=triton.next_power_of_2(N), num_warps=c.num_warps, **c.kwargs)

@@ -35,7 +35,7 @@ from kcheck.kernels import per_token_fp8_quant as fp8
 from kcheck.kernels._launch import INTERPRET, ROWS_PINS, ROW_CANDIDATES, device_reason, fallback, row_grid, token_bucket, tuning
 from kcheck.kernels._rows import row_tile
 from kcheck.kernels.harness import Case, KernelSpec, Tolerance
-from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, row_scales, sum_and_absmax, to_e4m3
+from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, MIN_SCALE, round_like, row_scales, sum_and_absmax, to_e4m3
 from kcheck.kernels import rms_norm as rms
 from kcheck.kernels.rms_norm import MAX_HIDDEN, QWEN3_8B, SUPPORTED_DTYPES, TOKENS
 
@@ -53,7 +53,7 @@ def norm_to_e4m3(v, w, like_ptr, q_ptr, s_ptr, rows, cols, mask, stride_qm, M, N
     ss, amax_vw = tl.reduce((v * v, tl.abs(vw)), 1, sum_and_absmax)
     rstd = tl.rsqrt(ss / N + eps)
     # Rounded to the input dtype, as rms_norm stores it: the quantization sees the unfused op's values.
-    y = (vw * rstd[:, None]).to(like_ptr.dtype.element_ty).to(tl.float32)
+    y = round_like(vw * rstd[:, None], like_ptr, ROUND_IN_FP32)
     amax = (amax_vw * rstd).to(like_ptr.dtype.element_ty).to(tl.float32)  # = max|y|, bit for bit
     scale, r = row_scales(amax, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC)
     q = to_e4m3(y, scale, r, FP8_MAX, ROUND_IN_FP32)
@@ -81,13 +81,23 @@ def _rms_norm_fp8_quant_kernel(
     STATIC: tl.constexpr,  # one given scale instead of one computed per row
     ROUND_IN_FP32: tl.constexpr,  # round to the e4m3 grid before the cast (interpreter only)
     BLOCK_N: tl.constexpr,  # next power of two >= N: one row per register tile
+    EVEN: tl.constexpr,  # N == BLOCK_N
     ROWS: tl.constexpr,  # rows per program
 ):
     rows, cols, mask = row_tile(M, N, ROWS, BLOCK_N)  # int64 rows
-    x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # in flight with x
-    norm_to_e4m3(x, w, x_ptr, q_ptr, s_ptr, rows, cols, mask, stride_qm, M, N, eps,
-                 FP8_MAX, MIN_SCALE, STATIC, ROUND_IN_FP32)
+    if EVEN and ROWS == 1:
+        # One whole row a program and N = BLOCK_N: every lane is in bounds. Unmasked, each 16-byte
+        # load needs no zeroed registers and no predicate: about 25 instructions a thread fewer,
+        # 0.8 an element on 4 warps.
+        x = tl.load(x_ptr + rows * stride_xm + cols).to(tl.float32)
+        w = tl.load(w_ptr + cols).to(tl.float32)  # in flight with x
+        norm_to_e4m3(x, w, x_ptr, q_ptr, s_ptr, rows, cols, None, stride_qm, M, N, eps,
+                     FP8_MAX, MIN_SCALE, STATIC, ROUND_IN_FP32)
+    else:
+        x = tl.load(x_ptr + rows * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # in flight with x
+        norm_to_e4m3(x, w, x_ptr, q_ptr, s_ptr, rows, cols, mask, stride_qm, M, N, eps,
+                     FP8_MAX, MIN_SCALE, STATIC, ROUND_IN_FP32)
 
 
 def _quantize(y: torch.Tensor, static_scale: torch.Tensor | None):
@@ -173,7 +183,7 @@ def rms_norm_fp8_quant(
     M, N = x.shape
     _rms_norm_fp8_quant_kernel[row_grid(M)](
         x, weight, out, scale, x.stride(0), out.stride(0), M, N, eps, token_bucket(M),
-        **quant_meta(static_scale), BLOCK_N=triton.next_power_of_2(N),
+        **quant_meta(static_scale), BLOCK_N=triton.next_power_of_2(N), EVEN=N == triton.next_power_of_2(N),
     )
     return out, scale
 
