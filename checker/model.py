@@ -64,6 +64,8 @@ COMPILERS = {
     "torch.utils.cpp_extension.load": "cpp_extension.load()",
 }
 CPU_TENSOR_FACTORIES = {"torch.tensor", "torch.as_tensor", "torch.from_numpy"}
+# ops whose result size depends on the data: a sync when their input is on the GPU
+DATA_DEPENDENT = re.compile(r"^torch\.(nonzero|unique|masked_select|repeat_interleave|where)$")
 
 
 @dataclass
@@ -96,10 +98,10 @@ class ModuleModel:
     triton_kernels: list[cst.FunctionDef] = field(default_factory=list)
     kernel_claims: list = field(default_factory=list)  # kcheck.claims.Claim: code presented as a kernel
     launch_sites: dict = field(default_factory=dict)  # id(call) -> kcheck.claims.Launch: kernel launches and dispatches
-    cpu_names: dict[int, set[str]] = field(default_factory=dict)  # id(function) -> names bound to CPU tensors
     calls: list[cst.Call] = field(default_factory=list)  # every call, in source order
     withs: list[cst.With] = field(default_factory=list)
     _callers: dict[int, list[cst.Call]] | None = field(default=None, repr=False)
+    _places: "Places | None" = field(default=None, repr=False)
     index: "NodeIndex | None" = field(default=None, repr=False)
 
     # -- names ---------------------------------------------------------------------------------
@@ -210,18 +212,32 @@ class ModuleModel:
         """
         return _calls_in(self, nodes, None, depth, follow, set())
 
+    @property
+    def places(self) -> "Places":
+        """Where each expression's tensor lives (:mod:`kcheck.values`), computed as asked."""
+        if self._places is None:
+            self._places = Places(self)
+        return self._places
+
     # -- classification ---------------------------------------------------------------------------
 
     def sync_kind(self, call: cst.Call, function: cst.CSTNode | None = None) -> str | None:
-        """What host sync a call is, or None. ``function`` scopes the known-CPU names."""
+        """What host sync a call is, or None: a call that waits for the GPU, unless what it reads is
+        on the host (:mod:`kcheck.values`). ``function`` is kept for callers; places know their scope."""
         name = self.call_name(call)
         if name in SYNC_FUNCTIONS:
             if name == "torch.repeat_interleave":
                 if any(a.keyword and a.keyword.value == "output_size" for a in call.args):
                     return None
-                return "torch.repeat_interleave() without output_size"
-            return SYNC_FUNCTIONS[name]
+                what = "torch.repeat_interleave() without output_size"
+            else:
+                what = SYNC_FUNCTIONS[name]
+            if DATA_DEPENDENT.match(name) and call.args and (self._on_host(call.args[0].value) or bound_to_host(self, call)):
+                return None  # torch.nonzero(mask_cpu): the result size is known on the host
+            return what
         if name == "torch.where" and len([a for a in call.args if not a.keyword]) == 1:
+            if self._on_host(call.args[0].value) or bound_to_host(self, call):
+                return None
             return "one-argument torch.where() (waits for the result size)"
         func = call.func
         if type(func) is cst.Attribute:
@@ -231,28 +247,17 @@ class ModuleModel:
             if method in SYNC_METHODS:
                 if call.args and method in ("cpu", "numpy", "item", "tolist"):
                     return None  # not the tensor method (e.g. a custom API)
-                receiver = func.value
-                if self._on_cpu(receiver, function):
+                if self._on_host(func.value) or method == "nonzero" and bound_to_host(self, call):
                     return None
                 return SYNC_METHODS[method]
             if method == "to" and call.args and _is_str(call.args[0].value, "cpu"):
-                if self._on_cpu(func.value, function):
+                if self._on_host(func.value):
                     return None
                 return ".to('cpu')"
-        return None
+        return reading_sync(self, call)
 
-    def _on_cpu(self, receiver: cst.CSTNode, function: cst.CSTNode | None) -> bool:
-        if type(receiver) is cst.Call:
-            inner = receiver.func
-            if type(inner) is cst.Attribute and inner.attr.value in ("cpu", "numpy", "tolist"):
-                return True
-            if self.is_cpu_factory(receiver):
-                return True
-            # a method of a CPU tensor (counts.sum()) gives a CPU tensor
-            return type(inner) is cst.Attribute and self._on_cpu(inner.value, function)
-        if type(receiver) is cst.Name and function is not None:
-            return receiver.value in self.cpu_names.get(id(function), set())
-        return False
+    def _on_host(self, node: cst.CSTNode) -> bool:
+        return self.places.place(node) == HOST
 
     def is_cpu_factory(self, call: cst.Call) -> bool:
         name = self.call_name(call)
@@ -490,8 +495,8 @@ def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
     stack: list[tuple[cst.CSTNode, str, cst.FunctionDef | None, int, bool]] = [(module, "", None, 0, True)]
     # ``type(node) is`` rather than ``isinstance``: libcst nodes are ABCs, whose isinstance is slow,
     # and every class tested here is concrete (no subclasses)
-    Import, ImportFrom, ClassDef, FunctionDef, Call, With, Assign = (
-        cst.Import, cst.ImportFrom, cst.ClassDef, cst.FunctionDef, cst.Call, cst.With, cst.Assign)
+    Import, ImportFrom, ClassDef, FunctionDef, Call, With = (
+        cst.Import, cst.ImportFrom, cst.ClassDef, cst.FunctionDef, cst.Call, cst.With)
     while stack:
         node, scope, function, parent_at, linked = stack.pop()
         at = len(order)
@@ -514,10 +519,6 @@ def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
             model.calls.append(node)
         elif kind is With:
             model.withs.append(node)
-        elif kind is Assign and function is not None and type(node.value) is Call:
-            if model.is_cpu_factory(node.value):
-                names = model.cpu_names.setdefault(id(function), set())
-                names.update(t.target.value for t in node.targets if type(t.target) is cst.Name)
         kids = children(node)
         if linked:
             for child in kids:
@@ -676,3 +677,6 @@ def _bench_target(model: ModuleModel, call: cst.Call) -> cst.CSTNode | None:
         target = model.local_function(arg.value)
         return target.body if target is not None else None
     return None
+
+
+from kcheck.values import HOST, Places, bound_to_host, reading_sync  # noqa: E402 - values reads this module's walk

@@ -145,7 +145,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             inner = name if not owner else ""  # a nested function's calls are not its parent's
             if not owner:
                 facts.calls.setdefault(name, [])
-            stack.extend((n, inner or "<nested>", "") for n in node.body)
+            stack.extend((n, inner or "<nested>", "") for n in per_call_statements(node))
             continue
         if kind is ast.ClassDef:
             stack.extend((n, owner, node.name if not owner and not klass else "") for n in node.body)
@@ -158,6 +158,44 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                 facts.calls[owner].append(text)
         stack.extend((n, owner, klass) for n in ast.iter_child_nodes(node))
     return facts
+
+
+def per_call_statements(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
+    """The statements of ``fn`` that run on every call. A lazy initialiser returns what it cached
+    once it has it (``if _workspace is not None: return _workspace``, ``if key in cache: return
+    cache[key]``) and fills the cache below: what follows that guard runs once, on the first call."""
+    body = fn.body
+    for i, stmt in enumerate(body):
+        if type(stmt) is ast.If and stmt.body and type(stmt.body[-1]) is ast.Return and _cached(stmt.test, body[i + 1:]):
+            return body[:i + 1]
+    return body
+
+
+def _cached(test: ast.expr, rest: list[ast.stmt]) -> bool:
+    """Whether ``test`` asks that a cache is filled (``x is not None``, ``k in cache``, ``x``, and
+    ``or``/``and`` of those) and the statements in ``rest`` fill it."""
+    tested: set[str] = set()
+    parts = test.values if type(test) is ast.BoolOp else [test]
+    for part in parts:
+        if type(part) is ast.Compare and len(part.ops) == 1 and type(part.ops[0]) in (ast.IsNot, ast.In):
+            target = part.left if type(part.ops[0]) is ast.IsNot else part.comparators[0]
+        elif type(part) in (ast.Name, ast.Attribute):
+            target = part
+        else:
+            continue
+        name = dotted(target)
+        if name:
+            tested.add(name)
+    if not tested:
+        return False
+    for stmt in rest:
+        for node in ast.walk(stmt):
+            targets = node.targets if type(node) is ast.Assign else [node.target] if type(node) is ast.AnnAssign else []
+            for t in targets:
+                t = t.value if type(t) is ast.Subscript else t
+                if dotted(t) in tested:
+                    return True
+    return False
 
 
 def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> dict[str, dict[str, str]]:

@@ -115,3 +115,38 @@ def test_a_one_file_run_reads_the_rest_of_the_project_from_the_cache(tmp_path):
     (tmp_path / "pkg" / "layers" / "sampler.py").write_text("def forward(x):\n    return x\n")
     jobs, _ = discover([str(tmp_path / "pkg")])
     assert [f for f in scan(jobs, 1, cache_dir=cache).findings if f.code == "KC203"] == []
+
+
+LAZY = """
+    _workspace = None
+
+
+    def get_workspace(group):
+        global _workspace
+        if _workspace is not None:
+            return _workspace
+        _workspace = allocate(group)
+        return _workspace
+
+
+    def get_cached(cache, key):
+        if key in cache:
+            return cache[key]
+        cache[key] = allocate(key)
+        return cache[key]
+
+
+    def get_checked(x):
+        if x is not None:
+            return refresh(x)
+        return allocate(x)
+"""
+
+
+def test_a_lazy_initialiser_fills_its_cache_once():
+    facts = _facts({"pkg/ws.py": LAZY})["pkg/ws.py"]
+    # below ``if cached: return cached`` the body runs on the first call only
+    assert facts.calls["get_workspace"] == []
+    assert facts.calls["get_cached"] == []
+    # a guard that returns something else, and fills nothing, is an ordinary branch
+    assert sorted(facts.calls["get_checked"]) == ["allocate", "refresh"]

@@ -14,13 +14,14 @@ from typing import Callable, Iterator
 import libcst as cst
 
 from kcheck.gate import dotted, import_bindings
+from kcheck.values import READING_BUILTINS, REDUCTIONS
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
     SYNC_FUNCTIONS, SYNC_METHODS,
 )
 
 TIMED = ("event-window", "bench-callable", "host-timer")
-SYNC_TEXT = r"synchronize|\.item\(|\.cpu\(|\.tolist\(|\.numpy\(|nonzero|where\(|unique|masked_select|repeat_interleave|['\"]cpu['\"]"
+SYNC_TEXT = r"\b(int|float|bool|complex|max|min|sum|any|all|range|divmod)\(|\b(if|while|assert)\b|synchronize|\.item\(|\.cpu\(|\.tolist\(|\.numpy\(|nonzero|where\(|unique|masked_select|repeat_interleave|['\"]cpu['\"]"
 TIMER_TEXT = r"\.record\(|perf_counter|time\(|monotonic|default_timer|do_bench|bench_gpu_time|benchmark_fn"
 
 
@@ -49,7 +50,8 @@ KIND_WORDS = {
     "graph-capture": {"graph"},
 }
 # A call of a class can only be written with one of these last components (after the imports).
-SYNC_WORDS = {name.split(".")[-1] for name in SYNC_FUNCTIONS} | set(SYNC_METHODS) | {"synchronize", "where", "to"}
+SYNC_WORDS = {name.split(".")[-1] for name in SYNC_FUNCTIONS} | set(SYNC_METHODS) | {"synchronize", "where", "to"} \
+    | READING_BUILTINS | REDUCTIONS
 LOG_WORDS = LOG_METHODS | {"print", "warn", "write", "pprint"}
 COMPILE_WORDS = {name.split(".")[-1] for name in COMPILERS}
 GRAPH_CAPTURE = {"torch.cuda.graph", "torch.cuda.graphs.graph"}
@@ -153,6 +155,18 @@ class FileView:
                 start = self.nodes[i].body[0].lineno
                 found = [c for c in found if c.lineno >= start]
             self._bodies[i] = found
+        return found
+
+    @property
+    def tested_calls(self) -> set[int]:
+        """The ids of the calls inside a branch's test (``if``, ``while``, ``assert``, ``a if t else b``)."""
+        found = self.summary.memo.get("tested_calls")
+        if found is None:
+            found = self.summary.memo["tested_calls"] = set()
+            if self.summary.tree is not None:
+                for node in ast.walk(self.summary.tree):
+                    if type(node) in (ast.If, ast.While, ast.Assert, ast.IfExp):
+                        found.update(id(n) for n in ast.walk(node.test) if type(n) is ast.Call)
         return found
 
     @property
@@ -350,9 +364,13 @@ def _sync(view: FileView, call: ast.Call) -> bool:
         if name == "torch.where" and positional == 1:
             return True
     func = call.func
+    if type(func) is ast.Name and func.id in READING_BUILTINS:
+        return any(type(a) is not ast.Constant for a in call.args)  # ``int(t)``: kcheck.values decides
     if type(func) is not ast.Attribute:
         return False
     method = func.attr
+    if method in REDUCTIONS and id(call) in view.tested_calls:
+        return True  # ``if (ids < 0).any():``
     if method == "synchronize" or method == "nonzero":
         return True
     if method in SYNC_METHODS:
@@ -522,7 +540,7 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
             negated = type(anc.test) is cst.UnaryOperation and type(anc.test.operator) is cst.Not
             if (child is anc.body) != negated:
                 return True
-        if type(anc) is cst.If and _fills_cache(model, anc):
+        if type(anc) is cst.If and child is not anc.test and _fills_cache(model, anc):
             return True
         if type(anc) in (cst.FunctionDef, cst.Lambda):
             function = anc
@@ -564,6 +582,8 @@ def _fills_cache(model, node: cst.If) -> bool:
     (``self._step_index``)."""
     from kcheck.model import walk
 
+    if not _absence_test(node.test):
+        return False  # ``if (ids < 0).any(): ids = ids.clamp(min=0)`` fixes data on every step
     tested = {model.dotted(n) for n in walk(node.test) if type(n) in (cst.Name, cst.Attribute)}
     tested.discard(None)
     # ``self.step_index`` is read through a property whose state is ``self._step_index``
@@ -575,6 +595,21 @@ def _fills_cache(model, node: cst.If) -> bool:
     return any(type(n) is cst.Call and type(n.func) is cst.Attribute and type(n.func.value) is cst.Name
                and n.func.value.value in ("self", "cls") and (target := model.callee(n)) is not None
                and _assigns(model, target.body, tested) for n in walk(node.body))
+
+
+def _absence_test(test: cst.CSTNode) -> bool:
+    """A test for something missing: ``x is None``, ``key not in cache``, ``not self._ready``,
+    ``not hasattr(self, "_w")``, or such a test joined with others by ``and``/``or``."""
+    kind = type(test)
+    if kind is cst.BooleanOperation:
+        return _absence_test(test.left) or _absence_test(test.right)
+    if kind is cst.UnaryOperation and type(test.operator) is cst.Not:
+        return type(test.expression) in (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+    if kind is cst.Comparison:
+        return any(type(c.operator) in (cst.Is, cst.NotIn, cst.Equal) and (
+            type(c.comparator) is cst.Name and c.comparator.value == "None" or type(c.operator) is cst.NotIn)
+            for c in test.comparisons)
+    return False
 
 
 def _assigns(model, body: cst.CSTNode, tested: set[str]) -> bool:

@@ -9,6 +9,7 @@ from kcheck.gate import dotted
 from kcheck.model import MEASUREMENT_PATH, walk
 from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, once_per_input
 from kcheck.rule import Rule
+from kcheck.values import HOST_NAME
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
 from kcheck.rules.timed_path import (
     CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, SYNC_WORDS, FileView, file_view, off_the_step,
@@ -175,11 +176,9 @@ def decode_step(model, tokens):
             return  # a test's "decode step", a debugging tool's step(), a reference, a problem's sample submission
         if ENCODER_PATH.search(model.path):
             return  # a pipeline's text and image encoders: once per request, before the denoising loop
-        if "keep_on_cpu" in self.context.source:
-            model.__dict__["_kept_on_cpu"] = _kept_on_cpu(original_node)
         for region, call, via in _hot_calls(model):
             where = via if via is not None else call
-            if _allowed(model, call) or off_the_step(model, call) or _cpu_named(model, call) or (
+            if _allowed(model, call) or off_the_step(model, call) or (
                 via is not None and _allowed(model, via)
             ) or (_per_request(model, region) and not _in_loop(model, where, region.function)):
                 continue
@@ -330,36 +329,6 @@ def _other_backend(model, test: cst.CSTNode) -> bool:
                and re.match(r"^_?is_cuda", last(n.expression)) or equals_other(n) for n in walk(test))
 
 
-def _cpu_named(model, call: cst.Call) -> bool:
-    """A sync whose tensor is named for the host (``seq_lens_cpu.tolist()``, ``host_lens.tolist()``,
-    ``(ids_cpu == tag).nonzero()``, a NumPy ``starts_np``): by the serving engines' naming rule it
-    already lives there."""
-    if _host_operand(model, call):
-        return True
-    receiver = call.func.value if type(call.func) is cst.Attribute else None
-    if receiver is None:
-        return False
-    kept = model.__dict__.get("_kept_on_cpu", set())
-    return any(type(n) is cst.Name and (CPU_NAME.search(n.value) or n.value in kept) or type(n) is cst.Attribute
-               and CPU_NAME.search(n.attr.value) for n in walk(receiver))
-
-
-def _kept_on_cpu(module: cst.Module) -> set[str]:
-    """Multimodal inputs the file declares host-resident (vLLM's
-    ``image_grid_thw=MultiModalFieldConfig.batched("image", keep_on_cpu=True)``): their names,
-    also without the modality prefix (``grid_thw``)."""
-    kept: set[str] = set()
-    for node in walk(module):
-        if type(node) is cst.Arg and node.keyword is not None and type(node.value) is cst.Call and any(
-            a.keyword is not None and a.keyword.value == "keep_on_cpu" and type(a.value) is cst.Name
-            and a.value.value == "True" for a in node.value.args
-        ):
-            name = node.keyword.value
-            kept.add(name)
-            kept.add(re.sub(r"^(image|video|audio|vision)_", "", name))
-    return kept
-
-
 def _once_per_input(model, function) -> bool:
     """Whether a hot path runs once per image, clip or prompt rather than per step (see
     ``once_per_input``)."""
@@ -395,120 +364,6 @@ def _graph_definition(model, function) -> bool:
 
 def _called_name(model, call: cst.Call) -> str:
     return (model.dotted(call.func) or "").split(".")[-1]
-
-
-# -- values that live on the host ----------------------------------------------------------------
-
-# Parameters annotated as NumPy arrays or Python scalars (not containers: a list may hold device
-# tensors, ``states: list[dict]`` whose ``states[0]["finished"]`` is one).
-HOST_ANNOTATION = re.compile(r"^(np|numpy)\.(nd)?array$|NDArray|^(int|float|bool)$")
-# Ops whose result lives where their input does: ``idx_cpu = torch.where(mask)[0]`` says the mask
-# was on the host (unlike ``.cpu()`` or ``.tolist()``, whose result is on the host whatever the input).
-SAME_DEVICE_SYNCS = {"torch.where", "torch.nonzero", "torch.repeat_interleave", "torch.unique",
-                     "torch.masked_select", "torch.unique_consecutive", "nonzero", "repeat_interleave", "unique",
-                     "masked_select", "unique_consecutive"}
-
-
-def _host_operand(model, call: cst.Call) -> bool:
-    """A sync whose tensor is a host value: the receiver or, for ``torch.where(x)`` and the like,
-    the first argument is built only from host values (``_host_names``), or the result of an op
-    that keeps its input's device is bound to a CPU-named name (``docs_cpu = torch.where(m)[0]``)."""
-    function = model.enclosing_function(call)
-    if function is None:
-        return False
-    host = _host_names(model, function)
-    func = call.func
-    name = model.call_name(call) or ""
-    if type(func) is cst.Attribute and not name.startswith("torch."):
-        operand = func.value
-    else:
-        operand = next((a.value for a in call.args if a.keyword is None), None)
-    if operand is not None and _from_host(model, operand, host):
-        return True
-    if name in SAME_DEVICE_SYNCS or type(func) is cst.Attribute and func.attr.value in SAME_DEVICE_SYNCS:
-        for anc in model.ancestors(call):
-            if type(anc) in (cst.Assign, cst.AnnAssign):
-                targets = [t.target for t in anc.targets] if type(anc) is cst.Assign else [anc.target]
-                return any(type(n) is cst.Name and CPU_NAME.search(n.value) for t in targets for n in walk(t))
-            if isinstance(anc, (cst.BaseSuite, cst.FunctionDef, cst.Lambda)):
-                break
-    return False
-
-
-def _roots(model, node: cst.CSTNode) -> set[str] | None:
-    """The local names a tensor expression is computed from (``a[i] == b`` -> {a, b}), or None when
-    it also reads something else (an attribute, a call the rule does not know keeps the device)."""
-    if type(node) is cst.Name:
-        return set() if node.value in ("None", "True", "False") else {node.value}
-    if type(node) in (cst.Integer, cst.Float, cst.SimpleString):
-        return set()
-    if type(node) is cst.Subscript:
-        return _roots(model, node.value)
-    if type(node) in (cst.BinaryOperation, cst.BooleanOperation):
-        left, right = _roots(model, node.left), _roots(model, node.right)
-        return None if left is None or right is None else left | right
-    if type(node) is cst.Comparison:
-        parts = [_roots(model, node.left)] + [_roots(model, c.comparator) for c in node.comparisons]
-        return None if any(p is None for p in parts) else set().union(*parts)
-    if type(node) is cst.UnaryOperation:
-        return _roots(model, node.expression)
-    if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":
-        return set()  # a constant of the module (``self.doc_token_id``) compared with a host tensor
-    if type(node) is cst.Call:
-        func = node.func
-        if any(a.keyword is not None and a.keyword.value == "device" for a in node.args) or type(func) is cst.Attribute and func.attr.value in ("to", "cuda", "pin_memory"):
-            return None  # may move it to the device
-        name = model.call_name(node) or ""
-        if type(func) is cst.Attribute and not name.startswith("torch."):
-            return _roots(model, func.value)  # a method of the tensor (``ids.sum(-1)``)
-        if name.startswith("torch."):
-            parts = [_roots(model, a.value) for a in node.args if a.keyword is None]
-            return None if not parts or any(p is None for p in parts) else set().union(*parts)
-    return None
-
-
-def _from_host(model, node: cst.CSTNode, host: set[str]) -> bool:
-    roots = _roots(model, node)
-    return bool(roots) and all(r in host or CPU_NAME.search(r) for r in roots)
-
-
-def _host_names(model, function: cst.FunctionDef) -> set[str]:
-    """The names of ``function`` bound to host values: parameters annotated as NumPy arrays or
-    Python scalars, names assigned from NumPy calls, ``.tolist()``/``.numpy()``/``.cpu()``, a tensor
-    built without a device (``torch.tensor(lens)``), or an expression of host values only
-    (``doc_match = torch.eq(token_ids_cpu, self.doc_token_id)``)."""
-    cache = model.__dict__.setdefault("_host_names", {})
-    found = cache.get(id(function))
-    if found is not None:
-        return found
-    host = set(model.cpu_names.get(id(function), ()))
-    params = function.params
-    for p in [*params.posonly_params, *params.params, *params.kwonly_params]:
-        if p.annotation is not None and HOST_ANNOTATION.search(
-                cst.Module([]).code_for_node(p.annotation.annotation).strip()):
-            host.add(p.name.value)
-    for node in walk(function.body, into_scopes=False):
-        if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
-            target, value = node.targets[0].target.value, node.value
-        elif type(node) is cst.AnnAssign and type(node.target) is cst.Name and node.value is not None:
-            target, value = node.target.value, node.value
-        else:
-            continue
-        if type(value) is cst.Call and (
-                (model.call_name(value) or "").startswith("numpy.") or model.is_cpu_factory(value)
-                or type(value.func) is cst.Attribute and value.func.attr.value in ("tolist", "numpy", "cpu")):
-            host.add(target)
-        elif _from_host(model, value, host):
-            host.add(target)
-        else:
-            host.discard(target)  # rebound to something else
-    cache[id(function)] = host
-    return host
-
-
-# ``grid_thw``: vLLM declares the multimodal grid sizes keep_on_cpu and SGLang keeps them on the
-# host too, so a vision tower's ``grid_thw[i].tolist()`` reads a CPU tensor.
-CPU_NAME = re.compile(r"(^|_)cpu$|^cpu_|(^|_)np$|^np_|_numpy$|^host_|_host$|(^|_)grid_thws?$")
 
 
 OTHER_DEVICES = {"npu", "xpu", "mps", "hpu", "mlu", "musa", "cpu", "tpu"}
@@ -550,7 +405,7 @@ def _hot_sync(view: FileView, call: ast.Call) -> bool:
         return False
     func = call.func
     if type(func) is ast.Attribute and any(
-            type(n) is ast.Name and CPU_NAME.search(n.id) or type(n) is ast.Attribute and CPU_NAME.search(n.attr)
+            type(n) is ast.Name and HOST_NAME.search(n.id) or type(n) is ast.Attribute and HOST_NAME.search(n.attr)
             for n in ast.walk(func.value)):
         return False
     names = view.qualnames(func)

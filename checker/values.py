@@ -1,0 +1,403 @@
+"""Values: where a tensor lives, as far as one module shows it.
+
+A small abstract interpretation over each function, computed when a rule first asks and shared by
+every rule (``ModuleModel.places``). Every expression gets a **place**:
+
+- ``HOST``: a Python value, a NumPy array or a tensor on the CPU (``torch.tensor(lens)``,
+  ``x.cpu()``, ``x.tolist()``, ``x.shape[0]``, a name the code marks as the host's: ``seq_lens_cpu``,
+  ``starts_np``, ``host_ids``);
+- ``DEVICE``: a tensor on the GPU (``torch.zeros(n, device="cuda")``, ``x.cuda()``, an op on one);
+- ``TENSOR``: a tensor whose device the module does not show (a parameter annotated
+  ``torch.Tensor``, a torch op's result, ``topk_ids.max()`` of such a parameter); on a serving path
+  or in a benchmark that is the GPU's;
+- ``None``: not known (a call of a function in another module, an untyped parameter).
+
+Names are flow-insensitive: a local name's place joins every value bound to it in the function
+(so a name rebound from a CPU tensor to a GPU one is not known), a ``self.x`` attribute's joins
+every ``self.x = ...`` in the methods of its class. That is enough to tell ``int(x.sum())`` on the
+GPU (a host sync) from ``int(x.shape[0])`` (metadata) and ``lens_cpu.tolist()`` (no sync).
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+
+import libcst as cst
+
+from kcheck.model import walk
+
+HOST, DEVICE, TENSOR = "host", "device", "tensor"
+ON_GPU = (DEVICE, TENSOR)
+
+# The engines' naming rule for host-resident copies (``seq_lens_cpu``, ``starts_np``,
+# ``host_positions``, a CpuGpuBuffer's ``.np``/``.cpu``) and for the device side (``.gpu``).
+HOST_NAME = re.compile(r"(^|_)cpu$|^cpu_|(^|_)np$|^np_|_numpy$|^host_|_host$|(^|_)grid_thws?$")
+DEVICE_NAME = re.compile(r"(^|_)gpu$|^gpu_|(^|_)cuda$|^d_|_dev$|_device_tensor$")
+# NumPy arrays, Python scalars and containers of them (not a bare ``list``: ``states: list[dict]``
+# may hold GPU tensors)
+HOST_ANNOTATION = re.compile(
+    r"^(np|numpy)\.(nd)?array$|NDArray|^(int|float|bool|str)$"
+    r"|^(list|List|tuple|Tuple|Sequence)\[(int|float|bool|str)(, \.\.\.)?\]$")
+TENSOR_ANNOTATION = re.compile(r"^(torch\.)?Tensor$")
+# metadata read on the host: no sync, whatever the tensor's device
+METADATA_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "is_cpu", "layout", "requires_grad",
+                  "is_sparse", "itemsize", "nbytes", "names"}
+HOST_METHODS = {"item", "tolist", "numpy", "cpu", "size", "numel", "dim", "stride", "data_ptr", "element_size",
+                "is_contiguous", "get_device", "nelement", "storage_offset", "pin_memory", "untyped_storage"}
+# methods whose result is a tensor where the receiver is (an array's on the host)
+REDUCTIONS = {"sum", "max", "min", "amax", "amin", "any", "all", "mean", "argmax", "argmin", "prod", "norm",
+              "count_nonzero", "eq", "ne", "gt", "lt", "ge", "le", "isnan", "isinf", "isfinite", "abs",
+              "cumsum", "logical_and", "logical_or", "logical_not", "nonzero", "std", "var"}
+TENSOR_METHODS = REDUCTIONS | {
+    "float", "half", "bfloat16", "int", "long", "bool", "double", "clone", "contiguous", "view", "reshape",
+    "flatten", "squeeze", "unsqueeze", "transpose", "permute", "t", "expand", "repeat", "masked_fill",
+    "index_select", "gather", "narrow", "softmax", "log_softmax", "topk", "sort", "argsort", "clamp", "exp",
+    "sqrt", "pow", "mul", "add", "sub", "div", "matmul", "type_as", "view_as", "detach", "flip",
+}
+FACTORIES = {"tensor", "as_tensor", "from_numpy", "empty", "zeros", "ones", "full", "arange", "rand",
+             "randn", "randint", "randperm", "linspace", "eye", "empty_strided"}
+LIKE_FACTORIES = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like"}
+# torch's namespaces and functions that return no tensor (streams, process groups, flags, dtypes)
+NOT_TENSOR_TORCH = re.compile(
+    r"^torch\.(cuda|distributed|backends|compiler|_dynamo|utils|version|jit|fx|library|profiler|accelerator|_C"
+    r"|mps|xpu|npu)\.|^torch\.(is_\w+|get_\w+|set_\w+|finfo|iinfo|device|dtype|Size|Generator|no_grad"
+    r"|inference_mode|enable_grad|manual_seed|use_deterministic_algorithms|compile)$")
+HOST_MODULES = ("numpy.", "math.", "random.", "itertools.", "os.", "time.", "json.")
+HOST_BUILTINS = {"len", "int", "float", "bool", "str", "range", "isinstance", "hasattr", "getattr", "list",
+                 "tuple", "dict", "set", "sorted", "enumerate", "zip", "repr", "round", "divmod", "id", "type",
+                 "ord", "chr", "hash", "any", "all"}
+# builtins that read a tensor's value on the host (a sync when the tensor is on the GPU)
+READING_BUILTINS = {"int", "float", "bool", "complex", "max", "min", "sum", "any", "all", "range", "divmod"}
+_SCALARS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString,
+            cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp, cst.Ellipsis)
+
+
+def join(places) -> str | None:
+    """One place for all of ``places``: the common one; DEVICE and TENSOR make TENSOR; else None."""
+    found = set(places)
+    if len(found) == 1:
+        return found.pop()
+    if found and found <= {DEVICE, TENSOR}:
+        return TENSOR
+    return None
+
+
+def _operands(places) -> str | None:
+    """An operation's result over operands: on the GPU when one operand is, on the host when all are."""
+    places = list(places)
+    if DEVICE in places:
+        return DEVICE
+    if TENSOR in places:
+        return TENSOR
+    if places and all(p == HOST for p in places):
+        return HOST
+    return None
+
+
+class Places:
+    """``place(expr)`` for the expressions of one module (see the module's docstring)."""
+
+    def __init__(self, model) -> None:
+        self.model = weakref.proxy(model)  # the model holds this: no reference cycle to collect
+        self._names: dict[int, dict[str, str | None]] = {}  # id(function) -> name -> place
+        self._attrs: dict[int, dict[str, str | None]] = {}  # id(class) -> attribute -> place
+        self._busy: set[int] = set()
+        self._kept: set[str] | None = None
+
+    # -- expressions --------------------------------------------------------------------------
+
+    def place(self, node: cst.CSTNode) -> str | None:
+        kind = type(node)
+        if kind is cst.Name:
+            if node.value in ("None", "True", "False"):
+                return HOST
+            return self._name(node)
+        if kind in _SCALARS:
+            return HOST
+        if kind is cst.Attribute:
+            return self._attribute(node)
+        if kind is cst.Subscript:
+            return self.place(node.value)
+        if kind is cst.Call:
+            return self._call(node)
+        if kind is cst.BinaryOperation or kind is cst.BooleanOperation:
+            return self._operation([node.left, node.right])
+        if kind is cst.Comparison:
+            if all(type(c.operator) in (cst.Is, cst.IsNot, cst.In, cst.NotIn) for c in node.comparisons):
+                return HOST
+            return self._operation([node.left] + [c.comparator for c in node.comparisons])
+        if kind is cst.UnaryOperation:
+            return HOST if type(node.operator) is cst.Not and self.place(node.expression) == HOST else \
+                self.place(node.expression)
+        if kind is cst.IfExp:
+            return join([self.place(node.body), self.place(node.orelse)])
+        return None
+
+    def _operation(self, operands: list[cst.CSTNode]) -> str | None:
+        """An operation's place (``_operands``); a ``self.x`` of unknown place is taken for one of
+        the module's constants (``token_ids_cpu == self.doc_token_id``), which moves nothing."""
+        places = [self.place(n) for n in operands]
+        known = [p for n, p in zip(operands, places) if p is not None or not _self_attribute(n)]
+        return _operands(known)
+
+    def _name(self, node: cst.Name) -> str | None:
+        if HOST_NAME.search(node.value) or node.value in self.kept_on_host():
+            return HOST
+        function = self.model.enclosing_function(node)
+        if function is not None:
+            names = self._function_names(function)
+            if node.value in names:
+                return names[node.value]
+        if DEVICE_NAME.search(node.value):
+            return DEVICE
+        return None
+
+    def kept_on_host(self) -> set[str]:
+        """Inputs the module declares host-resident (vLLM's ``image_grid_thw=MultiModalFieldConfig.
+        batched("image", keep_on_cpu=True)``), also without the modality prefix (``grid_thw``)."""
+        if self._kept is None:
+            self._kept = set()
+            for call in self.model.calls:
+                for arg in call.args:
+                    if arg.keyword is not None and type(arg.value) is cst.Call and any(
+                            a.keyword is not None and a.keyword.value == "keep_on_cpu" and type(a.value) is cst.Name
+                            and a.value.value == "True" for a in arg.value.args):
+                        self._kept.add(arg.keyword.value)
+                        self._kept.add(re.sub(r"^(image|video|audio|vision)_", "", arg.keyword.value))
+        return self._kept
+
+    def _attribute(self, node: cst.Attribute) -> str | None:
+        attr = node.attr.value
+        if attr in METADATA_ATTRS:
+            return HOST
+        if HOST_NAME.search(attr):
+            return HOST
+        if attr in ("T", "mT", "data", "real", "imag"):
+            return self.place(node.value)
+        if type(node.value) is cst.Name and node.value.value == "self":
+            owner = next((a for a in self.model.ancestors(node) if type(a) is cst.ClassDef), None)
+            if owner is not None:
+                found = self._class_attrs(owner).get(attr)
+                if found is not None:
+                    return found
+        if DEVICE_NAME.search(attr):
+            return DEVICE
+        return None
+
+    def _call(self, call: cst.Call) -> str | None:
+        model = self.model
+        name = model.call_name(call) or ""
+        func = call.func
+        if type(func) is cst.Attribute and (not name.startswith(("torch.", "numpy.")) or "()" in name):
+            return self._method(call, func)  # a method (of a module's function's result, too)
+        if type(func) is cst.Name and func.value not in model.functions and func.value not in model.imports:
+            if func.value in HOST_BUILTINS:
+                return HOST
+            if func.value in ("min", "max", "sum", "abs"):  # of tensors, a tensor
+                return _operands([self.place(a.value) for a in call.args if a.keyword is None])
+        if name.startswith(HOST_MODULES):
+            return HOST
+        if name.startswith("torch."):
+            last = name.rsplit(".", 1)[-1]
+            device = _keyword(call, "device")
+            if last in FACTORIES or last in LIKE_FACTORIES:
+                if device is not None:
+                    return self._device_arg(device)
+                if last in LIKE_FACTORIES and call.args:
+                    return self.place(call.args[0].value)
+                return HOST  # the default device is the CPU's
+            if NOT_TENSOR_TORCH.match(name):
+                return None
+            return self._operation([a.value for a in call.args if a.keyword is None]) or TENSOR
+        return None
+
+    def _method(self, call: cst.Call, func: cst.Attribute) -> str | None:
+        method = func.attr.value
+        receiver = func.value
+        if method in HOST_METHODS:
+            return HOST
+        if method == "cuda":
+            return DEVICE
+        if method == "to":
+            target = _keyword(call, "device") or (call.args[0].value if call.args and call.args[0].keyword is None
+                                                    else None)
+            if target is None or _is_dtype(target):
+                return self.place(receiver)
+            return self._device_arg(target)
+        here = self.place(receiver)
+        if here == HOST:
+            return HOST  # a NumPy array's or a CPU tensor's methods stay on the host
+        return here if method in TENSOR_METHODS else None
+
+    def _device_arg(self, node: cst.CSTNode) -> str | None:
+        """The place a ``device=`` argument (or ``.to(x)``'s) names."""
+        if type(node) is cst.SimpleString:
+            text = node.evaluated_value or ""
+            return HOST if text.startswith("cpu") else DEVICE if text.startswith("cuda") else None
+        if type(node) is cst.Call and (self.model.call_name(node) or "") == "torch.device" and node.args:
+            return self._device_arg(node.args[0].value)
+        if type(node) is cst.Attribute and node.attr.value == "device":
+            return self.place(node.value)
+        text = self.model.dotted(node) or ""
+        if HOST_NAME.search(text.rsplit(".", 1)[-1]) or "cpu" in text.lower():
+            return HOST
+        if type(node) in (cst.Name, cst.Attribute):
+            return DEVICE  # ``device=device``, ``device=self.device``: a serving engine's device is the GPU
+        return None
+
+    # -- names ------------------------------------------------------------------------------
+
+    def _function_names(self, function: cst.FunctionDef) -> dict[str, str | None]:
+        found = self._names.get(id(function))
+        if found is not None:
+            return found
+        if id(function) in self._busy:
+            return {}
+        self._busy.add(id(function))
+        found = {}
+        params = function.params
+        for p in [*params.posonly_params, *params.params, *params.kwonly_params]:
+            if p.annotation is not None:
+                text = cst.Module([]).code_for_node(p.annotation.annotation).strip()
+                text = re.sub(r"^Optional\[(.*)\]$|^(.*?)\s*\|\s*None$", lambda m: m.group(1) or m.group(2), text)
+                if HOST_ANNOTATION.search(text):
+                    found[p.name.value] = HOST
+                elif TENSOR_ANNOTATION.search(text):
+                    found[p.name.value] = TENSOR
+        bound: dict[str, list[cst.CSTNode]] = {}
+        for node in walk(function.body, into_scopes=False):
+            kind = type(node)
+            if kind is cst.Assign:
+                for t in node.targets:
+                    _bind(t.target, node.value, bound)
+            elif kind is cst.AnnAssign and node.value is not None:
+                _bind(node.target, node.value, bound)
+            elif kind is cst.AugAssign and type(node.target) is cst.Name:
+                bound.setdefault(node.target.value, []).append(node.value)
+            elif kind is cst.For:
+                _bind(node.target, _Element(node.iter), bound)
+        declared = dict(found)  # the parameters' annotations
+        self._names[id(function)] = found  # visible (partly filled) to recursive lookups
+        for _ in range(2):  # a second round sees names bound from names bound later in the source
+            for name, values in bound.items():
+                places = [self._element(v.iter) if type(v) is _Element else self.place(v) if v is not None else None
+                          for v in values]
+                found[name] = join(places + ([declared[name]] if name in declared else []))
+        self._busy.discard(id(function))
+        return found
+
+    def _element(self, iterable: cst.CSTNode) -> str | None:
+        """The place of what ``for x in iterable`` binds: a host sequence's items are on the host."""
+        if type(iterable) is cst.Call and type(iterable.func) is cst.Name and iterable.func.value in (
+                "range", "enumerate", "zip", "sorted", "reversed"):
+            return HOST if iterable.func.value == "range" else None
+        return HOST if self.place(iterable) == HOST else None
+
+    def _class_attrs(self, cls: cst.ClassDef) -> dict[str, str | None]:
+        found = self._attrs.get(id(cls))
+        if found is not None:
+            return found
+        self._attrs[id(cls)] = found = {}
+        if type(cls.body) is not cst.IndentedBlock:
+            return found
+        values: dict[str, list[str | None]] = {}
+        for stmt in cls.body.body:
+            if type(stmt) is not cst.FunctionDef:
+                continue
+            for node in walk(stmt.body, into_scopes=False):
+                targets = [t.target for t in node.targets] if type(node) is cst.Assign else \
+                    [node.target] if type(node) is cst.AnnAssign and node.value is not None else []
+                for t in targets:
+                    if type(t) is cst.Attribute and type(t.value) is cst.Name and t.value.value == "self":
+                        values.setdefault(t.attr.value, []).append(self.place(node.value))
+        for attr, places in values.items():
+            found[attr] = join(places)
+        return found
+
+
+def _self_attribute(node: cst.CSTNode) -> bool:
+    return type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self"
+
+
+def bound_to_host(model, call: cst.Call) -> bool:
+    """Whether the statement around ``call`` binds its result to names marked as the host's
+    (``docs_cpu = torch.where(mask)[0]``): for an op that keeps its input's device, the input was
+    on the host."""
+    for anc in model.ancestors(call):
+        if type(anc) in (cst.Assign, cst.AnnAssign):
+            targets = [t.target for t in anc.targets] if type(anc) is cst.Assign else [anc.target]
+            return any(type(n) is cst.Name and HOST_NAME.search(n.value) for t in targets for n in walk(t))
+        if isinstance(anc, (cst.BaseSuite, cst.FunctionDef, cst.Lambda)):
+            return False
+    return False
+
+
+class _Element:
+    """What a ``for`` target is bound to: an item of ``iter``."""
+
+    __slots__ = ("iter",)
+
+    def __init__(self, iterable: cst.CSTNode) -> None:
+        self.iter = iterable
+
+
+def _bind(target: cst.CSTNode, value, bound: dict[str, list]) -> None:
+    if type(target) is cst.Name:
+        bound.setdefault(target.value, []).append(value)
+    elif type(target) in (cst.Tuple, cst.List):
+        items = value.elements if type(value) in (cst.Tuple, cst.List) and len(value.elements) == len(
+            target.elements) else None
+        for i, el in enumerate(target.elements):
+            _bind(el.value, items[i].value if items else None, bound)
+
+
+def _keyword(call: cst.Call, name: str) -> cst.CSTNode | None:
+    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def _is_dtype(node: cst.CSTNode) -> bool:
+    return type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "torch" \
+        or type(node) is cst.Attribute and node.attr.value == "dtype"
+
+
+def truth_tested(model, node: cst.CSTNode) -> bool:
+    """Whether ``node``'s value decides a branch: it is (or is combined by ``and``/``or``/``not``/a
+    comparison into) the test of an ``if``, ``while``, ``assert`` or conditional expression."""
+    child = node
+    for anc in model.ancestors(node):
+        kind = type(anc)
+        if kind in (cst.If, cst.While):
+            return child is anc.test
+        if kind is cst.Assert:
+            return child is anc.test
+        if kind is cst.IfExp:
+            return child is anc.test
+        if kind not in (cst.BooleanOperation, cst.UnaryOperation, cst.Comparison, cst.ComparisonTarget):
+            return False
+        child = anc
+    return False
+
+
+def reading_sync(model, call: cst.Call) -> str | None:
+    """A call that reads a GPU tensor's value on the host by Python's protocols rather than a
+    tensor method: ``int(t)``, ``float(t)``, ``bool(t)``, ``max(t)``/``sum(t)`` (which iterate it),
+    ``range(t)``, or a GPU tensor (a reduction, a comparison of one) tested by ``if``/``while``/
+    ``assert``. None otherwise."""
+    places = model.places
+    func = call.func
+    if type(func) is cst.Name and func.value in READING_BUILTINS and func.value not in model.functions \
+            and func.value not in model.imports:
+        if any(places.place(a.value) in ON_GPU for a in call.args if a.keyword is None):
+            return f"{func.value}() of a GPU tensor"
+        return None
+    if type(func) is cst.Attribute and func.attr.value in REDUCTIONS and truth_tested(model, call) \
+            and places.place(call) in ON_GPU:
+        top = call
+        for anc in model.ancestors(call):
+            if type(anc) in (cst.If, cst.While, cst.Assert, cst.IfExp):
+                break
+            top = anc
+        if places.place(top) in ON_GPU or type(top) is cst.UnaryOperation:
+            return f"a branch on .{func.attr.value}() of a GPU tensor"
+    return None
