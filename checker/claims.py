@@ -209,6 +209,7 @@ def find_claims(model, module: cst.Module) -> None:
             if any(name in TRITON_DECORATORS for name in decorator_names(model, fn)):
                 model.triton_kernels.append(fn)
     consts, extensions = _module_bindings(model, module)
+    model._claim_extensions = extensions
     ext_attrs, ext_functions = _extension_attrs(model, module, extensions)
     _find_launches(model, module, consts, extensions, ext_attrs, ext_functions)
     _find_kernel_claims(model, module, extensions)
@@ -426,7 +427,7 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
 
 
 def _method(cls: cst.ClassDef | None, name: str) -> cst.FunctionDef | None:
-    if cls is None:
+    if cls is None or type(cls.body) is not cst.IndentedBlock:
         return None
     return next((s for s in cls.body.body if type(s) is cst.FunctionDef and s.name.value == name), None)
 
@@ -487,14 +488,40 @@ def _compiled_custom_kernel(model, module: cst.Module) -> Iterator[cst.FunctionD
 
 
 def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:
-    """What each ``self.<attr> = ...`` in the class binds: see :func:`_attr_kind`."""
+    """What each ``self.<attr> = ...`` in the class binds: see :func:`_attr_kind`; a container's
+    ``self.<attr>.append(X(...))`` adds X's kind to it."""
     out: dict[str, tuple] = {}
     for node in walk(cls):
         if type(node) is cst.Assign and len(node.targets) == 1:
             target = node.targets[0].target
             if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
                 out[target.attr.value] = _attr_kind(model, node.value, extensions)
+        elif type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "append" \
+                and node.args and type(node.func.value) is cst.Attribute and type(node.func.value.value) is cst.Name \
+                and node.func.value.value.value == "self":
+            kind = out.get(node.func.value.attr.value)
+            value = node.args[0].value
+            if type(value) is cst.Name:  # ``block = X(...); self.blocks.append(block)``
+                value = _bound_in(model, value) or value
+            if kind is not None and kind[0] == "container":
+                out[node.func.value.attr.value] = ("container", kind[1] + (_attr_kind(model, value, extensions),))
     return out
+
+
+def _bound_in(model, name: cst.Name) -> cst.CSTNode | None:
+    """The value last assigned to ``name`` in its function before this use (None if not simple)."""
+    function = model.enclosing_function(name)
+    found = None
+    for node in walk(function.body) if function is not None else ():
+        if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name \
+                and node.targets[0].target.value == name.value:
+            found = node.value
+    return found
+
+
+def module_kind(model, cls_name: str, extensions=frozenset()) -> tuple:
+    """A same-module ``nn.Module`` class used as a layer: ("module", name) for the rules to follow."""
+    return ("module", cls_name)
 
 
 def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
@@ -517,6 +544,15 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
             return ("unknown", "torch.compile(...)")
         if name == "Model":
             return ("library", "the baseline Model", "baseline")
+        if name in model.classes:
+            return module_kind(model, name)  # a layer of this module: its forward is followed
+        if name.rsplit(".", 1)[-1] in ("Sequential", "ModuleList") and name.startswith("torch.nn"):
+            items = [a.value for a in value.args if a.keyword is None]
+            if len(items) == 1 and type(items[0]) in (cst.List, cst.Tuple):
+                items = [e.value for e in items[0].elements]
+            elif len(items) == 1 and type(items[0]) in (cst.ListComp, cst.GeneratorExp):
+                items = [items[0].elt]  # ``nn.ModuleList([Block(c) for _ in range(n)])``
+            return ("container", tuple(_attr_kind(model, v, extensions) for v in items))
         family = library_family(name, model.config)
         if family:
             return ("library", name, family)
@@ -570,6 +606,10 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
             continue
         if type(node) is not cst.Call:
             continue
+        layer = _layer_kind(model, node, attrs)
+        if layer is not None:
+            _visit_layer(model, layer, node, via, depth, seen, uses)
+            continue
         target = model.callee(node)
         if target is not None:
             if is_reference_name(target.name.value) or target.name.value == "forward_native":
@@ -582,6 +622,58 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
         if use is not None:
             use.via = via
             uses.append(use)
+
+
+def _layer_kind(model, call: cst.Call, attrs: dict[str, tuple]) -> tuple | None:
+    """The kind of a layer called as ``self.layer(x)``, ``self.layers[i](x)`` or ``block(x)`` in
+    ``for block in self.layers:``, when it is one of this module's classes or a container."""
+    func = call.func
+    if type(func) is cst.Subscript:
+        func = func.value
+    if type(func) is cst.Name:  # ``for block in self.blocks: x = block(x)``
+        for anc in model.ancestors(call):
+            if type(anc) is not cst.For:
+                continue
+            if type(anc.target) is cst.Name and anc.target.value == func.value:
+                func = anc.iter
+                break
+            # ``for i, block in enumerate(self.blocks):``
+            if type(anc.target) is cst.Tuple and len(anc.target.elements) == 2 and type(anc.iter) is cst.Call \
+                    and type(anc.iter.func) is cst.Name and anc.iter.func.value == "enumerate" and anc.iter.args \
+                    and type(anc.target.elements[1].value) is cst.Name and anc.target.elements[1].value.value == func.value:
+                func = anc.iter.args[0].value
+                break
+        else:
+            return None
+    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
+        kind = attrs.get(func.attr.value)
+        if kind is not None and kind[0] in ("module", "container"):
+            return kind
+    return None
+
+
+def _visit_layer(model, kind: tuple, call: cst.Call, via, depth: int, seen: set[int], uses: list) -> None:
+    """A layer's work: a container's layers in turn, a module class's ``forward`` with its attributes."""
+    if kind[0] == "container":
+        for item in kind[1]:
+            _visit_layer(model, item, call, via, depth, seen, uses)
+    elif kind[0] == "module":
+        cls = model.classes.get(kind[1])
+        forward = _method(cls, "forward") if cls is not None else None
+        if forward is None or depth <= 0:
+            uses.append(Use("unknown", call, via, kind[1]))
+        elif id(forward) not in seen:
+            seen.add(id(forward))
+            _visit_uses(model, _class_attrs(model, cls, _extensions(model)), forward.body, via or call, depth - 1,
+                        seen, uses)
+    elif kind[0] == "library":
+        uses.append(Use("library", call, via, kind[1], kind[2]))
+    elif kind[0] in ("unknown", "extension"):
+        uses.append(Use("unknown", call, via, kind[1] if len(kind) > 1 else "an extension"))
+
+
+def _extensions(model) -> dict:
+    return getattr(model, "_claim_extensions", {})
 
 
 def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:

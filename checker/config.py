@@ -38,6 +38,11 @@ DEFAULT_HOT_PATHS = (
     "forward", "forward_cuda", "forward_hip", "forward_xpu", "_forward", "forward_impl",
     "decode", "decode_step", "*_decode_step", "step", "execute_model", "build_metadata",
     "prepare_decode", "sample",
+    # per-step by the engines' interfaces: an attention backend's metadata for each batch (SGLang),
+    # a metadata builder's build (vLLM), a MoE kernel's or quantised MoE method's apply, fast
+    # inference and micro-batch forwards; "Cls.m" patterns match a method by its class's name too
+    "init_forward_metadata", "init_forward_metadata_replay*", "*MetadataBuilder.build", "*Experts.apply", "*MoEMethod.apply",
+    "*_fast_forward_inference", "forward_microbatch",
 )
 
 
@@ -119,7 +124,11 @@ class Config:
         return slashed is not None and slashed.match_file(os.path.normcase(rel_path))
 
     def is_hot_path(self, function_name: str) -> bool:
-        return hot_path_matcher(self.hot_path_functions)(function_name) is not None
+        """Whether ``function_name`` ("m", or "Cls.m" and deeper) matches a hot-path pattern: by its
+        last part, or, for a "Cls.m" pattern, by its last two."""
+        match = hot_path_matcher(self.hot_path_functions)
+        parts = function_name.split(".")
+        return match(parts[-1]) is not None or len(parts) > 1 and match(".".join(parts[-2:])) is not None
 
     def is_kernel_path(self, rel_path: str) -> bool:
         return any(_glob_match(rel_path, p) for p in self.kernel_paths)

@@ -640,7 +640,7 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
     for defs in model.functions.values():
         for fn in defs:
             name = model.scope_names.get(id(fn), fn.name.value)
-            if config.is_hot_path(fn.name.value):
+            if config.is_hot_path(name):
                 model.timed_regions.append(TimedRegion("hot-path", f"the per-step hot path {name}()", [fn.body], fn))
             elif name in per_step:  # the project index: reached every step from another module's hot path
                 model.timed_regions.append(TimedRegion(

@@ -36,7 +36,7 @@ from kcheck.gate import dotted, import_bindings
 # graph capture, warm-up, profiling runs, calibration, export; expert rebalancing, which an engine
 # runs every few thousand steps).
 ONE_TIME = re.compile(
-    r"^(__init__|__post_init__|_?init_\w*|_?load\w*|\w*_weights?|_?capture\w*|\w*cuda_graphs?\w*|_?warm_?up\w*"
+    r"^(__init__|__post_init__|_?init_(?!forward_metadata)\w*|_?load\w*|\w*_weights?|_?capture\w*|\w*cuda_graphs?\w*|_?warm_?up\w*"
     r"|profile_run|_?dummy_run|\w*calibrat\w*|\w*amax\w*|_?export\w*|_?initiali[sz]e\w*|_?setup\w*|_?compile\w*"
     r"|_?determine_available_memory|_?allocate\w*|_?build_model\w*|_?rearrange\w*|_?rebalanc\w*)$")
 # Code for another platform than CUDA GPUs: Apple's Metal and MLX, TPUs, Neuron, Gaudi, Ascend.
@@ -217,8 +217,9 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> di
 
     entry = hot_path_matcher(tuple(hot_path_names))
 
-    def is_entry(name: str) -> bool:
-        return entry(name.rsplit(".", 1)[-1]) is not None
+    def is_entry(name: str) -> bool:  # as Config.is_hot_path
+        parts = name.split(".")
+        return entry(parts[-1]) is not None or len(parts) > 1 and entry(".".join(parts[-2:])) is not None
 
     def resolve(path: str, owner: str, call: str) -> tuple[str, str] | None:
         facts = files[path]
@@ -395,6 +396,6 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
     out = []
     for job in jobs:
         mine = tuple(sorted((name, why) for name, why in steps.get(job.rel, {}).items()
-                            if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name.rsplit(".", 1)[-1])))
+                            if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name)))
         out.append(replace(job, config=replace(job.config, per_step=mine)) if mine != job.config.per_step else job)
     return out

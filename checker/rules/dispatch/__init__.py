@@ -303,16 +303,14 @@ def _opaque_call(summary, facts: AstFacts, call: ast.Call) -> bool:
     launch that is no side job, either of which stops KC101 and KC102 for the claim: a call through
     an imported name (not ``self``) that is no library op, into a module outside
     :data:`NEUTRAL_MODULES` or into ``torch.ops.<namespace>`` (``aiter.fused_moe(...)``,
-    ``ops.rms_norm(...)`` from ``_custom_ops``), or a call of a bare name that is neither imported,
-    a builtin, a class nor a function of this file (``block(x)`` for a local ``block``). Neither is
-    followed as a same-module helper: the model resolves an imported name to the import."""
+    ``ops.rms_norm(...)`` from ``_custom_ops``). It is not followed as a same-module helper: the
+    model resolves an imported name to the import."""
     raw = dotted(call.func)
     if raw is None or "()" in raw:
         return False
     head = raw.split(".")[0]
     if head not in facts.aliases:
-        return isinstance(call.func, ast.Name) and head not in BUILTINS and head not in summary.class_names and (
-            head not in by_name(summary)) and library_family(head) is None
+        return False  # a local name may be a layer the model follows (``for block in self.blocks: block(x)``)
     if head in ("self", "cls"):
         return False
     name = facts.qualname(call.func) or ""
@@ -377,7 +375,8 @@ def library_gate(summary, config, heavy: bool = False) -> bool:
     facts = ast_facts(summary)
     aliases = _library_aliases(facts, heavy)
     if model_new and (_names_library_op(summary.all_names, aliases, heavy) or facts.matmul or any(
-        isinstance(c.func, ast.Name) and c.func.id == "Model" for c, _ in summary.calls
+        isinstance(c.func, ast.Name) and (c.func.id == "Model" or c.func.id in summary.class_names)
+        for c, _ in summary.calls  # the baseline, or a layer class of the file (its forward is followed)
     )):
         return True  # attributes bound in __init__ (self.fc = nn.Linear(...)) count for forward
     path = reachable(summary, names, 3, _skip)

@@ -295,6 +295,8 @@ class FileView:
     def _hot_path(self, config) -> list:
         hot = config.is_hot_path
         indexed = {name.rsplit(".", 1)[-1] for name, _ in config.per_step}  # by short name: looser than the model
+        # a "Cls.m" pattern by its method's name alone: looser than the model, which knows the class
+        indexed |= {p.rsplit(".", 1)[-1] for p in config.hot_path_functions if "." in p}
         return [("hot-path", i, self.body(i)) for i, f in enumerate(self.summary.functions)
                 if hot(f.name) or f.name in indexed]
 
