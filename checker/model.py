@@ -45,6 +45,7 @@ SYNC_FUNCTIONS = {
     "torch.nonzero": "torch.nonzero() (waits for the result size)",
     "torch.unique": "torch.unique() (waits for the result size)",
     "torch.masked_select": "torch.masked_select() (waits for the result size)",
+    "torch.argwhere": "torch.argwhere() (waits for the result size)",
     "torch.repeat_interleave": None,  # a sync only without output_size; handled below
 }
 SYNC_METHODS = {
@@ -64,8 +65,10 @@ COMPILERS = {
     "torch.utils.cpp_extension.load": "cpp_extension.load()",
 }
 CPU_TENSOR_FACTORIES = {"torch.tensor", "torch.as_tensor", "torch.from_numpy"}
+# kernel claims whose function a task's harness times (KernelBench's ModelNew, a leaderboard entry)
+HARNESS_TIMED = ("model-new", "model-solution", "custom-kernel")
 # ops whose result size depends on the data: a sync when their input is on the GPU
-DATA_DEPENDENT = re.compile(r"^torch\.(nonzero|unique|masked_select|repeat_interleave|where)$")
+DATA_DEPENDENT = re.compile(r"^torch\.(nonzero|argwhere|unique|masked_select|repeat_interleave|where)$")
 
 
 @dataclass
@@ -529,6 +532,21 @@ def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
     from kcheck.claims import find_claims
 
     find_claims(model, module)
+    hot = {id(r.function) for r in model.timed_regions if r.kind == "hot-path"}
+    for claim in model.kernel_claims:
+        if claim.kind == "custom-op" and id(claim.function) not in hot:
+            # a registered op's implementation runs on every call of the op
+            model.timed_regions.append(TimedRegion(
+                "hot-path", f"the implementation of {claim.label} (it runs on every call of the op)",
+                [claim.function.body], claim.function))
+        elif claim.kind in HARNESS_TIMED:
+            # a solution's forward (or a leaderboard's custom_kernel) is what the task's harness
+            # times: a measurement, not a serving step (KC201, not KC203)
+            model.timed_regions = [r for r in model.timed_regions
+                                   if not (r.kind == "hot-path" and r.function is claim.function)]
+            model.timed_regions.append(TimedRegion(
+                "bench-callable", f"{claim.label}, which the task's benchmark harness times",
+                [claim.function.body], claim.function))
     return model
 
 

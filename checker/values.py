@@ -45,16 +45,10 @@ METADATA_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "is_cpu", "layo
                   "is_sparse", "itemsize", "nbytes", "names"}
 HOST_METHODS = {"item", "tolist", "numpy", "cpu", "size", "numel", "dim", "stride", "data_ptr", "element_size",
                 "is_contiguous", "get_device", "nelement", "storage_offset", "pin_memory", "untyped_storage"}
-# methods whose result is a tensor where the receiver is (an array's on the host)
+# reductions and comparisons: what a branch tests (``if (ids < 0).any():``)
 REDUCTIONS = {"sum", "max", "min", "amax", "amin", "any", "all", "mean", "argmax", "argmin", "prod", "norm",
               "count_nonzero", "eq", "ne", "gt", "lt", "ge", "le", "isnan", "isinf", "isfinite", "abs",
               "cumsum", "logical_and", "logical_or", "logical_not", "nonzero", "std", "var"}
-TENSOR_METHODS = REDUCTIONS | {
-    "float", "half", "bfloat16", "int", "long", "bool", "double", "clone", "contiguous", "view", "reshape",
-    "flatten", "squeeze", "unsqueeze", "transpose", "permute", "t", "expand", "repeat", "masked_fill",
-    "index_select", "gather", "narrow", "softmax", "log_softmax", "topk", "sort", "argsort", "clamp", "exp",
-    "sqrt", "pow", "mul", "add", "sub", "div", "matmul", "type_as", "view_as", "detach", "flip",
-}
 FACTORIES = {"tensor", "as_tensor", "from_numpy", "empty", "zeros", "ones", "full", "arange", "rand",
              "randn", "randint", "randperm", "linspace", "eye", "empty_strided"}
 LIKE_FACTORIES = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like"}
@@ -209,6 +203,8 @@ class Places:
                 return HOST  # the default device is the CPU's
             if NOT_TENSOR_TORCH.match(name):
                 return None
+            if last in ("Parameter", "Buffer"):
+                return TENSOR  # moves with its module (``model.cuda()``), wherever it was made
             return self._operation([a.value for a in call.args if a.keyword is None]) or TENSOR
         return None
 
@@ -228,7 +224,9 @@ class Places:
         here = self.place(receiver)
         if here == HOST:
             return HOST  # a NumPy array's or a CPU tensor's methods stay on the host
-        return here if method in TENSOR_METHODS else None
+        if here in ON_GPU:
+            return here  # a tensor's methods give tensors where it is (the host's are above)
+        return None
 
     def _device_arg(self, node: cst.CSTNode) -> str | None:
         """The place a ``device=`` argument (or ``.to(x)``'s) names."""

@@ -21,8 +21,12 @@ from kcheck.model import (
 )
 
 TIMED = ("event-window", "bench-callable", "host-timer")
+# last components of the decorators that register a custom op's implementation (a wide superset of
+# the model's custom-op claims, whose implementation is a per-step path)
+REGISTERING = {"custom_op", "register_kernel", "impl"}
 SYNC_TEXT = r"\b(int|float|bool|complex|max|min|sum|any|all|range|divmod)\(|\b(if|while|assert)\b|synchronize|\.item\(|\.cpu\(|\.tolist\(|\.numpy\(|nonzero|where\(|unique|masked_select|repeat_interleave|['\"]cpu['\"]"
-TIMER_TEXT = r"\.record\(|perf_counter|time\(|monotonic|default_timer|do_bench|bench_gpu_time|benchmark_fn"
+TIMER_TEXT = r"\.record\(|perf_counter|time\(|monotonic|default_timer|do_bench|bench_gpu_time|benchmark_fn" \
+    r"|ModelNew|custom_kernel|class Model\b"  # and what a task's harness times
 
 
 # -- gates: the timed regions as the ``ast`` shows them ------------------------------------------
@@ -46,7 +50,7 @@ def _arguments(call: ast.Call) -> list[ast.AST]:
 KIND_WORDS = {
     "event-window": {"record"},
     "host-timer": {name.split(".")[-1] for name in HOST_TIMERS},
-    "bench-callable": BENCH_TIMERS,
+    "bench-callable": BENCH_TIMERS | {"ModelNew", "Model", "custom_kernel"},  # and what a task's harness times
     "graph-capture": {"graph"},
 }
 # A call of a class can only be written with one of these last components (after the imports).
@@ -73,7 +77,7 @@ class FileView:
     def __init__(self, summary) -> None:
         self.summary = summary
         self.imported = {i.rsplit(".", 1)[-1] for i in summary.imports}  # last components
-        self.words = summary.all_names | self.imported
+        self.words = summary.all_names | self.imported | summary.class_names
         self.names = summary.function_names()
         self._walked = False
         self._calls: dict[int | None, list[ast.Call]] | None = None
@@ -265,6 +269,13 @@ class FileView:
 
     def _bench_callable(self, config) -> list:
         out = []
+        # what a task's harness times (the model's HARNESS_TIMED claims, widely): a ModelNew's or
+        # Model's forward, and with a custom_kernel in the file any function
+        harnessed = {"ModelNew", "Model"} & self.summary.class_names
+        for i, f in enumerate(self.summary.functions):
+            if "custom_kernel" in self.words or harnessed and f.name == "forward" and (
+                    not self.exact or self.owner[i] in harnessed):
+                out.append(("bench-callable", i, self.body(i)))
         for call, _ in self.summary.calls:
             if not self.may_be(call.func, BENCH_TIMERS):
                 continue
@@ -298,7 +309,7 @@ class FileView:
         # a "Cls.m" pattern by its method's name alone: looser than the model, which knows the class
         indexed |= {p.rsplit(".", 1)[-1] for p in config.hot_path_functions if "." in p}
         return [("hot-path", i, self.body(i)) for i, f in enumerate(self.summary.functions)
-                if hot(f.name) or f.name in indexed]
+                if hot(f.name) or f.name in indexed or f.decorators & REGISTERING]
 
     # -- reachability ---------------------------------------------------------------------------
 
@@ -437,15 +448,21 @@ def region_calls(model, kinds: tuple[str, ...], follow: Callable | None = None
 
 
 def report_calls(rule, kinds: tuple[str, ...], classify: Callable, template: str) -> None:
-    """Report each call in ``kinds`` regions that ``classify(call)`` names, at the call or at the helper call."""
+    """Report each call in ``kinds`` regions that ``classify(call)`` names, where it is written (see ``through``)."""
     model = rule.model
     for region, call, via in region_calls(model, kinds):
         what = classify(call)
         if not what:
             continue
-        where = via if via is not None else call
-        helper = f" (inside {model.dotted(via.func)}())" if via is not None else ""
-        rule.report(where, template.format(what=what, helper=helper, region=region.label))
+        rule.report(call, template.format(what=what, helper=through(model, call, via), region=region.label))
+
+
+def through(model, call: cst.Call, via: cst.Call | None) -> str:
+    """How a region reaches a call written in a helper: reported where it is written (where the fix
+    goes, once however many regions reach it), the message says through which call."""
+    if via is None:
+        return ""
+    return f" (in {model.context_of(call) or 'the module'}(), reached through {model.dotted(via.func)}())"
 
 
 GPU_WORK_NAMES = {"torch", "kernel", "fn", "func", "model", "op", "launch"}

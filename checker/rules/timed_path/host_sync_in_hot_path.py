@@ -12,7 +12,7 @@ from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
 from kcheck.rules.timed_path import (
-    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, SYNC_WORDS, FileView, file_view, off_the_step,
+    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, SYNC_WORDS, FileView, file_view, off_the_step, through,
 )
 
 
@@ -185,8 +185,7 @@ def decode_step(model, tokens):
             what = model.sync_kind(call, model.enclosing_function(call))
             if not what or OTHER_BACKEND_CALL.match(model.call_name(call) or "") or _event_wait(model, call):
                 continue  # ``torch.mps.synchronize()``: another backend's own sync; an event fence
-            helper = f" (inside {model.dotted(via.func)}())" if via is not None else ""
-            self.report(where, what=what, helper=helper, region=region.label)
+            self.report(call, what=what, helper=through(model, call, via), region=region.label)
 
 
 def _off_cuda_slot(model, function) -> bool:

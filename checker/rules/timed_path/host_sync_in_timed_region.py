@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.model import walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import SYNC_TEXT, TIMED, TIMER_TEXT, gpu_work, region_calls, region_reaches
+from kcheck.rules.timed_path import SYNC_TEXT, TIMED, TIMER_TEXT, gpu_work, region_calls, region_reaches, through
 
 
 class HostSyncInTimedRegion(Rule):
@@ -141,8 +141,7 @@ def bench(fn, x):
                 continue
             if via is None and _gathers_statistic(model, call) and _informational(model, region):
                 continue  # an experiment's own statistics, timed only for a printed figure
-            helper = f" (inside {model.dotted(via.func)}())" if via is not None else ""
-            self.report(via if via is not None else call, what=what, helper=helper, region=region.label)
+            self.report(call, what=what, helper=through(model, call, via), region=region.label)
 
 
 def _harness_helper(model, region, via: cst.Call) -> bool:

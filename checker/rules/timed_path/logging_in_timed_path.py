@@ -7,7 +7,7 @@ import libcst as cst
 from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import (
-    DEBUG_PATH, LOG_WORDS, TIMED, file_view, gpu_work, off_the_step, region_calls, region_reaches,
+    DEBUG_PATH, LOG_WORDS, TIMED, file_view, gpu_work, off_the_step, region_calls, region_reaches, through,
 )
 
 
@@ -151,9 +151,7 @@ class Layer(torch.nn.Module):
                 continue  # wall time of a job (a CI run, an eval, a tuning sweep), not of GPU work
             if region.kind == "hot-path" and what != "print()" and not self._formats_argument(call, region.function):
                 continue
-            where = via if via is not None else call
-            helper = f" (inside {model.dotted(via.func)}())" if via is not None else ""
-            self.report(where, what=what, helper=helper, region=region.label)
+            self.report(call, what=what, helper=through(model, call, via), region=region.label)
 
     @staticmethod
     def _formats_argument(call: cst.Call, function: cst.FunctionDef | None) -> bool:
