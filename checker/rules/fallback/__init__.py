@@ -209,9 +209,12 @@ def broad_except_gate(summary) -> bool:
 # ``cuda`` is a binding or a helper (``nvidia.cuda_runtime``, ``cuda_graph``), not a kernel.
 KERNEL_MODULE = re.compile(
     r"(^|\.)(_C|_?[a-z0-9]*_?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
-    r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu)(\.|$)")
-# A capability probe: a function that answers whether something is available. Its False is the
-# answer its callers decide on (and announce), not a silent fallback.
+    r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu|fused_[a-z0-9_]+)(\.|$)"
+    # third-party kernel libraries: an import of one is the import of its kernels
+    r"|^(aiter|flash_attn|flashinfer|deep_gemm|deep_ep|sgl_kernel|flash_mla|xformers|apex|transformer_engine"
+    r"|fbgemm_gpu|mamba_ssm|causal_conv1d|cudnn|quack|liger_kernel|vllm_flash_attn|fla)(\.|$)")
+# A capability probe: a function that answers whether something is available. Its False is clean
+# when a caller that tests it announces the choice (broad_except_fallback._announced_by_callers).
 PROBE_NAME = re.compile(r"^_*(is|has|can|supports?|check)_\w+|_(available|supported|usable)$")
 NOT_KERNEL_MODULE = re.compile(r"^(triton|tilelang|cutlass|cuda|torch|numba|cupy|jax)(\.|$)")
 # Calls that build or fetch a kernel at run time.

@@ -20,12 +20,15 @@ class BroadExceptFallback(Rule):
     same-module helper) with a handler that catches everything — a bare `except:`,
     `except Exception` or `except BaseException` — and computes a replacement result instead of
     re-raising. Also `try` blocks, at import or in a function, that import a kernel module (the
-    project's extension, `_C`, `ops`, `kernels` or Triton-kernel modules; not the compilers
-    themselves) or build or fetch one (`load_inline`, `cpp_extension.load`,
-    `torch.ops.load_library`, `get_kernel`), whose broad handler neither re-raises nor warns: every
-    later call silently takes the slower path. Tests, which guard imports of what they test, and
-    capability probes (`is_*`, `has_*`, `*_available` functions, whose answer their callers act
-    on) are left alone; a module whose name starts with `cuda` is a binding or helper, not a kernel.
+    project's extension, `_C`, `ops`, `kernels`, `fused_*` or Triton-kernel modules, and third-party
+    kernel libraries such as AITER, FlashAttention, FlashInfer, DeepGEMM, Apex or Transformer
+    Engine; not the compilers themselves) or build or fetch one (`load_inline`,
+    `cpp_extension.load`, `torch.ops.load_library`, `get_kernel`), whose broad handler neither
+    re-raises, warns nor keeps the error: every later call silently takes the slower path. Tests,
+    which guard imports of what they test, are left alone, and so is a capability probe (`is_*`,
+    `has_*`, `*_available`) whose caller in the module tests its answer and announces the choice;
+    a probe whose False nobody announces is reported. A module whose name starts with `cuda` is a
+    binding or helper, not a kernel.
 
     ## Why is this bad?
     The handler cannot tell "this input is not supported" from a bug: a wrong argument, an
@@ -141,8 +144,8 @@ def moe(x, w):
             if what is None:
                 continue
             probe = model.enclosing_function(node)
-            if probe is not None and PROBE_NAME.search(probe.name.value):
-                continue  # a capability probe: its answer goes to a caller that decides
+            if probe is not None and PROBE_NAME.search(probe.name.value) and _announced_by_callers(model, probe):
+                continue  # a capability probe whose callers say what they chose
             for handler in node.handlers:
                 caught = _broad(model, handler)
                 body = statements(handler.body)
@@ -172,6 +175,21 @@ def _loads_kernel(model, body) -> str | None:
                 if need and (name == need or name.endswith("." + need)):
                     return f"`{model.dotted(node.func)}()`"
     return None
+
+
+def _announced_by_callers(model, probe: cst.FunctionDef) -> bool:
+    """Whether the probe's answer is announced where it is used: a caller in this module tests it
+    (``if not is_fused_available(): logger.warning(...)``) and a branch of that test warns."""
+    for call in model.callers(probe):
+        for anc in model.ancestors(call):
+            if type(anc) is cst.If:
+                branches = [anc.body] + ([anc.orelse] if anc.orelse is not None else [])
+                if warns(model, branches):
+                    return True
+                break
+            if type(anc) in (cst.FunctionDef, cst.IndentedBlock):
+                break
+    return False
 
 
 def _keeps_error(handler: cst.ExceptHandler) -> bool:
