@@ -9,10 +9,13 @@ Measured in one run, on the same files:
 * **one file**: ``kcheck check FILE --no-cache``, the pre-commit case (start-up included);
 * **one file, index cached**: ``kcheck check FILE`` right after the warm run, the file just changed
   (a comment appended, then restored): the project index of the rest comes from the cache;
+* **a 10-file change**: ``kcheck check --diff-base HEAD`` in a git copy of the tree whose cache a
+  warm run filled, after ten files (the median-sized ones) gained a line: what the pre-commit
+  ``kcheck-changed`` hook and the PR bot run;
 * **libcst**: ``libcst.parse_module`` of every file kcheck scanned, on N processes, nothing else;
 * **ast**: ``ast.parse`` of every file on one process, for scale.
 
-Each kcheck run is a separate process. Cold and warm are timed ``--rounds`` times (median
+Every rule runs, preview rules included (``--preview``). Each kcheck run is a separate process. Cold and warm are timed ``--rounds`` times (median
 reported, every round listed), one file as often. CPU seconds (user + system, workers included)
 are reported beside wall time, because wall time on a shared machine depends on what else runs.
 
@@ -40,7 +43,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-GOALS = {"cold_s": 60.0, "warm_s": 1.0, "one_file_s": 0.5, "one_file_indexed_s": 0.5, "peak_mib": 400.0}  # issue 22
+GOALS = {"cold_s": 60.0, "warm_s": 1.0, "one_file_s": 0.5, "one_file_indexed_s": 0.5, "diff_10_files_s": 3.0,
+         "peak_mib": 400.0}  # issue 22
 
 
 def _children_of(pid: int) -> list[int]:
@@ -161,6 +165,31 @@ def clear_caches(tree: Path) -> None:
         shutil.rmtree(folder / CACHE_DIR if folder == tree else folder, ignore_errors=True)
 
 
+def diff_change(tree: Path, paths: list[str], kcheck: list[str], args) -> list[dict]:
+    """Timed ``--diff-base HEAD`` runs over a ten-file change, in a git copy of the tree (see above)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "tree"
+        shutil.copytree(tree, repo, ignore=shutil.ignore_patterns(".kcheck_cache"))
+        git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "-C", str(repo)]
+        for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "tree"]):
+            subprocess.run([*git, *step], check=True, capture_output=True)
+        warm = [*kcheck, "check", "--preview", "--exit-zero", "-q", "-j", str(args.jobs), str(repo)]
+        subprocess.run(warm, capture_output=True, cwd=repo)
+        by_size = sorted((Path(p).relative_to(tree) for p in paths), key=lambda p: os.path.getsize(tree / p))
+        middle = len(by_size) // 2
+        changed = by_size[middle - 5:middle + 5]
+        runs = []
+        for n in range(args.rounds):
+            for rel in changed:
+                with open(repo / rel, "a") as fh:
+                    fh.write(f"\n# kcheck speed probe {n}\n")
+            runs.append(timed_run([*kcheck, "check", "--preview", "--exit-zero", "-q", "--diff-base", "HEAD",
+                                   "-j", str(args.jobs)], cwd=repo))
+        return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("tree")
@@ -193,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     clear_caches(tree)
 
     load_before = os.getloadavg()
-    base = [*kcheck, "check", "--exit-zero", "-q", "-o", "json", "-j", str(args.jobs), str(tree)]
+    base = [*kcheck, "check", "--preview", "--exit-zero", "-q", "-o", "json", "-j", str(args.jobs), str(tree)]
     colds, warms = [], []
     for _ in range(args.rounds):  # cold then warm, each round from an empty cache
         clear_caches(tree)
@@ -205,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         one = str(tree / args.one_file)
     else:
         one = sorted(paths, key=os.path.getsize)[len(paths) // 2]
-    one_cmd = [*kcheck, "check", "--exit-zero", "-q", "--no-cache", one]
+    one_cmd = [*kcheck, "check", "--preview", "--exit-zero", "-q", "--no-cache", one]
     one_run = _median([timed_run(one_cmd) for _ in range(args.rounds)])
     # the pre-commit case with the project index cached by the warm run: the file has just changed
     original, stat_before = Path(one).read_bytes(), os.stat(one)
@@ -213,11 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in range(args.rounds):
             Path(one).write_bytes(original + f"\n# kcheck speed probe {n}\n".encode())
-            indexed_runs.append(timed_run([*kcheck, "check", "--exit-zero", "-q", one]))
+            indexed_runs.append(timed_run([*kcheck, "check", "--preview", "--exit-zero", "-q", one]))
     finally:
         Path(one).write_bytes(original)
         os.utime(one, ns=(stat_before.st_atime_ns, stat_before.st_mtime_ns))
     indexed = _median(indexed_runs)
+    diff_runs = diff_change(tree, paths, kcheck, args)
+    diff = _median(diff_runs)
     clear_caches(tree)
     memory = {"cold": timed_run(base, sample=True), "warm": timed_run(base, sample=True),
               "one_file": timed_run(one_cmd, sample=True)}
@@ -230,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         "cold": shown(cold), "warm": shown(warm),
         "one_file": {**shown(one_run), "file": os.path.relpath(one, tree), "bytes": os.path.getsize(one)},
         "one_file_indexed": shown(indexed),
+        "diff_10_files": shown(diff),
         "memory_runs": {k: shown(r) for k, r in memory.items()},
         "peak_mib": max(r["peak_mib"] for r in memory.values()),
         "memory_measure": "+".join(sorted({k for r in memory.values() for k in r["memory_measure"].split("+")})),
@@ -250,9 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         "cold_s": cold["wall_s"] < GOALS["cold_s"], "warm_s": warm["wall_s"] < GOALS["warm_s"],
         "one_file_s": one_run["wall_s"] < GOALS["one_file_s"],
         "one_file_indexed_s": indexed["wall_s"] < GOALS["one_file_indexed_s"],
+        "diff_10_files_s": diff["wall_s"] < GOALS["diff_10_files_s"],
         "peak_mib": result["peak_mib"] < GOALS["peak_mib"],
     }
-    crashed = [r for r in (*colds, *warms, one_run, *indexed_runs, *memory.values()) if r["exit_code"] not in (0,)]
+    crashed = [r for r in (*colds, *warms, one_run, *indexed_runs, *diff_runs, *memory.values())
+               if r["exit_code"] not in (0,)]
     for r in crashed:
         print(r["stderr"][-2000:], file=sys.stderr)
     if crashed:  # a run that failed measured nothing: write no figures

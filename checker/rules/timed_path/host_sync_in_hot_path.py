@@ -21,10 +21,13 @@ class HostSyncInHotPath(Rule):
 
     ## What it does
     Finds calls that make the CPU wait for the GPU (`.item()`, `.cpu()`, `.tolist()`,
-    `torch.cuda.synchronize()`, `torch.nonzero`, one-argument `torch.where`, ...) in per-step
-    hot paths: model-layer `forward` methods, decode and step functions, metadata builds
-    (the names are configurable with `hot-path-functions`), and in same-module helpers they
-    call.
+    `torch.cuda.synchronize()`, `torch.nonzero`, one-argument `torch.where`, and Python reading a
+    GPU tensor: `int(t)`, `float(t)`, `max(t)`, `if (t < 0).any():`) in per-step hot paths:
+    model-layer `forward` methods, decode and step functions, metadata builds, MoE `apply`
+    methods (the names are configurable with `hot-path-functions`), a registered op's
+    implementation, the functions the project index finds they call in other modules, and the
+    same-module helpers they call. A sync in a helper is reported where it is written, once.
+    Whether a tensor is on the host comes from the values model (`kcheck.values`).
 
     Not reported:
     - `.item()` on a tensor the function built on the CPU, or on a tensor or array named for the
@@ -101,7 +104,8 @@ class HostSyncInHotPath(Rule):
     ```
 
     ## Options
-    - `hot-path-functions`: fnmatch patterns of the function names treated as per-step paths.
+    - `hot-path-functions`: fnmatch patterns of the function names (or `Class.method` names) treated
+      as per-step paths.
     """
 
     CODE = "KC203"

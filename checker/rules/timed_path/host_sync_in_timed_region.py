@@ -12,9 +12,12 @@ class HostSyncInTimedRegion(Rule):
 
     ## What it does
     Finds calls that make the CPU wait for the GPU (`torch.cuda.synchronize()`, `.item()`,
-    `.cpu()`, `.tolist()`, `.numpy()`, `torch.nonzero`, one-argument `torch.where`, ...) inside a
-    measured region: between two CUDA-event `record()` calls, in a callable given to `do_bench`,
-    or inside a host-timer window (`time.perf_counter()` ... `time.perf_counter()`), and in
+    `.cpu()`, `.tolist()`, `.numpy()`, `torch.nonzero`, one-argument `torch.where`, `int()` or
+    `float()` of a GPU tensor, a branch on `(t > 0).any()`, ...) inside a measured region: between
+    two CUDA-event `record()` calls, in a callable given to `do_bench`, inside a host-timer window
+    (`time.perf_counter()` ... `time.perf_counter()`), or in the forward of a kernel-generation
+    solution (`ModelNew`, a solution's `Model`, a leaderboard `custom_kernel`), which the task's
+    harness times; a sync in a helper is reported where it is written. Also in
     same-module helpers that are harness work: handed a result the region computed
     (`check_nan(out)` after `out = fn(x)`) or called beside the GPU work the region launches
     (`fn(x); check(x)`). A helper that is the region's only work (`attention(q, k, v)`,
