@@ -48,6 +48,9 @@ NOT_SERVING_PATH = re.compile(
     TEST_PATH.pattern + r"|(^|/)(benchmarks?|bench[^/]*|examples?|scripts?|tools?|docs?|processors?|tokenizers?)/")
 MAX_DEPTH = 4
 ENTRY = "a per-step entry point"
+# A test for a backend other than CUDA GPUs (``if _is_cpu:``, ``current_platform.is_npu()``): what
+# its branch calls is that backend's path, not the GPU's step.
+OTHER_BACKEND = re.compile(r"^_?is_(npu|xpu|cpu|hpu|mps|musa|mlu|tpu)$")
 INDIRECT = "reached every step through same-module calls"
 
 
@@ -156,8 +159,21 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             text = dotted(node.func)
             if text:
                 facts.calls[owner].append(text)
+        if kind is ast.If and _other_backend(node.test):
+            stack.extend((n, owner, klass) for n in [node.test, *node.orelse])  # not that backend's branch
+            continue
         stack.extend((n, owner, klass) for n in ast.iter_child_nodes(node))
     return facts
+
+
+def _other_backend(test: ast.expr) -> bool:
+    """``if _is_cpu:``, ``if is_npu():``, ``if current_platform.is_xpu():`` (alone or first in an ``and``)."""
+    if type(test) is ast.BoolOp and type(test.op) is ast.And:
+        test = test.values[0]
+    if type(test) is ast.Call:
+        test = test.func
+    name = dotted(test) if type(test) in (ast.Name, ast.Attribute) else None
+    return bool(name) and bool(OTHER_BACKEND.match(name.rsplit(".", 1)[-1]))
 
 
 def per_call_statements(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:

@@ -150,3 +150,19 @@ def test_a_lazy_initialiser_fills_its_cache_once():
     assert facts.calls["get_cached"] == []
     # a guard that returns something else, and fills nothing, is an ordinary branch
     assert sorted(facts.calls["get_checked"]) == ["allocate", "refresh"]
+
+
+def test_another_backends_branch_is_not_the_gpu_step():
+    src = """
+        from .native import moe_forward_native
+        from .triton import fused_experts
+
+
+        class MoEMethod:
+            def apply(self, x):
+                if _is_cpu:
+                    return moe_forward_native(x)
+                return fused_experts(x)
+    """
+    facts = _facts({"pkg/moe.py": src})["pkg/moe.py"]
+    assert facts.calls["MoEMethod.apply"] == ["fused_experts"]

@@ -7,7 +7,7 @@ import libcst as cst
 
 from kcheck.gate import dotted
 from kcheck.model import MEASUREMENT_PATH, walk
-from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, once_per_input
+from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, once_per_input
 from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
@@ -375,7 +375,6 @@ OTHER_DEVICES = {"npu", "xpu", "mps", "hpu", "mlu", "musa", "cpu", "tpu"}
 OFF_CUDA_SLOT = re.compile(r"_(npu|xpu|hpu|mps|mlu|musa|cpu|tpu)$")
 TOOL_CLASS = re.compile(r"(Dumper|Debugger|Profiler)$")
 OTHER_BACKEND_CALL = re.compile(r"^torch\.(npu|xpu|mps|hpu|mlu|musa)\.")
-OTHER_BACKEND = re.compile(r"^_?is_(npu|xpu|cpu|hpu|mps|musa|mlu|tpu)$")
 
 
 def _isinstance_list(test: cst.CSTNode) -> bool:
