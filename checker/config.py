@@ -69,6 +69,9 @@ class Config:
     # Set per file by the engine from the project index (kcheck.project), never by users: this
     # file's functions ("f", "Cls.m") reached every step from a hot path in another function, with why.
     per_step: tuple[tuple[str, str], ...] = ()
+    # Set per file by the engine from the project index: lazy initialisers ("f", "Cls.m") and the
+    # index of their guard statement; what follows the guard runs once, on the first call.
+    once_after: tuple[tuple[str, int], ...] = ()
     library_ops: tuple[str, ...] = ()
     fallback_announcers: tuple[str, ...] = ()
     require_suppression_reason: bool = True

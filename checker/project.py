@@ -108,6 +108,9 @@ class FileFacts:
     imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified (relative imports resolved)
     # "f" or "Cls.m" -> the calls in its body (outside nested functions), as dotted text
     calls: dict[str, list[str]] = field(default_factory=dict)
+    # "f" or "Cls.m" of a lazy initialiser -> the index of its guard among the body's statements:
+    # the statements after it run once (see per_call_statements)
+    once_after: dict[str, int] = field(default_factory=dict)
 
 
 def module_name(path: str) -> str:
@@ -148,7 +151,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             inner = name if not owner else ""  # a nested function's calls are not its parent's
             if not owner:
                 facts.calls.setdefault(name, [])
-            stack.extend((n, inner or "<nested>", "") for n in per_call_statements(node))
+            every = per_call_statements(node)
+            if len(every) < len(node.body) and not owner:
+                facts.once_after[name] = len(every) - 1
+            stack.extend((n, inner or "<nested>", "") for n in every)
             continue
         if kind is ast.ClassDef:
             stack.extend((n, owner, node.name if not owner and not klass else "") for n in node.body)
@@ -159,6 +165,8 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             text = dotted(node.func)
             if text:
                 facts.calls[owner].append(text)
+        if kind is ast.ExceptHandler:
+            continue  # an error path, not the step (a handler that re-raises or logs)
         if kind is ast.If and _other_backend(node.test):
             stack.extend((n, owner, klass) for n in [node.test, *node.orelse])  # not that backend's branch
             continue
@@ -413,5 +421,9 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
     for job in jobs:
         mine = tuple(sorted((name, why) for name, why in steps.get(job.rel, {}).items()
                             if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name)))
-        out.append(replace(job, config=replace(job.config, per_step=mine)) if mine != job.config.per_step else job)
+        facts = files.get(job.rel)
+        once = tuple(sorted(facts.once_after.items())) if facts is not None else ()
+        if mine != job.config.per_step or once != job.config.once_after:
+            job = replace(job, config=replace(job.config, per_step=mine, once_after=once))
+        out.append(job)
     return out

@@ -166,3 +166,35 @@ def test_another_backends_branch_is_not_the_gpu_step():
     """
     facts = _facts({"pkg/moe.py": src})["pkg/moe.py"]
     assert facts.calls["MoEMethod.apply"] == ["fused_experts"]
+
+
+def test_below_a_lazy_guard_the_model_sees_the_first_call_only(tmp_path):
+    workspace = """
+        import torch
+
+        _ws = None
+
+
+        def get_workspace(n: torch.Tensor):
+            global _ws
+            peek = int(n.sum())
+            if _ws is not None:
+                return _ws
+            _ws = torch.empty(int(n.max()), device="cuda")
+            return _ws
+    """
+    layer = """
+        import torch
+        from ..ops.workspace import get_workspace
+
+
+        class Layer(torch.nn.Module):
+            def forward(self, x: torch.Tensor, n: torch.Tensor):
+                return x + get_workspace(n)[0]
+    """
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/ops/workspace.py": workspace,
+                      "pkg/layers/layer.py": layer})
+    jobs, _ = discover([str(tmp_path / "pkg")])
+    found = [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC203"]
+    # the sync above the guard runs every call; the one that fills the workspace runs once
+    assert [(f.path, f.line) for f in found] == [("pkg/ops/workspace.py", 9)]

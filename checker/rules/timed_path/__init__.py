@@ -462,7 +462,11 @@ def through(model, call: cst.Call, via: cst.Call | None) -> str:
     goes, once however many regions reach it), the message says through which call."""
     if via is None:
         return ""
-    return f" (in {model.context_of(call) or 'the module'}(), reached through {model.dotted(via.func)}())"
+    where = model.context_of(call) or "the module"
+    name = model.dotted(via.func) or ""
+    if name.rsplit(".", 1)[-1] == where.rsplit(".", 1)[-1]:
+        return f" (in {where}())"  # the helper the region calls
+    return f" (in {where}(), reached through {name}())"
 
 
 GPU_WORK_NAMES = {"torch", "kernel", "fn", "func", "model", "op", "launch"}
@@ -545,7 +549,8 @@ DEBUG_FLAG = re.compile(r"(^|_)envs?($|_)|debug|verbose|trace|timing|profil", re
 
 def off_the_step(model, node: cst.CSTNode) -> bool:
     """Whether ``node`` runs only off the normal step: in an ``except`` handler or a branch that
-    only logs and gives up (error paths),
+    only logs and gives up (error paths), below a lazy initialiser's guard (the project index's
+    ``once_after``),
     under an ``if`` on a debug switch or one that fills the cache its test reads (once per key),
     or after an early ``if not <debug switch>: return`` in its function."""
     function = None
@@ -566,6 +571,10 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
             break
         child = anc
     if type(function) is cst.FunctionDef and type(function.body) is cst.IndentedBlock:
+        guard = dict(model.config.once_after).get(model.scope_names.get(id(function), ""))
+        if guard is not None and any(  # below a lazy initialiser's guard: the first call only
+                n is stmt for stmt in function.body.body[guard + 1:] for n in model.ancestors(node)):
+            return True
         for stmt in function.body.body:
             if any(n is stmt for n in model.ancestors(node)):
                 break
