@@ -24,7 +24,8 @@ class BroadExceptFallback(Rule):
     kernel libraries such as AITER, FlashAttention, FlashInfer, DeepGEMM, Apex or Transformer
     Engine; not the compilers themselves) or build or fetch one (`load_inline`,
     `cpp_extension.load`, `torch.ops.load_library`, `get_kernel`), whose broad handler neither
-    re-raises, warns nor keeps the error: every later call silently takes the slower path. Tests,
+    re-raises, warns, keeps the error nor returns a reason (`return False, "requires aiter"`):
+    every later call silently takes the slower path. Tests,
     which guard imports of what they test, are left alone, and so is a capability probe (`is_*`,
     `has_*`, `*_available`) whose caller in the module tests its answer and announces the choice;
     a probe whose False nobody announces is reported. A module whose name starts with `cuda` is a
@@ -151,7 +152,7 @@ def moe(x, w):
                 body = statements(handler.body)
                 if caught and not any(type(n) is cst.Raise for s in body for n in _walk(s)) and not warns(
                     model, body
-                ) and not _keeps_error(handler):
+                ) and not _keeps_error(handler) and not _returns_reason(handler):
                     self.report(handler, handler=caught, kernel=what)
 
 
@@ -190,6 +191,15 @@ def _announced_by_callers(model, probe: cst.FunctionDef) -> bool:
             if type(anc) in (cst.FunctionDef, cst.IndentedBlock):
                 break
     return False
+
+
+def _returns_reason(handler: cst.ExceptHandler) -> bool:
+    """``return False, "requires aiter"``: a capability check that hands its caller (a kernel
+    selector, which reports it) the reason it said no."""
+    strings = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
+    return any(type(n) is cst.Return and type(n.value) is cst.Tuple
+               and any(type(e.value) in strings for e in n.value.elements)
+               for s in statements(handler.body) for n in _walk(s))
 
 
 def _keeps_error(handler: cst.ExceptHandler) -> bool:
