@@ -76,7 +76,8 @@ class TimedRegion:
     """Code whose cost lands in a measurement or in every serving step.
 
     ``nodes`` are the statements (or the lambda body) inside the region; ``exempt`` are nodes
-    in it that belong to the measurement itself (the synchronize before a host timer's stop).
+    in it that belong to the measurement itself (the synchronize before a host timer's stop, or
+    the ``.item()`` of the window's last statement, which ends the GPU work as well).
     """
 
     kind: str  # event-window | bench-callable | host-timer | graph-capture | hot-path
@@ -642,6 +643,9 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
             while j >= 0 and _is_sync_statement(model, inner[j], function):
                 exempt.add(id(inner[j]))
                 j -= 1
+            if not exempt and inner and type(inner[-1]) is cst.SimpleStatementLine:
+                # ``y = fn(x).item()`` last: its sync ends the GPU work, as the window needs
+                exempt |= {id(c) for c in _statement_calls(inner[-1]) if model.sync_kind(c, function)}
             synced = bool(exempt) or _loop_ends_synced(model, inner[-1] if inner else None, function) or any(
                 model.sync_kind(c, function) for c in _statement_calls(stmts[stop]))
             model.timed_regions.append(TimedRegion(

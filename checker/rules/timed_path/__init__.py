@@ -442,7 +442,7 @@ def region_calls(model, kinds: tuple[str, ...], follow: Callable | None = None
             continue
         roots = [n for n in region.nodes if id(n) not in region.exempt]
         for call, via in model.calls_in(roots, follow=follow):
-            if id(call) not in seen:
+            if id(call) not in seen and id(call) not in region.exempt:
                 seen.add(id(call))
                 yield region, call, via
 
