@@ -167,6 +167,9 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                 facts.calls[owner].append(text)
         if kind is ast.ExceptHandler:
             continue  # an error path, not the step (a handler that re-raises or logs)
+        if kind is ast.If and type(node.test) is ast.Constant and not node.test.value:
+            stack.extend((n, owner, klass) for n in node.orelse)  # ``if False:``: never runs
+            continue
         if kind is ast.If and _other_backend(node.test):
             stack.extend((n, owner, klass) for n in [node.test, *node.orelse])  # not that backend's branch
             continue

@@ -549,7 +549,7 @@ DEBUG_FLAG = re.compile(r"(^|_)envs?($|_)|debug|verbose|trace|timing|profil", re
 
 def off_the_step(model, node: cst.CSTNode) -> bool:
     """Whether ``node`` runs only off the normal step: in an ``except`` handler or a branch that
-    only logs and gives up (error paths), below a lazy initialiser's guard (the project index's
+    only logs and gives up (error paths), in a branch that never runs (``if False:``), below a lazy initialiser's guard (the project index's
     ``once_after``),
     under an ``if`` on a debug switch or one that fills the cache its test reads (once per key),
     or after an early ``if not <debug switch>: return`` in its function."""
@@ -566,6 +566,8 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
                 return True
         if type(anc) is cst.If and child is not anc.test and _fills_cache(model, anc):
             return True
+        if type(anc) in (cst.If, cst.While) and child is anc.body and _never_true(anc.test):
+            return True  # ``if False:``, ``if 0:``, ``if TYPE_CHECKING:``: a branch that never runs
         if type(anc) in (cst.FunctionDef, cst.Lambda):
             function = anc
             break
@@ -623,6 +625,15 @@ def _fills_cache(model, node: cst.If) -> bool:
     return any(type(n) is cst.Call and type(n.func) is cst.Attribute and type(n.func.value) is cst.Name
                and n.func.value.value in ("self", "cls") and (target := model.callee(n)) is not None
                and _assigns(model, target.body, tested) for n in walk(node.body))
+
+
+def _never_true(test: cst.CSTNode) -> bool:
+    """A test that is false whenever the code runs: ``False``, ``0``, ``None``, ``TYPE_CHECKING``."""
+    if type(test) is cst.Name:
+        return test.value in ("False", "None", "TYPE_CHECKING")
+    if type(test) is cst.Attribute:
+        return test.attr.value == "TYPE_CHECKING"
+    return type(test) is cst.Integer and test.value in ("0", "0x0")
 
 
 def _absence_test(test: cst.CSTNode) -> bool:
