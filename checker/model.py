@@ -46,6 +46,8 @@ SYNC_FUNCTIONS = {
     "torch.unique": "torch.unique() (waits for the result size)",
     "torch.masked_select": "torch.masked_select() (waits for the result size)",
     "torch.argwhere": "torch.argwhere() (waits for the result size)",
+    "torch.equal": "torch.equal() (returns a Python bool)",
+    "torch.allclose": "torch.allclose() (returns a Python bool)",
     "torch.repeat_interleave": None,  # a sync only without output_size; handled below
 }
 SYNC_METHODS = {
@@ -68,7 +70,7 @@ CPU_TENSOR_FACTORIES = {"torch.tensor", "torch.as_tensor", "torch.from_numpy"}
 # kernel claims whose function a task's harness times (KernelBench's ModelNew, a leaderboard entry)
 HARNESS_TIMED = ("model-new", "model-solution", "custom-kernel")
 # ops whose result size depends on the data: a sync when their input is on the GPU
-DATA_DEPENDENT = re.compile(r"^torch\.(nonzero|argwhere|unique|masked_select|repeat_interleave|where)$")
+DATA_DEPENDENT = re.compile(r"^torch\.(nonzero|argwhere|unique|masked_select|repeat_interleave|where|equal|allclose)$")
 
 
 @dataclass

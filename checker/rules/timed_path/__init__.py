@@ -24,7 +24,7 @@ TIMED = ("event-window", "bench-callable", "host-timer")
 # last components of the decorators that register a custom op's implementation (a wide superset of
 # the model's custom-op claims, whose implementation is a per-step path)
 REGISTERING = {"custom_op", "register_kernel", "impl"}
-SYNC_TEXT = r"\b(int|float|bool|complex|max|min|sum|any|all|range|divmod)\(|\b(if|while|assert)\b|synchronize|\.item\(|\.cpu\(|\.tolist\(|\.numpy\(|nonzero|where\(|unique|masked_select|repeat_interleave|['\"]cpu['\"]"
+SYNC_TEXT = r"\b(int|float|bool|complex|max|min|sum|any|all|range|divmod)\(|\b(if|while|assert)\b|synchronize|argwhere|equal\(|allclose|\.item\(|\.cpu\(|\.tolist\(|\.numpy\(|nonzero|where\(|unique|masked_select|repeat_interleave|['\"]cpu['\"]"
 TIMER_TEXT = r"\.record\(|perf_counter|time\(|monotonic|default_timer|do_bench|bench_gpu_time|benchmark_fn" \
     r"|ModelNew|custom_kernel|class Model\b"  # and what a task's harness times
 
@@ -558,6 +558,8 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
     for anc in model.ancestors(node):
         if type(anc) is cst.ExceptHandler or _error_branch(model, anc):
             return True
+        if type(anc) is cst.Assert and child is anc.msg:
+            return True  # an assert's message is built only when the assert fails
         if type(anc) in (cst.If, cst.IfExp) and child is not anc.test and _names_flag(anc.test):
             # the branch taken when the switch is on: the body of ``if debug:``, the else of
             # ``if not self.enable_timing:`` (whose body is the normal path)
@@ -590,10 +592,12 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
 
 def _error_branch(model, block: cst.CSTNode) -> bool:
     """``else: print(f"[ERROR] unsupported backend {b}"); return None``: a branch that only logs and
-    then gives up (``return``, ``return None``, ``raise``) is an error path."""
+    then gives up (``return``, ``return None``), or any branch that ends by raising, is an error path."""
     if type(block) is not cst.IndentedBlock or type(model.parent(block)) not in (cst.If, cst.Else):
         return False
     *body, last = block.body
+    if type(last) is cst.SimpleStatementLine and any(type(x) is cst.Raise for x in last.body):
+        return True  # a branch that ends by raising: what it does first (a debug message) is the error's
     if not (type(last) is cst.SimpleStatementLine and len(last.body) == 1 and (
         type(last.body[0]) is cst.Raise or type(last.body[0]) is cst.Return and (
             last.body[0].value is None or type(last.body[0].value) is cst.Name and last.body[0].value.value == "None"))):

@@ -7,7 +7,7 @@ import libcst as cst
 
 from kcheck.gate import dotted
 from kcheck.model import MEASUREMENT_PATH, walk
-from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, once_per_input
+from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, OTHER_PLATFORM, once_per_input
 from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
@@ -160,7 +160,7 @@ def decode_step(model, tokens):
         rule does not excuse by its callee alone (a CPU-named tensor, another backend, an event)."""
         path = summary.path
         if MEASUREMENT_PATH.search(path) or DEBUG_PATH.search(path) or REFERENCE_PATH.search(path) \
-                or SHIPPED_EXAMPLE.search(path) or ENCODER_PATH.search(path):
+                or SHIPPED_EXAMPLE.search(path) or ENCODER_PATH.search(path) or OTHER_PLATFORM.search(path):
             return False
         view = file_view(summary)
         if SYNC_WORDS.isdisjoint(view.words):
@@ -180,6 +180,8 @@ def decode_step(model, tokens):
             return  # a test's "decode step", a debugging tool's step(), a reference, a problem's sample submission
         if ENCODER_PATH.search(model.path):
             return  # a pipeline's text and image encoders: once per request, before the denoising loop
+        if OTHER_PLATFORM.search(model.path):
+            return  # another platform's backend (an `_ascend/` or `npu/` folder): not the GPU's step
         for region, call, via in _hot_calls(model):
             where = via if via is not None else call
             if _allowed(model, call) or off_the_step(model, call) or (
