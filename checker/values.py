@@ -25,8 +25,6 @@ import weakref
 
 import libcst as cst
 
-from kcheck.model import walk
-
 HOST, DEVICE, TENSOR = "host", "device", "tensor"
 ON_GPU = (DEVICE, TENSOR)
 
@@ -399,3 +397,10 @@ def reading_sync(model, call: cst.Call) -> str | None:
         if places.place(top) in ON_GPU or type(top) is cst.UnaryOperation:
             return f"a branch on .{func.attr.value}() of a GPU tensor"
     return None
+
+
+def walk(root, into_scopes: bool = True):
+    """:func:`kcheck.model.walk` (imported when first used: the model imports this module)."""
+    from kcheck.model import walk as model_walk
+
+    return model_walk(root, into_scopes)

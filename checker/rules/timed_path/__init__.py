@@ -450,11 +450,23 @@ def region_calls(model, kinds: tuple[str, ...], follow: Callable | None = None
 def report_calls(rule, kinds: tuple[str, ...], classify: Callable, template: str) -> None:
     """Report each call in ``kinds`` regions that ``classify(call)`` names, where it is written (see ``through``)."""
     model = rule.model
+    seen: set[int] = set()
     for region, call, via in region_calls(model, kinds):
         what = classify(call)
-        if not what:
+        if not what or not first_in_statement(model, call, seen):
             continue
         rule.report(call, template.format(what=what, helper=through(model, call, via), region=region.label))
+
+
+def first_in_statement(model, call: cst.Call, seen: set[int]) -> bool:
+    """Whether ``call`` is the first a rule reports in its statement (``x.cpu().numpy()``,
+    ``if a.any().item() or b.any().item():``: one finding for the statement), recording it in ``seen``."""
+    stmt = next((a for a in model.ancestors(call) if type(a) in (cst.SimpleStatementLine, cst.If, cst.While)),
+                call)
+    if id(stmt) in seen:
+        return False
+    seen.add(id(stmt))
+    return True
 
 
 def through(model, call: cst.Call, via: cst.Call | None) -> str:

@@ -12,6 +12,7 @@ from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
 from kcheck.rules.timed_path import (
+    first_in_statement,
     CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, SYNC_WORDS, FileView, file_view, off_the_step, through,
 )
 
@@ -175,6 +176,7 @@ def decode_step(model, tokens):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
+        seen: set[int] = set()  # statements already reported (first_in_statement)
         if MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path) or REFERENCE_PATH.search(model.path) \
                 or SHIPPED_EXAMPLE.search(model.path):
             return  # a test's "decode step", a debugging tool's step(), a reference, a problem's sample submission
@@ -191,7 +193,8 @@ def decode_step(model, tokens):
             what = model.sync_kind(call, model.enclosing_function(call))
             if not what or OTHER_BACKEND_CALL.match(model.call_name(call) or "") or _event_wait(model, call):
                 continue  # ``torch.mps.synchronize()``: another backend's own sync; an event fence
-            self.report(call, what=what, helper=through(model, call, via), region=region.label)
+            if first_in_statement(model, call, seen):
+                self.report(call, what=what, helper=through(model, call, via), region=region.label)
 
 
 def _off_cuda_slot(model, function) -> bool:

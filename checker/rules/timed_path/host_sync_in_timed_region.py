@@ -4,7 +4,9 @@ import libcst as cst
 
 from kcheck.model import walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import SYNC_TEXT, TIMED, TIMER_TEXT, gpu_work, region_calls, region_reaches, through
+from kcheck.rules.timed_path import (
+    SYNC_TEXT, TIMED, TIMER_TEXT, first_in_statement, gpu_work, region_calls, region_reaches, through,
+)
 
 
 class HostSyncInTimedRegion(Rule):
@@ -138,13 +140,15 @@ def bench(fn, x):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
+        seen: set[int] = set()  # statements already reported (first_in_statement)
         for region, call, via in region_calls(model, TIMED):
             what = model.sync_kind(call, model.enclosing_function(call))
             if not what or (via is not None and not _harness_helper(model, region, via)):
                 continue
             if via is None and _gathers_statistic(model, call) and _informational(model, region):
                 continue  # an experiment's own statistics, timed only for a printed figure
-            self.report(call, what=what, helper=through(model, call, via), region=region.label)
+            if first_in_statement(model, call, seen):
+                self.report(call, what=what, helper=through(model, call, via), region=region.label)
 
 
 def _harness_helper(model, region, via: cst.Call) -> bool:

@@ -7,6 +7,7 @@ import libcst as cst
 from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import (
+    first_in_statement,
     DEBUG_PATH, LOG_WORDS, TIMED, file_view, gpu_work, off_the_step, region_calls, region_reaches, through,
 )
 
@@ -138,6 +139,7 @@ class Layer(torch.nn.Module):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
+        seen: set[int] = set()  # statements already reported (first_in_statement)
         on_step = lambda site: not off_the_step(model, site)  # noqa: E731 - helpers called off the step are not entered
         for region, call, via in region_calls(model, TIMED + ("graph-capture", "hot-path"), follow=on_step):
             what = model.log_kind(call)
@@ -151,7 +153,8 @@ class Layer(torch.nn.Module):
                 continue  # wall time of a job (a CI run, an eval, a tuning sweep), not of GPU work
             if region.kind == "hot-path" and what != "print()" and not self._formats_argument(call, region.function):
                 continue
-            self.report(call, what=what, helper=through(model, call, via), region=region.label)
+            if first_in_statement(model, call, seen):
+                self.report(call, what=what, helper=through(model, call, via), region=region.label)
 
     @staticmethod
     def _formats_argument(call: cst.Call, function: cst.FunctionDef | None) -> bool:
