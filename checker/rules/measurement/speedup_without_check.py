@@ -44,6 +44,10 @@ class SpeedupWithoutCheck(Rule):
     returned, or tested by an `if` that fails or warns), and gets the printed-only report when it
     is only printed.
 
+    The finding is put where the speed-up is computed (`speedup = t_ref / t_new`, or a string
+    that prints a ratio), not at a table header or an array allocated for the ratios, which only
+    announce it.
+
     ## Why is this bad?
     A kernel bug produces fluent, plausible, wrong output at a very good latency: a kernel that
     skips work is fast. A microbenchmark can reject a kernel, never accept one, and a speed-up
@@ -150,8 +154,20 @@ def benchmark(fn, baseline, x):
         self.report(self._statement(claim), PRINTED_MESSAGE if printed else None)
 
     def _claim(self, module: cst.Module) -> cst.CSTNode | None:
-        """The first reported speed-up in measurement code: a string saying so (not a docstring)
-        or an assignment to a ``*speedup*`` name."""
+        """The reported speed-up in measurement code: a string saying so (not a docstring) or an
+        assignment to a ``*speedup*`` name. The first one that computes the ratio (a division in
+        its statement: ``speedup = t_ref / t_new``, ``f"speedup {a / b:.2f}x"``) is where the
+        speed-up is claimed; a table header or an array allocated for the ratios only announces
+        it, and is the claim only where no statement computes one."""
+        claims = self._claims(module)
+        for claim in claims:
+            if any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Divide
+                   for n in nodes_under(self._statement(claim))):
+                return claim
+        return claims[0] if claims else None
+
+    def _claims(self, module: cst.Module) -> list[cst.CSTNode]:
+        found = []
         scope = Scope(self)
         for node in nodes_under(module, nested=True):
             claim = False
@@ -164,8 +180,8 @@ def benchmark(fn, baseline, x):
             elif type(node) is cst.AssignTarget and type(node.target) is cst.Name:
                 claim = "speedup" in node.target.value.lower()
             if claim and scope.covers(node):
-                return node
-        return None
+                found.append(node)
+        return found
 
     def _statement(self, node: cst.CSTNode) -> cst.CSTNode:
         for anc in self.model.ancestors(node):
