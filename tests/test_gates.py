@@ -110,7 +110,9 @@ def row_sum({params}, out_ptr, N: tl.constexpr):
     ("x_ptr, part_ptr", "p = x_ptr + tl.load(part_ptr + row)", True),  # through a load: an offset, not the buffer
 ])
 def test_low_precision_sum_gate_follows_local_pointers(params, assign, passes):
-    assert _gate_and_rule("KC503", ROW_SUM.format(params=params, assign=assign), "ops/row_sum.py") == (passes, passes)
+    # the rule follows the pointer (kcheck.triton_values); the gate may let more through, never less
+    gate, rule = _gate_and_rule("KC503", ROW_SUM.format(params=params, assign=assign), "ops/row_sum.py")
+    assert rule == passes and (gate or not rule)
 
 
 LOOSE = '''

@@ -9,9 +9,9 @@ import libcst as cst
 from kcheck.gate import ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    META_PARAM, TRITON_TEXT, assignments, dotted, ast_nodes, is_tl_attr, kernels, names_in, nodes_under, tl_op,
-    triton_gate_view,
+    META_PARAM, TRITON_TEXT, assignments, dotted, ast_nodes, kernels, names_in, nodes_under, tl_op, triton_gate_view,
 )
+from kcheck.triton_values import I64, values as triton_values
 
 # Sizes that stay small in serving: head, expert, top-k, group and tile counts, and the strides of
 # per-row statistics (rstd, mean, lse) and rotary tables (cos, sin, freqs).
@@ -59,7 +59,11 @@ class Int32OffsetOverflow(Rule):
     ## What it does
     Inside a `@triton.jit` function, finds products of a program id (`tl.program_id(...)`, or a
     name computed from one) with a runtime argument (a stride or a size that is not a
-    `tl.constexpr`), where neither side was cast to `tl.int64` first, and reports one only when
+    `tl.constexpr`) or a compile-time stride or size (`stride_row: tl.constexpr`,
+    `hidden_size: tl.constexpr`: an int32 in the product all the same) that the Triton value
+    model (`kcheck.triton_values`) finds 32-bit: neither side cast to `tl.int64` (`.to`,
+    `tl.cast(n, tl.int64)`, also through a name, as in `stride = tl.cast(stride, tl.int64)`),
+    annotated `tl.int64`, or loaded from an int64 tensor the module's launcher allocates; and reports one only when
     the file gives evidence that the tensor it addresses can pass 2^31 elements:
 
     - a large tensor's name on the pointer the product offsets, on the stride or size, or on
@@ -77,7 +81,7 @@ class Int32OffsetOverflow(Rule):
     - the same program id cast to `tl.int64` for the same dimension of a sibling tensor
       (`pid_n.to(tl.int64) * stride_qn` beside `pid_n * stride_on`).
 
-    Left alone: products with a block size (a `tl.constexpr`, or a parameter named like one,
+    Left alone: products with a block size (an upper-case `tl.constexpr`, or a parameter named like one,
     which KC504 reports), with a literal, with head, expert, top-k, group and tile counts or ids
     (`head * stride_h`, `pid_h`, `i_hv`), with a row of a decode batch (`rows = request *
     DECODE_QUERY_LEN + q`: requests times the query tokens each brings to the step, whatever
@@ -212,13 +216,15 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         if SMALL_KERNEL.search(k.name) or SMALL_FILE.search(self.context.path):
             return
         model = self.model
-        runtime = k.runtime_params()
+        runtime = k.runtime_params() | strides(k.constexprs)
         pids: set[str] = set()
         ever_pids: set[str] = set()
         scaled: set[str] = set()  # pid names already multiplied by a runtime size (batch * seq_len + t)
 
+        vals = triton_values(model, k.fn)
+
         def wide(expr) -> bool:
-            return any(is_tl_attr(model, n, "int64", "uint64") for n in nodes_under(expr))
+            return vals.of(expr) == I64  # .to(tl.int64), tl.cast(n, tl.int64), an int64 load or argument
 
         bounded: set[str] = set()  # names whose latest value is a remainder by a compile-time constant
 
@@ -396,10 +402,9 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         for n in nodes_under(k.fn.body):
             if type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply:
                 for a, b in ((n.left, n.right), (n.right, n.left)):
-                    if type(a) is cst.Call and type(a.func) is cst.Attribute and \
-                            a.func.attr.value in ("to", "cast") and type(a.func.value) is cst.Name and \
-                            a.func.value.value in ever_pids and wide(a):
-                        widened.setdefault(a.func.value.value, set()).update(names_in(b) & runtime)
+                    source = _cast_source(model, a)
+                    if source in ever_pids and wide(a):
+                        widened.setdefault(source, set()).update(names_in(b) & runtime)
         walk(report=True)
 
     def _launch_args(self, k) -> dict[str, set[str]]:
@@ -452,6 +457,27 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         return False
 
 
+def strides(constexprs: set[str]) -> set[str]:
+    """The ``tl.constexpr`` parameters that are strides or sizes, not block sizes: lower-case names
+    (``stride_xm: tl.constexpr``, ``hidden_size: tl.constexpr``) and upper-case ones naming a
+    stride. A compile-time integer that fits in 32 bits is an int32 in the product, which wraps
+    the same way a runtime stride does."""
+    return {c for c in constexprs if (c != c.upper() or "STRIDE" in c) and not META_PARAM.search(c)}
+
+
+def _cast_source(model, call) -> str | None:
+    """``pid`` of ``pid.to(...)``, ``pid.cast(...)`` or ``tl.cast(pid, ...)``."""
+    if type(call) is not cst.Call:
+        return None
+    if type(call.func) is cst.Attribute and call.func.attr.value in ("to", "cast"):
+        source = call.func.value
+    elif tl_op(model, call) == "cast" and call.args:
+        source = call.args[0].value
+    else:
+        return None
+    return source.value if type(source) is cst.Name else None
+
+
 def _gate_names(node: ast.AST) -> set[str]:
     """``names_in`` over ``ast``: every identifier under ``node`` (attribute and keyword names too)."""
     return {name for n in ast_nodes([node]) for name in ast_identifiers(n)}
@@ -497,7 +523,7 @@ class _GateKernel:
     def __init__(self, view, summary, k) -> None:
         self.view, self.summary, self.k = view, summary, k
         self.params = set(k.params)
-        self.runtime = k.runtime_params()
+        self.runtime = k.runtime_params() | strides(k.constexprs)
         assigned = k.assigned()
         self.pids: set[str] = set()  # _check's ``ever_pids``, flow-insensitive
         changed = True
@@ -599,10 +625,16 @@ class _GateKernel:
                 if not _is_mult(n):
                     continue
                 for a, b in ((n.left, n.right), (n.right, n.left)):
-                    if type(a) is ast.Call and type(a.func) is ast.Attribute and a.func.attr in ("to", "cast") and \
-                            type(a.func.value) is ast.Name and a.func.value.id in self.pids and any(
-                            self.view.is_tl_attr(m, "int64", "uint64") for m in ast_nodes([a], into_scopes=False)):
-                        self._widened.setdefault(a.func.value.id, set()).update(_gate_names(b) & self.runtime)
+                    if type(a) is not ast.Call:
+                        continue
+                    if type(a.func) is ast.Attribute and a.func.attr in ("to", "cast"):
+                        source = a.func.value
+                    elif self.view.tl_op(a) == "cast" and a.args:
+                        source = a.args[0]
+                    else:
+                        continue
+                    if type(source) is ast.Name and source.id in self.pids:  # any target: wider than the rule
+                        self._widened.setdefault(source.id, set()).update(_gate_names(b) & self.runtime)
         return self._widened
 
     def rows(self) -> bool:
