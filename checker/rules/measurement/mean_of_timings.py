@@ -11,7 +11,10 @@ from kcheck.rule import Rule
 from kcheck.rules.measurement import Scope, arg, device_timing, int_value, last, nodes_under, region_root, timing
 
 MEANS = {"mean", "fmean", "average"}
-FEW_RUNS = 10  # a window averaging this many runs or fewer is "a handful"
+FEW_RUNS = 20  # a window averaging this many runs or fewer is "a handful"
+# Calls whose result holds timings or their statistics (``benchmark_forward``, ``timeit``,
+# ``get_timing_stats``, ``timing_fn``): a ``.mean`` or ``["mean"]`` read off it is a mean of timings.
+TIMING_RESULT = re.compile(r"bench|timeit|timing|elapsed|^time_|_time$|autorange", re.IGNORECASE)
 SPREAD = re.compile(r"median|percentile|quantile", re.IGNORECASE)
 ESTIMATE = re.compile(r"estimat|n_repeat|calibrat", re.IGNORECASE)
 
@@ -20,16 +23,20 @@ class MeanOfTimings(Rule):
     """Timings reported as a mean, or averaged over a handful of runs.
 
     ## What it does
-    In test and benchmark code, finds three ways of reporting a mean where a median is
+    In test and benchmark code, finds the ways of reporting a mean where a median is
     needed: the mean (`statistics.mean`, `np.mean`, `.mean()`, `sum(t) / len(t)`) of a list of
     per-run timings (filled from `elapsed_time` or host timers); `do_bench(...,
-    return_mode="mean")`; and a timed window around `for _ in range(N)` with N of 10 or fewer,
-    whose total divided by N is a mean of a handful of runs.
+    return_mode="mean")`; the mean read off a timing helper's result (`m.mean` of
+    `_, m = benchmark_forward(...)`, `stats["mean"]` of `get_timing_stats(times)`; a same-module
+    helper whose own mean is reported is not reported again at its callers); and a timed
+    window around `for _ in range(N)` with N of 20 or fewer, or a host-timed total divided by
+    such a loop's count (`(time.perf_counter() - t0) / iters`, wherever the two timers stand),
+    which is a mean of a handful of runs.
 
-    A mean reported beside the median or percentiles (a function that computes those too) is an
-    extra column, and a short window that only estimates a call's time to size the real
-    measurement (`estimate_ms`, `n_repeat`, as `do_bench` does) is not a report: neither is
-    reported.
+    A mean reported beside the median or percentiles (a function that computes or reads those
+    too, `stats["median"]` included) is an extra column, and a short window that only estimates
+    a call's time to size the real measurement (named `estimate_ms`, `n_repeat`, or whose time
+    flows into a later loop's count, as `do_bench` does) is not a report: neither is reported.
 
     ## Why is this bad?
     Kernel timings have a long right tail: clock changes, interrupts, other tenants and the
@@ -108,18 +115,23 @@ def bench_host(fn, x, iters=5):
 
     @classmethod
     def gate(cls, summary, config) -> bool:
-        """Necessary: a GPU import and a timer's name (``timing.may_time``), and one of the three
-        findings' ingredients: ``do_bench(return_mode="mean")``; a window in measurement code
-        (``TimingFacts.measured_windows``) whose function calls ``range(N)`` with N a literal or a
-        parameter default from 2 to 10 and names no estimate; or a mean or sum over a list filled
-        with timings, in measurement code, not beside a median (see ``_gate_*``)."""
+        """Necessary: a GPU import, and a ``mean`` attribute or a ``"mean"`` string (a mean read
+        off timing results), or a timer's name (``timing.may_time``) and one of the other
+        findings' ingredients: ``do_bench(return_mode="mean")``; a function that calls ``range(N)``
+        with N a literal or a parameter default from 2 to FEW_RUNS and names no estimate (a window
+        or a divided total); or a mean or sum over a list filled with timings, in measurement code,
+        not beside a median (see ``_gate_*``)."""
+        if not timing.gpu(summary):
+            return False
+        if "mean" in summary.all_names or summary.source is None or re.search(r"""["']mean["']""", summary.source):
+            return True  # ``m.mean``, ``stats["mean"]`` (_mean_read)
         if not timing.may_time(summary):
             return False
         facts = timing.timing_facts(summary)
         for call, _ in summary.calls:
             if timing.keyword(call, "return_mode") == "mean" and "do_bench" in facts.facts.lasts(call):
                 return True
-        return any(_gate_few_runs(facts, f) for f in facts.measured_windows) or _gate_mean_of_list(facts)
+        return any(_gate_few_runs(facts, f) for f in [*summary.functions, None]) or _gate_mean_of_list(facts)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -127,21 +139,28 @@ def bench_host(fn, x, iters=5):
         if not scope.gpu:
             return
         timings = self._timing_lists(original_node)
+        read: set[int] = set()  # statements with a mean read off timings reported
+        self._meaned = {id(model.enclosing_function(n)) for n in nodes_under(original_node, nested=True)
+                        if self._mean_of_list(n, timings)}  # functions whose own mean is reported
         for node in nodes_under(original_node, nested=True):
-            if type(node) not in (cst.Call, cst.BinaryOperation) or not scope.covers(node):
+            if type(node) not in (cst.Call, cst.BinaryOperation, cst.Attribute, cst.Subscript) or not scope.covers(node):
                 continue
-            if type(node) is cst.Call:
+            if self._mean_of_list(node, timings):
+                self.report(node, what="the mean of per-run timings is reported")
+            elif type(node) is cst.Call:
                 name = last(model.call_name(node) or model.dotted(node.func))
                 if name == "do_bench":
                     mode = arg(node, 99, "return_mode")
                     if type(mode) is cst.SimpleString and mode.evaluated_value == "mean":
                         self.report(node, what='do_bench(return_mode="mean") reports the mean')
-                elif name in MEANS and self._mentions(node, timings) and not self._median_too(node):
-                    self.report(node, what="the mean of per-run timings is reported")
-            elif type(node.operator) is cst.Divide and type(node.left) is cst.Call and \
-                    last(model.dotted(node.left.func)) == "sum" and self._mentions(node.left, timings) \
+            elif type(node) in (cst.Attribute, cst.Subscript) and self._mean_read(node, timings) \
                     and not self._median_too(node):
-                self.report(node, what="the mean of per-run timings is reported")
+                stmt = next((a for a in model.ancestors(node) if isinstance(
+                    a, (cst.SimpleStatementLine, cst.BaseCompoundStatement))), node)
+                if id(stmt) not in read:  # one finding per statement
+                    read.add(id(stmt))
+                    self.report(node, what="the mean of the timings is reported")
+        windows: set[int] = set()  # functions with a window reported
         for region in model.timed_regions:
             if not device_timing(region) or not scope.covers(region.nodes[0]):
                 continue
@@ -151,19 +170,122 @@ def bench_host(fn, x, iters=5):
                         model.dotted(stmt.iter.func) == "range" and len(stmt.iter.args) == 1:
                     n = int_value(root, stmt.iter.args[0].value)
                     if n is not None and 1 < n <= FEW_RUNS and not self._estimate(root):
+                        windows.add(id(root))
                         self.report(stmt, what=f"one window over {n} runs gives the mean of a handful of runs")
+        for node in nodes_under(original_node, nested=True):
+            if type(node) is cst.BinaryOperation and type(node.operator) is cst.Divide and scope.covers(node):
+                fn = model.enclosing_function(node)
+                if fn is not None and id(fn) not in windows:
+                    n = self._divided_total(fn, node)
+                    if n is not None and not self._estimate(fn) and not self._median_too(node):
+                        windows.add(id(fn))
+                        self.report(node, what=f"a total over {n} runs divided by the count is the mean of a "
+                                               "handful of runs")
+
+    def _mean_of_list(self, node: cst.CSTNode, timings: set[str]) -> bool:
+        """``statistics.mean(times)``, ``np.mean(times)``, ``sum(times) / len(times)`` over a list
+        of per-run timings, in a function that reports no median."""
+        model = self.model
+        if type(node) is cst.Call:
+            found = last(model.call_name(node) or model.dotted(node.func)) in MEANS and self._mentions(node, timings)
+        elif type(node) is cst.BinaryOperation:
+            found = type(node.operator) is cst.Divide and type(node.left) is cst.Call and last(
+                model.dotted(node.left.func)) == "sum" and self._mentions(node.left, timings)
+        else:
+            return False
+        return found and not self._median_too(node)
+
+    def _timer_value(self, expr: cst.CSTNode) -> bool:
+        """A timer call under ``expr`` (``time.perf_counter() - t0``, ``start.elapsed_time(end)``)."""
+        model = self.model
+        return any(type(n) is cst.Call and (model.call_name(n) in HOST_TIMERS
+                                            or last(model.dotted(n.func)) == "elapsed_time") for n in nodes_under(expr))
+
+    def _divided_total(self, fn: cst.FunctionDef, node: cst.BinaryOperation) -> int | None:
+        """``(time.perf_counter() - t0) / iters`` (or a name holding such a total) where ``iters``
+        is the count of a ``for _ in range(iters)`` loop in the same function, of 2 to FEW_RUNS
+        runs: the window around the loop, wherever its timers stand (one inside a ``with``
+        block, the other in the ``return``), reports the mean of a handful of runs."""
+        right = node.right
+        n = int_value(fn, right)
+        if n is None or not 1 < n <= FEW_RUNS:
+            return None
+        totals = {t.target.value for a in nodes_under(fn.body) if type(a) is cst.Assign and self._timer_value(a.value)
+                  for t in a.targets if type(t.target) is cst.Name}
+        if not (self._timer_value(node.left) or any(type(x) is cst.Name and x.value in totals
+                                                    for x in nodes_under(node.left))):
+            return None
+        count = right.value if type(right) is cst.Name else None
+        for loop in nodes_under(fn.body):
+            if type(loop) is cst.For and type(loop.iter) is cst.Call and self.model.dotted(loop.iter.func) == "range" \
+                    and len(loop.iter.args) == 1:
+                arg0 = loop.iter.args[0].value
+                if (type(arg0) is cst.Name and arg0.value == count) or (
+                        count is None and type(arg0) is cst.Integer and int(arg0.evaluated_value) == n):
+                    return n
+        return None
+
+    def _mean_read(self, node: cst.Attribute | cst.Subscript, timings: set[str]) -> bool:
+        """``m.mean`` or ``stats["mean"]`` (not a call: ``.mean()`` is judged above) read off a
+        name the same function assigned from a call that returns timings or their statistics
+        (``_, m = benchmark_forward(...)``, ``stats = get_timing_stats(times)``, a call given a
+        list of per-run timings): the figure reported is a mean."""
+        model = self.model
+        if type(node) is cst.Attribute:
+            if node.attr.value != "mean" or type(model.parent(node)) is cst.Call and model.parent(node).func is node:
+                return False
+            base = node.value
+        else:
+            key = node.slice[0].slice if len(node.slice) == 1 and type(node.slice[0].slice) is cst.Index else None
+            if key is None or type(key.value) is not cst.SimpleString or key.value.evaluated_value != "mean":
+                return False
+            base = node.value
+        if type(base) is not cst.Name:
+            return False
+        fn = model.enclosing_function(node)
+        if fn is None:
+            return False
+        for a in nodes_under(fn.body):
+            if type(a) is not cst.Assign or type(a.value) is not cst.Call:
+                continue
+            bound = {x.value for t in a.targets for x in nodes_under(t.target) if type(x) is cst.Name}
+            if base.value not in bound:
+                continue
+            helper = model.callee(a.value)
+            if helper is not None and id(helper) in self._meaned:
+                continue  # the same-module helper's mean is reported where it is taken
+            name = last(model.call_name(a.value) or model.dotted(a.value.func))
+            if TIMING_RESULT.search(name) or any(type(x) is cst.Name and x.value in timings
+                                                 for arg0 in a.value.args for x in nodes_under(arg0.value)):
+                return True
+        return False
 
     def _median_too(self, node: cst.CSTNode) -> bool:
-        """The function reports the median or percentiles as well: the mean is an extra column."""
+        """The function reports the median or percentiles as well (a name, an attribute or a
+        ``stats["median"]`` entry): the mean is an extra column."""
         fn = self.model.enclosing_function(node)
         return fn is not None and any(
             (type(n) is cst.Name and SPREAD.search(n.value)) or (type(n) is cst.Attribute and SPREAD.search(n.attr.value))
+            or (type(n) is cst.SubscriptElement and type(n.slice) is cst.Index and type(n.slice.value) is cst.SimpleString
+                and SPREAD.search(n.slice.value.value))  # stats["median"]
             for n in nodes_under(fn.body, nested=True))
 
     def _estimate(self, root: cst.CSTNode) -> bool:
         """The short window only estimates the time of a call to size the real measurement
-        (``estimate_ms = ...; n_repeat = int(rep / estimate_ms)``), as ``do_bench`` does."""
-        return any(type(n) is cst.Name and ESTIMATE.search(n.value) for n in nodes_under(root, nested=True))
+        (``estimate_ms = ...; n_repeat = int(rep / estimate_ms)``), as ``do_bench`` does: a name
+        says so, or the time it measured flows into the count of a later loop
+        (``est = start.elapsed_time(end) / 5; iters = int(budget_ms / est); for _ in range(iters)``)."""
+        if any(type(n) is cst.Name and ESTIMATE.search(n.value) for n in nodes_under(root, nested=True)):
+            return True
+        timed: set[str] = set()  # names holding a measured time, or derived from one
+        for a in nodes_under(root, nested=True):
+            if type(a) is cst.Assign and (self._timer_value(a.value) or any(
+                    type(x) is cst.Name and x.value in timed for x in nodes_under(a.value))):
+                timed |= {t.target.value for t in a.targets if type(t.target) is cst.Name}
+        return bool(timed) and any(
+            type(c) is cst.Call and self.model.dotted(c.func) == "range"
+            and any(type(x) is cst.Name and x.value in timed for arg0 in c.args for x in nodes_under(arg0.value))
+            for c in nodes_under(root, nested=True))
 
     def _mentions(self, node: cst.CSTNode, timings: set[str]) -> bool:
         return any(type(n) is cst.Name and n.value in timings for n in nodes_under(node))
