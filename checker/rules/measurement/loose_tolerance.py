@@ -37,6 +37,13 @@ class LooseTolerance(Rule):
     FP32 in a test that names TF32 (`FIXUP_TF32_RTOL`, `allow_tf32`) is judged like FP16, whose
     10 mantissa bits TF32 keeps.
 
+    Tolerances chosen per dtype and passed by name are judged against the dtype they were chosen
+    for and reported where they are written: a `pytest.mark.parametrize` row that binds the
+    tolerance beside its dtype (`(torch.bfloat16, 1e4, 1e-2)`; a row naming no dtype is judged
+    by the test's dtypes, a row naming a quantised one is not judged), and a local
+    `atol = 20.0 if out_dtype == torch.bfloat16 else 1.0`, whose first value is judged as BF16
+    even in a test that also runs FP8 inputs (their output is BF16).
+
     Not judged: tests of quantised outputs (FP8, INT8, FP4, block-scaled, a test or a call named for
     quantisation, a quick all-reduce that compresses its payload); tests that run no kernel (no
     launch and no call into kernel code in the test or its helpers: end-to-end model and server
@@ -111,7 +118,8 @@ def test_softmax():
     def gate(cls, summary, config) -> bool:
         """A comparison in measurement code, not in a function named for quantisation, with an
         ``rtol``/``atol`` (by keyword, or third or fourth positional argument) that is a number, or
-        a module-level constant holding one, above the limit it is judged by. That limit is at
+        a module-level constant holding one, above the limit it is judged by, or a name that is
+        neither (a tolerance chosen per dtype, in a function that may run a kernel). That limit is at
         least the smallest limit of the dtypes the file names (BF16's when it names none), and BF16's
         (FP16's) when the functions around the comparison name ``torch.bfloat16`` (``float16``), or
         name no dtype while the module's top level names BF16 (FP16) or none: the loosest wins; and, in
@@ -121,10 +129,13 @@ def test_softmax():
         facts = gate_facts(summary)
         floor = min(min(TOLERANCE_LIMITS[DTYPE_NAMES[n]]) for n in (summary.all_names & DTYPE_NAMES.keys()) | {"bf16"})
 
+        def tolerances(call: ast.Call) -> list[ast.AST]:
+            positional = [a for a in call.args if type(a) is not ast.Starred][2:4]
+            return [*positional, *(k.value for k in call.keywords if k.arg in ("rtol", "atol"))]
+
         def values(call: ast.Call) -> list[float]:
             found: list[float] = []
-            positional = [a for a in call.args if type(a) is not ast.Starred][2:4]
-            for v in [*positional, *(k.value for k in call.keywords if k.arg in ("rtol", "atol"))]:
+            for v in tolerances(call):
                 if type(v) is ast.Name:
                     found += facts.constants.get(v.id, ())
                 elif type(v) is ast.Constant and type(v.value) in (int, float):
@@ -136,6 +147,9 @@ def test_softmax():
         for call, f in summary.calls:
             if not facts.lasts(call) & TOLERANCE_COMPARES or not facts.in_scope(f):
                 continue
+            if f is not None and any(type(v) is ast.Name and v.id not in facts.constants for v in tolerances(call)) \
+                    and facts.may_reach_kernel(f):
+                return True  # a tolerance chosen per dtype (_chosen_per_dtype): a parametrize row, an if-else
             loosest = max(values(call), default=0.0)
             if loosest <= floor:
                 continue
@@ -152,12 +166,18 @@ def test_softmax():
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
+        self._reported: set[int] = set()  # tolerance values reported where they are written
         scope = Scope(self)
         module_dtypes = dtypes_in(model, module_statements(original_node))
         for node in nodes_under(original_node, nested=True):
             if not (type(node) is cst.Call and is_compare(model, node, TOLERANCE_COMPARES) and scope.covers(node)):
                 continue
-            if self._reasoned(node) or self._quantized_path(node) or not self._checks_kernel(node):
+            if self._reasoned(node) or not self._checks_kernel(node):
+                continue
+            positional = (model.call_name(node) or "").split(".")[0] in ("torch", "numpy", "np")
+            if self._chosen_per_dtype(node, original_node, positional):
+                continue
+            if self._quantized_path(node):
                 continue
             dtypes = self._dtypes(node)
             if dtypes <= {"float32", "float64"} and self._upcast_args(node):
@@ -174,13 +194,91 @@ def test_softmax():
                 dtypes = dtypes | {"float16"}  # TF32 keeps FP16's 10 mantissa bits
             dtypes = dtypes & TOLERANCE_LIMITS.keys() or {"bfloat16"}
             loosest = max(dtypes, key=lambda d: TOLERANCE_LIMITS[d])
-            positional = (model.call_name(node) or "").split(".")[0] in ("torch", "numpy", "np")
             for which, index, slot in (("rtol", 2, 1), ("atol", 3, 0)):
                 value = number(original_node, arg(node, index if positional else 99, which))
                 limit = TOLERANCE_LIMITS[loosest][slot]
                 if value is not None and value > limit:
                     self.report(node, which=which, value=value, dtype=loosest, limit=limit)
                     break
+
+    def _chosen_per_dtype(self, call: cst.Call, module: cst.Module, positional: bool) -> bool:
+        """Tolerances chosen per dtype where the comparison reads them by name: a
+        ``pytest.mark.parametrize`` row that binds the tolerance beside its dtype
+        (``(torch.bfloat16, 1e4, 1e-2)``), or a local ``atol = 20.0 if dtype == torch.bfloat16
+        else 1e-2``. Each value is judged against the dtype it was chosen for (a row naming no
+        dtype, against the test's loosest), and reported where it is written. True when the
+        comparison's tolerances were resolved this way (reported or not)."""
+        model = self.model
+        fn = model.enclosing_function(call)
+        if fn is None:
+            return False
+        resolved = False
+        for which, index, slot in (("rtol", 2, 1), ("atol", 3, 0)):
+            name = arg(call, index if positional else 99, which)
+            if type(name) is not cst.Name or number(module, name) is not None:
+                continue
+            for value, dtype in [*self._rows(fn, name.value), *self._conditional(fn, name.value)]:
+                resolved = True
+                if dtype is None:
+                    dtypes = self._dtypes(call) or dtypes_in(model, module_statements(module))
+                    if "quantized" in dtypes or self._quantized_path(call):
+                        continue
+                    dtypes = dtypes & TOLERANCE_LIMITS.keys() or {"bfloat16"}
+                    dtype = max(dtypes, key=lambda d: TOLERANCE_LIMITS[d])
+                got = number(module, value)
+                limit = TOLERANCE_LIMITS[dtype][slot]
+                if got is not None and got > limit and id(value) not in self._reported:
+                    self._reported.add(id(value))
+                    self.report(value, which=which, value=got, dtype=dtype, limit=limit)
+        return resolved
+
+    def _row_dtype(self, row: cst.CSTNode) -> str | None | bool:
+        """The one float dtype a parametrize row or a branch's test names (None: none; False:
+        a quantised one, or several)."""
+        found = dtypes_in(self.model, [row])
+        if "quantized" in found:
+            return False
+        found &= TOLERANCE_LIMITS.keys()
+        return next(iter(found)) if len(found) == 1 else (None if not found else False)
+
+    def _rows(self, fn: cst.FunctionDef, name: str):
+        """(value, dtype) of each ``pytest.mark.parametrize`` row binding ``name``."""
+        for d in fn.decorators:
+            dec = d.decorator
+            if type(dec) is not cst.Call or last_name(self.model, dec) != "parametrize" or len(dec.args) < 2:
+                continue
+            names = dec.args[0].value
+            if type(names) is cst.SimpleString:
+                argnames = [n.strip() for n in str(names.evaluated_value).split(",")]
+            elif type(names) in (cst.List, cst.Tuple):
+                argnames = [str(e.value.evaluated_value) for e in names.elements if type(e.value) is cst.SimpleString]
+            else:
+                continue
+            if name not in argnames or len(argnames) < 2 or type(dec.args[1].value) not in (cst.List, cst.Tuple):
+                continue
+            at = argnames.index(name)
+            for element in dec.args[1].value.elements:
+                row = element.value
+                items = None
+                if type(row) in (cst.Tuple, cst.List):
+                    items = [e.value for e in row.elements]
+                elif type(row) is cst.Call and last_name(self.model, row) == "param":
+                    items = [a.value for a in row.args if a.keyword is None]
+                if items is None or at >= len(items):
+                    continue
+                dtype = self._row_dtype(row)
+                if dtype is not False:
+                    yield items[at], dtype
+
+    def _conditional(self, fn: cst.FunctionDef, name: str):
+        """(value, dtype) of ``name = A if <test naming a dtype> else B`` in ``fn``'s body: ``A``
+        is chosen for the dtype the test names (``B`` for the others, not judged here)."""
+        for n in nodes_under(fn.body):
+            if type(n) is cst.Assign and len(n.targets) == 1 and type(n.targets[0].target) is cst.Name \
+                    and n.targets[0].target.value == name and type(n.value) is cst.IfExp:
+                dtype = self._row_dtype(n.value.test)
+                if dtype:
+                    yield n.value.body, dtype
 
     def _indirect_dtypes(self, call: cst.Call, module: cst.Module) -> set[str]:
         """Dtypes of the module constants the test reads and of the same-module helpers it calls."""
@@ -255,6 +353,10 @@ def test_softmax():
                     "float", "double", "to"):
                 return True
         return False
+
+
+def last_name(model, call: cst.Call) -> str:
+    return (model.call_name(call) or model.dotted(call.func) or "").split(".")[-1]
 
 
 def _quantized_calls(facts, f) -> bool:
