@@ -54,7 +54,9 @@ LIBRARY_OPS: dict[str, str] = {
     "torch.linalg.*": "linalg", "torch.cholesky*": "linalg", "torch.inverse": "linalg", "torch.det": "linalg",
     "torch.tril": "linalg", "torch.triu": "linalg", "torch.diag": "linalg", "torch.trace": "linalg",
     "torch.cdist": "linalg", "torch.cross": "linalg", "torch.outer": "gemm", "torch.dot": "gemm",
-    "torch.tensordot": "gemm", "torch.kron": "gemm",
+    "torch.tensordot": "gemm", "torch.kron": "gemm", "torch._scaled_mm": "gemm", "torch._scaled_grouped_mm": "gemm",
+    "torch.bincount": "reduction", "torch.histc": "reduction", "torch.histogram": "reduction",
+    "torch.unique": "sort", "torch.searchsorted": "sort", "torch.bucketize": "sort",
     **{f"torch.nn.functional.{n}": "norm" for n in (
         "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm", "normalize", "local_response_norm")},
     **{f"torch.nn.{n}": "norm" for n in (
@@ -100,6 +102,9 @@ KERNEL_MODULES = ("*_custom_ops.*", "*._C.*", "_C.*", "sgl_kernel.*", "*.sgl_ker
 COMPUTE_TL = {"dot", "dot_scaled", "sum", "max", "min", "reduce", "argmax", "argmin", "cumsum", "cumprod",
               "associative_scan", "xor_sum", "histogram", "atomic_add", "atomic_max", "atomic_min",
               "atomic_cas", "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "sort"}
+# Library ops an extension's C++/CUDA source may call instead of a kernel of its own.
+CUDA_LIBRARY = re.compile(r"\b(cublas\w*[Gg]emm\w*|cublasLt\w*Matmul|cudnn\w*Forward\w*"
+                          r"|(at|torch)::(matmul|mm|bmm|addmm|baddbmm|linear|conv\w+|scaled_dot_product_attention))\s*\(")
 CUDA_COMPUTE = re.compile(r"\bfor\s*\(|\bwhile\s*\(|atomic\w*\(|__shfl|\bmma\b|wmma|cublas|cutlass|__syncthreads")
 # Registration helpers that are graph or export plumbing, not a kernel.
 PLUMBING = ("register_fake", "impl_abstract", "register_autograd", "register_meta", "register_torch_dispatch",
@@ -132,6 +137,7 @@ class Launch:
     call: cst.Call
     name: str  # what is launched, as written (``_rms_kernel``, ``torch.ops._C.rms_norm``)
     side_job: bool = False  # known to do only elementwise or data-movement work (no dot, reduction, loop)
+    library: str = ""  # an extension with no kernel of its own whose source calls this library op
 
 
 @dataclass
@@ -210,6 +216,7 @@ def find_claims(model, module: cst.Module) -> None:
                 model.triton_kernels.append(fn)
     consts, extensions = _module_bindings(model, module)
     model._claim_extensions = extensions
+    model._claim_module = module
     ext_attrs, ext_functions = _extension_attrs(model, module, extensions)
     _find_launches(model, module, consts, extensions, ext_attrs, ext_functions)
     _find_kernel_claims(model, module, extensions)
@@ -293,14 +300,17 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
             model.launch_sites[id(node)] = Launch("torch-ops", node, name)
         elif parts[0] in extensions and len(parts) >= 2 and parts[0] not in model.imports:
             source = extensions[parts[0]]
-            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
+            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
+                                                  _cuda_library(source))
         elif parts[0] == "self" and len(parts) >= 3 and parts[1] in ext_attrs:
             source = next((s for s in extensions.values() if s), None) if len(extensions) == 1 else None
-            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
+            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
+                                                  _cuda_library(source))
         elif parts[0] == "self" and len(parts) == 2 and ext_functions and parts[1] in ext_functions:
             # ``self.act = ext.act_cuda`` in __init__, ``self.act(x)`` in forward
             source = extensions.get(ext_functions[parts[1]])
-            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source))
+            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
+                                                  _cuda_library(source))
         elif (model.dotted(func) or "").split(".")[0] in model.imports and not name.startswith("torch.") and \
                 in_kernel_module(name):  # torch._C is the framework's own binding, not a kernel module
             model.launch_sites[id(node)] = Launch("kernel-module", node, name)
@@ -365,6 +375,15 @@ def _triton_side_job(model, kernel: cst.FunctionDef) -> bool:
             if type(node.func) is cst.Attribute and node.func.attr.value in COMPUTE_TL and not name.startswith("triton"):
                 return False  # x.sum(), acc.max(): tensor-method reductions inside the kernel
     return True
+
+
+def _cuda_library(source: str | None) -> str:
+    """The library op an extension hands its work to when its source defines no kernel
+    (``__global__``) and calls one (``cublasSgemm`` in a loop is cuBLAS's GEMM): "" otherwise."""
+    if source is None or "__global__" in source:
+        return ""
+    found = CUDA_LIBRARY.search(source)
+    return found.group(1) if found else ""
 
 
 def _cuda_side_job(source: str | None) -> bool:
@@ -519,6 +538,92 @@ def _bound_in(model, name: cst.Name) -> cst.CSTNode | None:
     return found
 
 
+def _bound_names(model) -> set[str] | frozenset:
+    """Every name the module binds anywhere (definitions, imports, assignments, parameters, loop and
+    ``with`` targets); everything when it star-imports."""
+    found = getattr(model, "_claim_bound_names", None)
+    if found is None:
+        found = set(model.imports) | set(model.functions) | set(model.classes)
+        for node in walk(model._claim_module):
+            kind = type(node)
+            if kind is cst.ImportStar:
+                found = _EVERY_NAME
+                break
+            if kind is cst.Param:
+                found.add(node.name.value)
+            elif kind in (cst.AssignTarget, cst.For, cst.AsName, cst.CompFor, cst.NamedExpr, cst.AnnAssign,
+                          cst.AugAssign):
+                target = node.name if kind is cst.AsName else node.target
+                found.update(n.value for n in walk(target) if type(n) is cst.Name)
+            elif kind in (cst.FunctionDef, cst.ClassDef):
+                found.add(node.name.value)
+            elif kind is cst.Global or kind is cst.Nonlocal:
+                found.update(n.name.value for n in node.names)
+        model._claim_bound_names = found
+    return found
+
+
+class _Every(frozenset):
+    def __contains__(self, item) -> bool:
+        return True
+
+
+_EVERY_NAME = _Every()
+
+
+def _factory_result(model, call: cst.Call) -> cst.CSTNode | None:
+    """What a same-module function or method returns when it has one ``return <call>`` (a layer
+    factory: ``def conv_bn(i, o): return nn.Sequential(...)``, ``self._make_layer(c)``)."""
+    function = model.callee(call)
+    if function is None and type(call.func) is cst.Name and len(model.functions.get(call.func.value, [])) == 1:
+        function = model.functions[call.func.value][0]  # a factory nested in __init__
+    if function is None:
+        return None
+    returns = [n for n in walk(function.body) if type(n) is cst.Return]
+    if len(returns) == 1 and type(returns[0].value) is cst.Call:
+        return returns[0].value
+    return None
+
+
+def _list_items(model, name: cst.Name) -> list[cst.CSTNode]:
+    """What a local list holds, from its function: ``layers = [A(), B()]``, ``layers.append(C())``,
+    ``layers.extend([...])``, ``layers += [...]`` (a name bound once to a single layer counts as it)."""
+    function = model.enclosing_function(name)
+    items: list[cst.CSTNode] = []
+    for node in walk(function.body) if function is not None else ():
+        kind = type(node)
+        if kind is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name \
+                and node.targets[0].target.value == name.value:
+            value = node.value
+            items.extend(e.value for e in value.elements) if type(value) in (cst.List, cst.Tuple) else items.append(value)
+        elif kind is cst.AugAssign and type(node.target) is cst.Name and node.target.value == name.value \
+                and type(node.value) in (cst.List, cst.Tuple):
+            items.extend(e.value for e in node.value.elements)
+        elif kind is cst.Call and type(node.func) is cst.Attribute and type(node.func.value) is cst.Name \
+                and node.func.value.value == name.value and node.args:
+            if node.func.attr.value in ("append", "insert"):
+                items.append(node.args[-1].value)
+            elif node.func.attr.value == "extend" and type(node.args[0].value) in (cst.List, cst.Tuple):
+                items.extend(e.value for e in node.args[0].value.elements)
+    return [i.elt if type(i) in (cst.ListComp, cst.GeneratorExp) else i for i in items]
+
+
+def _parameter_default(model, func: cst.CSTNode) -> cst.CSTNode | None:
+    """The default of the enclosing function's parameter that ``func`` names, when that default is a
+    class or function (``norm_layer=nn.LayerNorm``): what a layer built from the parameter is, for
+    every caller that keeps the default."""
+    if type(func) is not cst.Name:
+        return None
+    function = model.enclosing_function(func)
+    if function is None:
+        return None
+    params = function.params
+    for p in (*params.params, *params.kwonly_params):
+        if p.name.value == func.value:
+            return p.default if type(p.default) in (cst.Name, cst.Attribute) else None
+    return None
+
+
 def module_kind(model, cls_name: str, extensions=frozenset()) -> tuple:
     """A same-module ``nn.Module`` class used as a layer: ("module", name) for the rules to follow."""
     return ("module", cls_name)
@@ -529,6 +634,9 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
     if type(value) is cst.Name and value.value in extensions:
         return ("extension",)
     if type(value) is cst.Call:
+        default = _parameter_default(model, value.func)
+        if default is not None:  # ``norm_layer(dim)`` with ``norm_layer=nn.LayerNorm`` in the signature
+            return _attr_kind(model, value.with_changes(func=default), extensions)
         name = model.call_name(value) or ""
         if _is_extension_build(model, value):
             return ("extension",)
@@ -546,9 +654,14 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
             return ("library", "the baseline Model", "baseline")
         if name in model.classes:
             return module_kind(model, name)  # a layer of this module: its forward is followed
+        built = _factory_result(model, value)
+        if built is not None:  # ``conv_bn(c_in, c_out)`` returning ``nn.Sequential(...)``: what it builds
+            return _attr_kind(model, built, extensions)
         if name.rsplit(".", 1)[-1] in ("Sequential", "ModuleList") and name.startswith("torch.nn"):
             items = [a.value for a in value.args if a.keyword is None]
-            if len(items) == 1 and type(items[0]) in (cst.List, cst.Tuple):
+            if len(items) == 1 and type(items[0]) is cst.Name:  # ``nn.ModuleList(layers)``, ``nn.Sequential(*layers)``
+                items = _list_items(model, items[0])
+            elif len(items) == 1 and type(items[0]) in (cst.List, cst.Tuple):
                 items = [e.value for e in items[0].elements]
             elif len(items) == 1 and type(items[0]) in (cst.ListComp, cst.GeneratorExp):
                 items = [items[0].elt]  # ``nn.ModuleList([Block(c) for _ in range(n)])``
@@ -610,7 +723,7 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
         if layer is not None:
             _visit_layer(model, layer, node, via, depth, seen, uses)
             continue
-        target = model.callee(node)
+        target = model.callee(node) or _autograd_forward(model, node)
         if target is not None:
             if is_reference_name(target.name.value) or target.name.value == "forward_native":
                 continue
@@ -622,6 +735,15 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
         if use is not None:
             use.via = via
             uses.append(use)
+
+
+def _autograd_forward(model, call: cst.Call) -> cst.FunctionDef | None:
+    """``Fn.apply(...)`` of a same-module ``torch.autograd.Function``: its ``forward``, where the
+    work is (agents wrap a library call in one as often as a kernel)."""
+    func = call.func
+    if type(func) is not cst.Attribute or func.attr.value != "apply" or type(func.value) is not cst.Name:
+        return None
+    return _method(model.classes.get(func.value.value), "forward")
 
 
 def _layer_kind(model, call: cst.Call, attrs: dict[str, tuple]) -> tuple | None:
@@ -660,12 +782,12 @@ def _visit_layer(model, kind: tuple, call: cst.Call, via, depth: int, seen: set[
     elif kind[0] == "module":
         cls = model.classes.get(kind[1])
         forward = _method(cls, "forward") if cls is not None else None
-        if forward is None or depth <= 0:
+        if forward is None:
             uses.append(Use("unknown", call, via, kind[1]))
-        elif id(forward) not in seen:
+        elif id(forward) not in seen:  # a layer of this module, however deep it nests (seen ends cycles)
             seen.add(id(forward))
-            _visit_uses(model, _class_attrs(model, cls, _extensions(model)), forward.body, via or call, depth - 1,
-                        seen, uses)
+            _visit_uses(model, _class_attrs(model, cls, _extensions(model)), forward.body, via or call,
+                        max(depth, 1), seen, uses)
     elif kind[0] == "library":
         uses.append(Use("library", call, via, kind[1], kind[2]))
     elif kind[0] in ("unknown", "extension"):
@@ -680,6 +802,8 @@ def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:
     """A :class:`Use` for a call that is a library op, a launch, or opaque; None for plumbing."""
     launch = model.launch_sites.get(id(call))
     if launch is not None:
+        if launch.library:  # an extension whose source only calls cuBLAS/cuDNN/ATen
+            return Use("library", call, None, f"{launch.library}() in the extension {launch.name}", "gemm")
         return Use("launch", call, None, launch.name, launch=launch)
     func = call.func
     if type(func) is cst.Call and (model.call_name(func) or "") == "torch.compile" and func.args:
@@ -711,7 +835,9 @@ def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:
             return None
         return Use("unknown", call, None, name)
     if len(parts) == 1:
-        return None if head in BUILTINS or head in model.classes else Use("unknown", call, None, name)
+        if head in BUILTINS or head in model.classes or head not in _bound_names(model):
+            return None  # a builtin, a class of this module, or a name nothing binds (a NameError, no kernel)
+        return Use("unknown", call, None, name)
     return _method_use(call, parts[-1])
 
 

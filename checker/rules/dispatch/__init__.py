@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from kcheck.claims import (
-    BROAD_FAMILIES, BUILTINS, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
+    BROAD_FAMILIES, CUDA_LIBRARY, BUILTINS, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
     is_reference_name, library_family,
 )
 from kcheck.gate import ast_children, by_name, dotted, import_bindings, reachable, resolve, stack_fields
@@ -29,9 +29,13 @@ REFERENCE_FILE = re.compile(r"^(ref|reference|torch|naive|baseline)(_|$)|_(ref|r
 REFERENCE_DOC = re.compile(r"^\W*(a |the )?(naive |pytorch |torch )?reference\b", re.I)
 # A leaderboard problem's shipped files (GPU MODE's ``problems/<set>/<name>/``): its sample
 # ``submission*.py`` / ``template*.py``, which the problem's task.yml replaces with the contestant's
-# file (often the reference itself), and the harness's own ``solutions/correct|wrong/`` cases.
+# file (often the reference itself), and the harness's own ``solutions/correct|wrong/`` cases. Not
+# a serving path (KC203); for KC1 a ``submission*.py`` is what it says it is, a submission, and one
+# that calls the reference's library op is reported (the dev labels read them so).
 SHIPPED_EXAMPLE = re.compile(
     r"(^|/)problems/([^/]+/)*(submission|template)\w*\.py$|(^|/)problems/([^/]+/)*solutions/(correct|wrong)/[^/]+\.py$")
+SHIPPED_HARNESS = re.compile(r"(^|/)problems/([^/]+/)*template\w*\.py$|(^|/)problems/([^/]+/)*solutions/(correct|wrong)/[^/]+\.py$")
+SUBMISSION_FILE = re.compile(r"(^|/)submission\w*\.py$")
 
 
 class ClaimRule(Rule):
@@ -128,13 +132,14 @@ def analyse(model) -> list[Analysis]:
     if REFERENCE_FILE.search(PurePosixPath(model.path).stem):
         model._dispatch_analysis = out
         return out  # ref.py, reference.py: the reference solution, not a claim
-    if SHIPPED_EXAMPLE.search(model.path):
+    if SHIPPED_HARNESS.search(model.path):
         model._dispatch_analysis = out
-        return out  # a leaderboard problem's sample submission or harness case, not a contestant's claim
+        return out  # a leaderboard problem's template or harness case, not a contestant's claim
+    submission = bool(SUBMISSION_FILE.search(model.path))
     for claim in model.kernel_claims:
         if claim.kind == "custom-op-class":
             continue  # a CustomOp's forward_cuda is the CUDA slot of a layer, not a kernel submission
-        if REFERENCE_DOC.search(claim.function.get_docstring() or ""):
+        if not submission and REFERENCE_DOC.search(claim.function.get_docstring() or ""):
             continue  # "Reference kernel for ...": a problem's sample submission says what it is
         uses = compute_uses(model, claim.function, claim.attrs)
         library = [u for u in uses if u.kind == "library"]
@@ -356,7 +361,7 @@ def library_gate(summary, config, heavy: bool = False) -> bool:
     an ``nn.Linear``-style attribute anywhere in the file or the baseline ``Model()``. ``heavy``: only
     the ops KC102 counts as the main op (GEMM, attention, convolution). Reference files and a
     leaderboard problem's shipped files hold no claim :func:`analyse` looks at."""
-    if REFERENCE_FILE.search(PurePosixPath(summary.path).stem) or SHIPPED_EXAMPLE.search(summary.path):
+    if REFERENCE_FILE.search(PurePosixPath(summary.path).stem) or SHIPPED_HARNESS.search(summary.path):
         return False
     claims = _claims(summary, config)
     if claims is None:
@@ -365,6 +370,8 @@ def library_gate(summary, config, heavy: bool = False) -> bool:
     if names and not heavy and not config.library_ops:  # KC101 also needs a claim that launches nothing
         facts = ast_facts(summary)
         extensions = _module_extensions(summary, facts)
+        if summary.source is None or "__global__" not in summary.source:
+            extensions = set()  # an extension with no kernel of its own may only call cuBLAS (claims.CUDA_LIBRARY)
         launching = [fn for fn in live if any(_sure_launch(facts, extensions, c) for c in _claim_calls(facts, fn))]
         names = {fn.name for fn in live if fn not in launching}
         model_new = model_new and any(fn.name == "forward" for fn in live if fn not in launching)
@@ -372,6 +379,8 @@ def library_gate(summary, config, heavy: bool = False) -> bool:
         return False
     if config.library_ops:
         return True  # configured library ops may have any name
+    if summary.source is not None and CUDA_LIBRARY.search(summary.source):
+        return True  # an extension's source may call cuBLAS or ATen in place of a kernel
     facts = ast_facts(summary)
     aliases = _library_aliases(facts, heavy)
     if model_new and (_names_library_op(summary.all_names, aliases, heavy) or facts.matmul or any(

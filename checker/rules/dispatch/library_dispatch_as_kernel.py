@@ -18,15 +18,21 @@ class LibraryDispatchAsKernel(ClaimRule):
     module or `torch.compile` around these, with no kernel launch of its own. When the baseline
     (`Model.forward`) is in the same file, only library ops the baseline also calls count.
 
+    The compute path is followed where the work is: same-module helpers, layers (`self.layer(x)`,
+    `nn.Sequential`/`nn.ModuleList` built inline, from a local list or by a factory such as
+    `conv_bn(...)` or `self._make_layer(...)`, however deep they nest), a layer class given as a
+    parameter default (`norm_layer=nn.LayerNorm`), `Fn.apply(...)` of a same-module
+    `torch.autograd.Function`, and an inline extension with no `__global__` kernel whose source
+    calls `cublasSgemm`, cuDNN or ATen's `at::matmul` (the library op under another name).
+
     Not claims: the `forward_cuda` of a `CustomOp`-style layer (the layer's CUDA slot, where a
     library op such as cuDNN's convolution is often the deliberate choice), a registered op whose
     library call goes to FlashInfer or flash-attn (it exposes a real kernel to `torch.compile`),
-    and a reference solution by its file name (`ref.py`, `reference.py`, `*_ref.py`) or by its
-    docstring ("Reference kernel for ...", as in a leaderboard problem's sample submission), and a
-    leaderboard problem's shipped files by their place (`problems/.../submission*.py` and
-    `template*.py`, which the problem's task.yml replaces with the contestant's file, and the
-    harness cases under `problems/.../solutions/correct|wrong/`). A contestant's submission kept
-    at such a path in a fork of the problems repository is missed.
+    a reference solution by its file name (`ref.py`, `reference.py`, `*_ref.py`) or by its
+    docstring ("Reference kernel for ..."), and a leaderboard problem's harness files
+    (`problems/.../template*.py` and the cases under `problems/.../solutions/correct|wrong/`).
+    A `submission*.py` is a submission whatever its docstring says: a problem's shipped sample
+    that calls the reference's library op is reported like a contestant's.
 
     ## Why is this bad?
     The "kernel" is the baseline. It passes every correctness check because it computes the same
