@@ -219,9 +219,10 @@ def _hardware_table(catalog, src: str) -> list[str]:
     for key in keys:
         cells = [_cell(_value(facts[eid][key])) if key in facts[eid] else "—" for eid, _ in gpus]
         out.append(f"| {HARDWARE_KEYS[key]} | " + " | ".join(cells) + " |")
-    out += ["", "A dash means the part's entry states no such figure. Figures its entry marks "
-            "source-reported were read in a copy of the vendor's table or in a third-party review, not in "
-            "the vendor's own page.", ""]
+    out += ["", "A dash means the part's entry states no such figure. Words instead of a number (not "
+            "published, no primary figure) mean the entry has a fact saying why no figure is quoted. Figures "
+            "its entry marks source-reported were read in a copy of the vendor's table or in a third-party "
+            "review, not in the vendor's own page.", ""]
     return out
 
 
