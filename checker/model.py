@@ -562,6 +562,22 @@ def _statement_calls(stmt: cst.CSTNode) -> Iterator[cst.Call]:
     return _calls_under(stmt)
 
 
+# A host-timer window this long times a job (a conversion's layer, an eval), whose time feeds a
+# progress line or an ETA, not a kernel: a benchmark's window is a few statements around a call.
+JOB_STATEMENTS = 60
+
+
+def _times_a_job(inner: list[cst.CSTNode]) -> bool:
+    count = 0
+    for stmt in inner:
+        for node in walk(stmt):
+            if type(node) is cst.SimpleStatementLine:
+                count += 1
+                if count > JOB_STATEMENTS:
+                    return True
+    return False
+
+
 def _is_record(model: ModuleModel, call: cst.Call) -> bool:
     func = call.func
     return type(func) is cst.Attribute and func.attr.value == "record" and len(call.args) <= 1 and not (
@@ -634,7 +650,8 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
             continue
         pairs = list(zip(ordered[::2], ordered[1::2])) if len(ordered) % 2 == 0 else [(ordered[0], ordered[-1])]
         for start, stop in pairs:
-            if stop - start <= 1 or not model.in_measurement_code(blocks[key]):
+            if stop - start <= 1 or not model.in_measurement_code(blocks[key]) or _times_a_job(
+                    list(blocks[key].body)[start + 1:stop]):
                 continue
             block = blocks[key]
             stmts = list(block.body)

@@ -73,7 +73,10 @@ ENCODER_PATH = re.compile(r"(^|/)encoders/[^/]+\.py$")
 # prompt encoder (``UMT5TextEncoder``). It runs once per request, before the denoising loop; its
 # loops go over prompts, images and guidance branches, not over steps. (Not any ``*Encoding``:
 # ``RotaryPositionalEncoding`` runs in every decode step.)
-ENCODING_CLASS = re.compile(r"Encod(e|ing|er)\w*Stage$|(Text|Prompt)Encod(er|ing)")
+# Every other stage of such a pipeline but the denoising one (timestep and latent preparation,
+# VAE decoding, output writing: ``Cosmos3TimestepPreparationStage``, ``Cosmos3MultiviewDecodingStage``)
+# runs once per request too; only the denoising stage's loop runs per step.
+ENCODING_CLASS = re.compile(r"Encod(e|ing|er)\w*Stage$|(Text|Prompt)Encod(er|ing)|^(?!\w*Denois)\w+Stage$")
 # A module named for a vision encoder, by a word of its file name: ``moonvit.py``, ``intern_vit.py``,
 # ``siglip2.py``, ``clip.py``, ``vision.py``, ``vision_tower.py``. Everything in it is a piece of the
 # tower (its positional embeddings, MLPs, MoE blocks), run once per image. Not ``visual``

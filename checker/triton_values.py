@@ -351,6 +351,8 @@ class KernelValues:
             method = func.attr.value
             if method == "to" and call.args:
                 return self._cast(_arg(call, 0, "dtype"))
+            if method in ("max", "min") and not any(a.keyword and a.keyword.value == "return_indices" for a in call.args):
+                return _widened_extreme(self._eval(func.value, env))
             if method in _SAME_METHOD:
                 return self._eval(func.value, env)
             return None
@@ -378,6 +380,8 @@ class KernelValues:
             given = _arg(call, 99, "dtype")
             if given is not None:
                 return self.dtype_value(given)
+            if op in ("max", "min") and call.args:
+                return _widened_extreme(self._eval(call.args[0].value, env))
         if op == "where":
             return promote([self._eval(a.value, env) for a in call.args[1:3]])
         if op in _ELEMENTWISE:
@@ -570,3 +574,9 @@ def _self_assigns(owner: cst.ClassDef, attr: str) -> list[cst.BaseExpression]:
                    and t.attr.value == attr for t in targets):
                 out.append(node.value)
     return out
+
+
+def _widened_extreme(value: str | None) -> str | None:
+    """``tl.max``/``tl.min`` of a float narrower than 32 bits reduce in fp32 (Triton converts the
+    input first; ``tl.sum`` does not): a loaded or 16-bit float's maximum is an fp32 value."""
+    return F32 if value in (LOW, LOADED, F32) else value

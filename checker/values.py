@@ -30,7 +30,7 @@ ON_GPU = (DEVICE, TENSOR)
 
 # The engines' naming rule for host-resident copies (``seq_lens_cpu``, ``starts_np``,
 # ``host_positions``, a CpuGpuBuffer's ``.np``/``.cpu``) and for the device side (``.gpu``).
-HOST_NAME = re.compile(r"(^|_)cpu$|^cpu_|(^|_)np$|^np_|_numpy$|^host_|_host$|(^|_)grid_thws?$")
+HOST_NAME = re.compile(r"(^|_)cpu(_|$)|(^|_)np$|^np_|_numpy$|^host_|_host$|(^|_)grid_thws?$")
 DEVICE_NAME = re.compile(r"(^|_)gpu$|^gpu_|(^|_)cuda$|^d_|_dev$|_device_tensor$")
 # NumPy arrays, Python scalars and containers of them (not a bare ``list``: ``states: list[dict]``
 # may hold GPU tensors)
@@ -95,6 +95,8 @@ class Places:
         self._names: dict[int, dict[str, str | None]] = {}  # id(function) -> name -> place
         self._attrs: dict[int, dict[str, str | None]] = {}  # id(class) -> attribute -> place
         self._busy: set[int] = set()
+        self._returning: set[int] = set()  # functions whose result is being computed (recursion)
+        self._binds: dict[int, dict] = {}  # id(function) -> name -> [(target, value)] (assignments)
         self._kept: set[str] | None = None
 
     # -- expressions --------------------------------------------------------------------------
@@ -140,10 +142,47 @@ class Places:
         if function is not None:
             names = self._function_names(function)
             if node.value in names:
+                if names[node.value] is None and self._rebound_to_host(function, node):
+                    return HOST  # ``x = x.cpu()`` above this use: the host's copy from here on
                 return names[node.value]
         if DEVICE_NAME.search(node.value):
             return DEVICE
         return None
+
+    def _rebound_to_host(self, function: cst.FunctionDef, use: cst.Name) -> bool:
+        """Whether the last assignment to the name written above ``use`` in its function binds a
+        host value (the names' places are joined over the whole function; this is the one
+        flow-sensitive question: a tensor copied to the host and read after the copy)."""
+        index = self.model.index
+        if index is None or id(use) not in index.at:
+            return False
+        here = index.at[id(use)]
+        last = None
+        for statement, value in self._bindings(function).get(use.value, ()):
+            at = index.at.get(id(statement), -1)
+            if 0 <= at and index.end[at] <= here and (last is None or at > last[0]):
+                last = (at, value)  # an assignment that ends before the use (not ``x = f(x)`` itself)
+        return last is not None and last[1] is not None and self.place(last[1]) == HOST
+
+    def _bindings(self, function: cst.FunctionDef) -> dict[str, list[tuple[cst.CSTNode, cst.CSTNode]]]:
+        found = self._binds.get(id(function))
+        if found is None:
+            found = self._binds[id(function)] = {}
+            for node in walk(function.body, into_scopes=False):
+                if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
+                    found.setdefault(node.targets[0].target.value, []).append((node, node.value))
+        return found
+
+    def _returns(self, function: cst.FunctionDef) -> str | None:
+        """A same-module function's result: the join of what its ``return`` statements give."""
+        if id(function) in self._returning or type(function.body) is not cst.IndentedBlock:
+            return None
+        self._returning.add(id(function))
+        try:
+            values = [n.value for n in walk(function.body, into_scopes=False) if type(n) is cst.Return]
+            return join([self.place(v) if v is not None else HOST for v in values]) if values else HOST
+        finally:
+            self._returning.discard(id(function))
 
     def kept_on_host(self) -> set[str]:
         """Inputs the module declares host-resident (vLLM's ``image_grid_thw=MultiModalFieldConfig.
@@ -179,6 +218,9 @@ class Places:
 
     def _call(self, call: cst.Call) -> str | None:
         model = self.model
+        target = model.callee(call)
+        if target is not None:
+            return self._returns(target)  # a helper of this module: what it returns
         name = model.call_name(call) or ""
         func = call.func
         if type(func) is cst.Attribute and (not name.startswith(("torch.", "numpy.")) or "()" in name):

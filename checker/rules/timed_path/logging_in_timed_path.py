@@ -18,8 +18,10 @@ class LoggingInTimedPath(Rule):
     ## What it does
     Finds `print()`, `logging`/`logger` calls and `warnings.warn` inside a CUDA-event window, a
     callable given to `do_bench`, a host-timer window or a `torch.cuda.graph` capture, and, in
-    per-step hot paths (`forward`, decode and step functions), `print()` anywhere and logging
-    calls that format a tensor argument of the function. Device-side prints
+    per-step hot paths (`forward`, decode and step functions), logging calls and `print()`s that
+    format a tensor argument of the function, and `print()`s that run on every step (a print
+    under an `if` of the step, without the step's tensors, is a rare event's message: an
+    overflow, a missing kernel). Device-side prints
     (`tl.device_print`) are not reported.
 
     Event windows and host-timer windows count in measurement code only: files under
@@ -151,8 +153,10 @@ class Layer(torch.nn.Module):
                 continue  # an error path or a debug trace: not run on every step or iteration
             if region.kind == "host-timer" and not _launches(model, region):
                 continue  # wall time of a job (a CI run, an eval, a tuning sweep), not of GPU work
-            if region.kind == "hot-path" and what != "print()" and not self._formats_argument(call, region.function):
-                continue
+            if region.kind == "hot-path" and not self._formats_argument(call, region.function) and (
+                    what != "print()" or _conditional(model, call) or via is not None and _conditional(model, via)):
+                continue  # a log line without the step's tensors (its level check is cheap), or a print on
+                # a branch of the step (an overflow, a missing kernel): a rare event's message
             if first_in_statement(model, call, seen):
                 self.report(call, what=what, helper=through(model, call, via), region=region.label)
 
@@ -172,6 +176,18 @@ class Layer(torch.nn.Module):
                             and part.expression.value in params:
                         return True
         return False
+
+
+def _conditional(model, node: cst.CSTNode) -> bool:
+    """Whether ``node`` runs only on some calls of its function: under an ``if``, a conditional
+    expression, a ``while`` or a ``try``'s handler."""
+    for anc in model.ancestors(node):
+        kind = type(anc)
+        if kind in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
+            return False
+        if kind in (cst.If, cst.IfExp, cst.ExceptHandler, cst.While, cst.Else):
+            return True
+    return False
 
 
 def _launches(model, region) -> bool:
