@@ -582,6 +582,9 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
             return True
         if type(anc) in (cst.If, cst.While) and child is anc.body and _never_true(anc.test):
             return True  # ``if False:``, ``if 0:``, ``if TYPE_CHECKING:``: a branch that never runs
+        if type(anc) is cst.If and child is not anc.test and _on_cuda(anc.test) is not None and (
+                (child is anc.body) != _on_cuda(anc.test)):
+            return True  # the other side of ``if x.is_cuda:``: the CPU's path
         if type(anc) in (cst.FunctionDef, cst.Lambda):
             function = anc
             break
@@ -594,12 +597,29 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
         for stmt in function.body.body:
             if any(n is stmt for n in model.ancestors(node)):
                 break
-            if type(stmt) is cst.If and _names_flag(stmt.test) and type(stmt.body) is cst.IndentedBlock and any(
-                type(s) is cst.SimpleStatementLine and any(type(x) is cst.Return for x in s.body)
-                for s in stmt.body.body
-            ):
-                return True
+            if type(stmt) is cst.If and (_names_flag(stmt.test) or _on_cuda(stmt.test)) \
+                    and type(stmt.body) is cst.IndentedBlock and any(
+                        type(s) is cst.SimpleStatementLine and any(type(x) is cst.Return for x in s.body)
+                        for s in stmt.body.body):
+                return True  # below ``if not <debug switch>: return`` or ``if x.is_cuda: return kernel(x)``
     return False
+
+
+def _on_cuda(test: cst.CSTNode) -> bool | None:
+    """True for a test that a tensor is on the GPU (``x.is_cuda``, ``x.device.type == "cuda"``),
+    False for its negation, None for any other test."""
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        inner = _on_cuda(test.expression)
+        return None if inner is None else not inner
+    if type(test) is cst.Attribute and test.attr.value == "is_cuda":
+        return True
+    if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.left) is cst.Attribute \
+            and test.left.attr.value == "type" and type(test.comparisons[0].comparator) is cst.SimpleString:
+        equal = type(test.comparisons[0].operator) is cst.Equal
+        unequal = type(test.comparisons[0].operator) is cst.NotEqual
+        if test.comparisons[0].comparator.evaluated_value == "cuda" and (equal or unequal):
+            return equal
+    return None
 
 
 def _error_branch(model, block: cst.CSTNode) -> bool:

@@ -378,7 +378,9 @@ OTHER_DEVICES = {"npu", "xpu", "mps", "hpu", "mlu", "musa", "cpu", "tpu"}
 # A hot path that is another backend's slot (``forward_xpu``, ``forward_npu``) or a debugging
 # tool's (``DsparkInfoDumper.observe_decode_step``).
 OFF_CUDA_SLOT = re.compile(r"_(npu|xpu|hpu|mps|mlu|musa|cpu|tpu)$")
-TOOL_CLASS = re.compile(r"(Dumper|Debugger|Profiler)$")
+# Tools that run beside the step, and reference implementations a test compares the real one with
+# (``NaiveBatchedExperts``, ``ReferenceAttention``): neither is the serving step.
+TOOL_CLASS = re.compile(r"(Dumper|Debugger|Profiler)$|^(Naive|Reference|Ref)(?=[A-Z])")
 OTHER_BACKEND_CALL = re.compile(r"^torch\.(npu|xpu|mps|hpu|mlu|musa)\.")
 
 
