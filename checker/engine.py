@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kcheck import __version__
+from kcheck import __version__, chunks
 from kcheck.config import DEFAULT_MAX_FILE_SIZE, Config, config_for, project_root
 from kcheck.finding import Finding, rule_url
 
@@ -262,10 +262,16 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
     if not rules and not directives and ("KC900" not in meta_on or (shortcuts and _compiles(source, rel))):
         return result  # nothing to check but the syntax, and the syntax is fine
     tree = None
+    # a large file with suppression comments and no rule to run: no finding is matched against its
+    # statements, so only whether it parses matters (KC900), which its chunks tell without a
+    # whole-file tree; when they do not parse, the whole-file parse below reports why
+    parses = shortcuts and not rules and chunks.is_large(source) and \
+        chunks.trees(source, lambda _: None, lines=False) is not None
     try:
-        with warnings.catch_warnings():  # SyntaxWarnings about the scanned code are not kcheck's to print
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source, filename=rel)
+        if not parses:
+            with warnings.catch_warnings():  # SyntaxWarnings about the scanned code are not kcheck's to print
+                warnings.simplefilter("ignore")
+                tree = ast.parse(source, filename=rel)
     except SyntaxError as exc:
         # Newer grammar than the running interpreter's (PEP 695 type parameters under 3.11, PEP 701
         # f-strings): libcst's parser knows it, and the rules need only libcst; the ast-based
@@ -326,7 +332,12 @@ def _libcst_problem(source: str) -> str | None:
 def _compiles(source: str, rel: str) -> bool:
     """Whether the text compiles: a syntax check several times cheaper than ``ast.parse``, which
     builds a Python object per node. When it fails (or compile rejects what ``ast.parse`` accepts,
-    such as ``return`` outside a function), the caller parses with ``ast`` and reports from that."""
+    such as ``return`` outside a function), the caller parses with ``ast`` and reports from that.
+
+    A large file is compiled a chunk of top-level statements at a time (:mod:`kcheck.chunks`); when
+    a chunk fails, the whole text is compiled, so the answer is the same either way."""
+    if chunks.is_large(source) and chunks.compiles(source, rel):
+        return True
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -9,9 +9,10 @@ weight loading, graph capture, warm-up, profiling runs, calibration, export), te
 benchmarks, and stops after a few calls.
 
 Phase one reads each file once with ``ast`` into :class:`FileFacts` (small, picklable, keyed by
-content by the caller); phase two, :func:`per_step`, is a breadth-first walk over all of them. The
-result maps a file to its per-step functions, each with the chain that reached it, so a finding
-can say why its function counts as per-step. The checker never imports the code it reads.
+content by the caller; a large file a chunk of top-level statements at a time,
+:mod:`kcheck.chunks`); phase two, :func:`per_step`, is a breadth-first walk over all of them. The
+result maps a file to its per-step functions, each with the chain that reached it, so a finding can
+say why its function counts as per-step. The checker never imports the code it reads.
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import io
 import os
 import pickle
 import re
 import stat
+import tokenize
 import warnings
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from kcheck import chunks
 from kcheck.config import hot_path_matcher
 from kcheck.gate import dotted, import_bindings
 
@@ -206,7 +210,7 @@ def _cached(test: ast.expr, rest: list[ast.stmt]) -> bool:
     ``or``/``and`` of those) and the statements in ``rest`` fill it."""
     tested: set[str] = set()
     parts = test.values if type(test) is ast.BoolOp else [test]
-    for part in parts:
+    for part in reversed(parts):
         if type(part) is ast.Compare and len(part.ops) == 1 and type(part.ops[0]) in (ast.IsNot, ast.In):
             target = part.left if type(part.ops[0]) is ast.IsNot else part.comparators[0]
         elif type(part) in (ast.Name, ast.Attribute):
@@ -315,12 +319,43 @@ def _facts_of(path: str, rel: str) -> FileFacts | None:
     try:
         with open(path, "rb") as fh:
             data = fh.read()
+        if chunks.is_large(data):
+            facts = facts_in_chunks(data, rel)
+            if facts is not None:
+                return facts
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tree = ast.parse(data)
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return file_facts(tree, rel)
+
+
+def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFacts | None:
+    """The facts of a large file read in chunks of top-level statements (:mod:`kcheck.chunks`), the
+    same as :func:`file_facts` of its whole tree; None when the file must be parsed whole (another
+    encoding than UTF-8, a chunk that does not parse).
+
+    :func:`file_facts` walks the top-level statements last first, each one's subtree whole: the walk
+    of the whole tree is the walks of the chunks, last chunk first. Merging the chunks' facts in that
+    order (a later assignment wins, calls appended) gives the same facts, in the same order."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        if encoding not in ("utf-8", "utf-8-sig"):
+            return None
+        text = data.decode(encoding)
+    except (SyntaxError, UnicodeDecodeError, LookupError):
+        return None
+    parts = chunks.trees(text, lambda tree: file_facts(tree, rel), chunk, lines=False)  # facts hold no lines
+    if parts is None:
+        return None
+    facts = FileFacts(module_name(rel))
+    for part in reversed(parts):
+        facts.imports.update(part.imports)
+        for name, calls in part.calls.items():
+            facts.calls.setdefault(name, []).extend(calls)
+        facts.once_after.update(part.once_after)
+    return facts
 
 
 def _facts_chunk(items: list[tuple[str, str]]) -> list[FileFacts | None]:
