@@ -11,8 +11,10 @@ measures the peak resident memory of
 and prints both and their ratio. Two kinds of file:
 
 - ``tuning`` (the default): generated autotuning code, thousands of small CUDA-event timing helpers
-  each followed by a table row, correct as written. Every rule's ``ast`` gate runs over it and
-  none needs libcst, so kcheck should cost a fraction of the bare parse. The target (issue 24):
+  each followed by a table row, correct as written. With the default rules no rule's text
+  prefilter keeps it (with ``--preview`` some do, and a gate sends it through libcst), so kcheck
+  reads it for the project index and the syntax check only, and should cost a fraction of the
+  bare parse. The target (issue 24):
   at most 10 s and 500 MiB at 4 MB, growing linearly (run ``--mb 1`` and ``--mb 4`` to see the
   slope). Before the fix, KC408's gate compared every timing window with every call of the file.
 - ``bench``: benchmark functions that several rules report on, so the whole file goes through
@@ -21,11 +23,13 @@ and prints both and their ratio. Two kinds of file:
 
 ``--preview`` runs the preview rules too.
 
-Measured on a 2-core machine, Python 3.11, ``--mb 4`` (tuning, 4.19 MB, 145,831 lines), at the
-commit that made KC408's gate linear: kcheck 4.9 s and 696 MiB peak, the bare libcst parse 31 s
-and 2,143 MiB. Before (same file at 1 MB, in-process): 68 s and 703 MiB, from KC408's gate (every
-window against every call of the file) and KC409, then on by default, sending the file through
-libcst. The full table, KC409's fix and where the memory goes: ``benchmarks/results/large_file.md``.
+Measured on a 2-core machine, Python 3.11, ``--mb 4`` (tuning, 4.19 MB, 145,831 lines), with the
+project index's facts and the syntax check read in chunks of top-level statements
+(``kcheck.chunks``): kcheck 4.5 to 4.9 s and 68 MiB peak (1 MB: 1.3 s, 57 MiB; 2 MB: 2.6 s,
+60 MiB), the bare libcst parse 25.7 s and 2,143 MiB. Before the chunks: 4.9 to 5.9 s and 688 to
+696 MiB, one whole-file ``ast.parse`` for the facts and one ``compile()``. Before KC408's gate was
+made linear (same file at 1 MB, in-process): 68 s and 703 MiB. The full table, KC409's fix, where
+the memory went and what still reads a file whole: ``benchmarks/results/large_file.md``.
 """
 
 from __future__ import annotations
