@@ -109,6 +109,19 @@ def round_like(v, like_ptr, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
+def widen(v, INTERPRETED: tl.constexpr):
+    """bf16 or fp16 ``v`` in fp32. For bf16 on a GPU (not ``INTERPRETED``), two values an instruction
+    pair from the register that holds them both (``shl`` 16 for the low half, ``and`` 0xffff0000 for
+    the high one): Triton 3.6 widens the high half with a ``prmt`` and a shift, 1.5 instructions an
+    element instead of 1. The same values, bit for bit: a bf16 is the top half of its fp32."""
+    if not INTERPRETED and v.dtype == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            "{ shl.b32 $0, $2, 16; and.b32 $1, $2, 0xffff0000; }",
+            "=r,=r,r", [v], dtype=tl.float32, is_pure=True, pack=2)
+    return v.to(tl.float32)
+
+
+@triton.jit
 def sum_and_absmax(a_sum, a_max, b_sum, b_max):
     """Combine function of one reduction that gives a row's sum and its maximum together."""
     return a_sum + b_sum, tl.maximum(a_max, b_max)

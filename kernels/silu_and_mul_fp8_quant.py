@@ -34,7 +34,7 @@ import triton.language as tl
 from kcheck.kernels import silu_and_mul as silu
 from kcheck.kernels._launch import device_reason, fallback, row_grid, token_bucket, tuning
 from kcheck.kernels.harness import Case, KernelSpec
-from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, round_like, row_scales, to_e4m3
+from kcheck.kernels.per_token_fp8_quant import FP8, FP8_MAX, MIN_CAPABILITY, round_like, row_scales, to_e4m3, widen
 from kcheck.kernels.rms_norm import SUPPORTED_DTYPES, TOKENS
 from kcheck.kernels.rms_norm_fp8_quant import TOLERANCES, _quantize, from_reference, outputs, quant_meta, readout, scale_input
 
@@ -89,11 +89,15 @@ def sigmoid(g, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
-def _silu_mul(x_row, cols, mask, I, INTERPRETED: tl.constexpr):
+def _silu_mul(x_row, cols, mask, I, INTERPRETED: tl.constexpr, EVEN: tl.constexpr):
     """silu(gate) · up for the columns ``cols`` of the rows at ``x_row``, rounded to the input dtype
-    as ``silu_and_mul`` stores it, back in fp32."""
-    g = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(x_row + I + cols, mask=mask, other=0.0).to(tl.float32)
+    as ``silu_and_mul`` stores it, back in fp32; unmasked when ``EVEN`` (every lane in bounds)."""
+    if EVEN:
+        g = widen(tl.load(x_row + cols), INTERPRETED)
+        u = widen(tl.load(x_row + I + cols), INTERPRETED)
+    else:
+        g = widen(tl.load(x_row + cols, mask=mask, other=0.0), INTERPRETED)
+        u = widen(tl.load(x_row + I + cols, mask=mask, other=0.0), INTERPRETED)
     # fp32 sigmoid, the one silu_and_mul computes: the quantization sees its values.
     return round_like(g * sigmoid(g, INTERPRETED) * u, x_row, INTERPRETED)
 
@@ -118,6 +122,7 @@ def _silu_and_mul_fp8_quant_kernel(
     ROUND_IN_FP32: tl.constexpr,  # round to the e4m3 grid before the cast, plain tl.sigmoid (interpreter only)
     BLOCK_A: tl.constexpr,  # the largest power of two <= I: the head of each row, unmasked columns
     BLOCK_B: tl.constexpr,  # next power of two >= I - BLOCK_A (0: no tail): the rest of the row
+    EVEN: tl.constexpr,  # I == BLOCK_A + BLOCK_B: with one row a program, no lane is masked
     ROWS: tl.constexpr,  # rows per program
 ):
     # A whole row is two register tiles, a power-of-two head and a masked tail, rather than one tile
@@ -127,19 +132,33 @@ def _silu_and_mul_fp8_quant_kernel(
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
     x_row = x_ptr + rows * stride_xm
     q_row = q_ptr + rows * stride_qm
+    # Unmasked when one row a program fills both tiles (8192 + 4096 at I=12288): no zeroed registers
+    # and predicates for the 16-byte loads and stores.
+    even = EVEN and ROWS == 1
     cols_a = tl.arange(0, BLOCK_A)[None, :]
     mask_a = (rows < M) & (cols_a < I)
-    y_a = _silu_mul(x_row, cols_a, mask_a, I, ROUND_IN_FP32)
-    amax = tl.max(tl.abs(y_a), axis=1)
+    y_a = _silu_mul(x_row, cols_a, mask_a, I, ROUND_IN_FP32, even)
+    # The tail is read before either maximum is reduced: reduced in between (as it was up to
+    # issue 26's second pass), the barriers of the head's reduction held the tail's loads back, and
+    # each program waited on memory twice.
     if BLOCK_B > 0:
         cols_b = BLOCK_A + tl.arange(0, BLOCK_B)[None, :]
         mask_b = (rows < M) & (cols_b < I)
-        y_b = _silu_mul(x_row, cols_b, mask_b, I, ROUND_IN_FP32)
-        amax = tl.maximum(amax, tl.max(tl.abs(y_b), axis=1))
+        y_b = _silu_mul(x_row, cols_b, mask_b, I, ROUND_IN_FP32, even)
+        amax = tl.maximum(tl.max(tl.abs(y_a), axis=1), tl.max(tl.abs(y_b), axis=1))
+    else:
+        amax = tl.max(tl.abs(y_a), axis=1)
     scale, r = row_scales(amax, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC)
-    tl.store(q_row + cols_a, to_e4m3(y_a, scale, r, FP8_MAX, ROUND_IN_FP32).to(q_ptr.dtype.element_ty), mask=mask_a)
+    if even:
+        tl.store(q_row + cols_a, to_e4m3(y_a, scale, r, FP8_MAX, ROUND_IN_FP32).to(q_ptr.dtype.element_ty))
+    else:
+        tl.store(q_row + cols_a, to_e4m3(y_a, scale, r, FP8_MAX, ROUND_IN_FP32).to(q_ptr.dtype.element_ty), mask=mask_a)
     if BLOCK_B > 0:
-        tl.store(q_row + cols_b, to_e4m3(y_b, scale, r, FP8_MAX, ROUND_IN_FP32).to(q_ptr.dtype.element_ty), mask=mask_b)
+        if even:
+            tl.store(q_row + cols_b, to_e4m3(y_b, scale, r, FP8_MAX, ROUND_IN_FP32).to(q_ptr.dtype.element_ty))
+        else:
+            tl.store(q_row + cols_b, to_e4m3(y_b, scale, r, FP8_MAX, ROUND_IN_FP32).to(q_ptr.dtype.element_ty),
+                     mask=mask_b)
 
 
 def split(I: int) -> tuple[int, int]:
@@ -178,7 +197,7 @@ def silu_and_mul_fp8_quant(
     M = x.shape[0]
     _silu_and_mul_fp8_quant_kernel[row_grid(M)](
         x, out, scale, x.stride(0), out.stride(0), M, I, token_bucket(M),
-        **quant_meta(static_scale), BLOCK_A=split(I)[0], BLOCK_B=split(I)[1],
+        **quant_meta(static_scale), BLOCK_A=split(I)[0], BLOCK_B=split(I)[1], EVEN=sum(split(I)) == I,
     )
     return out, scale
 
