@@ -118,7 +118,8 @@ def torch_dtype(model, node) -> str | None:
     return _TORCH.get(name[len("torch."):]) if name.startswith("torch.") else None
 
 
-def _arg(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
+def arg(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
+    """The argument given by ``keyword`` or at positional ``index``."""
     for a in call.args:
         if a.keyword is not None and a.keyword.value == keyword:
             return a.value
@@ -350,7 +351,7 @@ class KernelValues:
         if op is None and type(func) is cst.Attribute:  # a method of a value: x.to(...), x.reshape(...)
             method = func.attr.value
             if method == "to" and call.args:
-                return self._cast(_arg(call, 0, "dtype"))
+                return self._cast(arg(call, 0, "dtype"))
             if method in ("max", "min") and not any(a.keyword and a.keyword.value == "return_indices" for a in call.args):
                 return _widened_extreme(self._eval(func.value, env))
             if method in _SAME_METHOD:
@@ -362,22 +363,22 @@ class KernelValues:
         if op in _INDEX:
             return I32
         if op == "cast":
-            return self._cast(_arg(call, 1, "dtype"))
+            return self._cast(arg(call, 1, "dtype"))
         if op == "load":
-            return self._load(_arg(call, 0, "pointer"), call, env)
+            return self._load(arg(call, 0, "pointer"), call, env)
         if op in ("atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg", "atomic_and",
                   "atomic_or", "atomic_xor"):
-            return self._load(_arg(call, 0, "pointer"), None, env)
+            return self._load(arg(call, 0, "pointer"), None, env)
         if op in ("zeros", "full"):
-            return self.dtype_value(_arg(call, 1 if op == "zeros" else 2, "dtype"))
+            return self.dtype_value(arg(call, 1 if op == "zeros" else 2, "dtype"))
         if op in ("zeros_like", "full_like"):
-            given = _arg(call, 99, "dtype")
-            return self.dtype_value(given) if given is not None else self._eval(_arg(call, 0, "input"), env)
+            given = arg(call, 99, "dtype")
+            return self.dtype_value(given) if given is not None else self._eval(arg(call, 0, "input"), env)
         if op == "dot":
-            out = _arg(call, 99, "out_dtype")
+            out = arg(call, 99, "out_dtype")
             return self.dtype_value(out) if out is not None else F32
         if op in ("sum", "reduce", "cumsum", "max", "min"):
-            given = _arg(call, 99, "dtype")
+            given = arg(call, 99, "dtype")
             if given is not None:
                 return self.dtype_value(given)
             if op in ("max", "min") and call.args:
@@ -404,7 +405,7 @@ class KernelValues:
         known = {self.elements[b] for b in buffers if b in self.elements}
         if len(known) == 1:  # what every launch passes for the pointer; 16-bit data read from memory
             return LOADED if known == {LOW} else next(iter(known))
-        other = _arg(call, 2, "other") if call is not None else None
+        other = arg(call, 2, "other") if call is not None else None
         if type(other) is cst.UnaryOperation and type(other.expression) is cst.Integer:
             return INT  # other=-1: a sentinel of an integer load
         named = _names(pointer)
@@ -490,10 +491,10 @@ class _Host:
             name = model.call_name(expr) or ""
             func = expr.func
             if name.startswith("torch.") and name[len("torch."):] in TORCH_ALLOC:
-                dtype = _arg(expr, 99, "dtype")
+                dtype = arg(expr, 99, "dtype")
                 if dtype is not None:
                     return torch_dtype(model, dtype)
-                source = _arg(expr, 0, "input") if name.endswith("_like") else None
+                source = arg(expr, 0, "input") if name.endswith("_like") else None
                 return self.dtype(source, fn, depth, visiting) if source is not None else None
             if type(func) is not cst.Attribute:
                 return None
@@ -501,7 +502,7 @@ class _Host:
             if method in _TORCH_METHOD and not expr.args:
                 return _TORCH_METHOD[method]
             if method in ("new_empty", "new_zeros", "new_ones", "new_full"):
-                dtype = _arg(expr, 99, "dtype")
+                dtype = arg(expr, 99, "dtype")
                 return torch_dtype(model, dtype) if dtype is not None else self.dtype(func.value, fn, depth, visiting)
             dtypes = [torch_dtype(model, a.value) for a in expr.args
                       if (a.keyword is None or a.keyword.value == "dtype") and torch_dtype(model, a.value)]
@@ -541,7 +542,7 @@ class _Host:
                 index = params.index(expr.value)
                 for call in callers:
                     shift = 1 if params and params[0] in ("self", "cls") and type(call.func) is cst.Attribute else 0
-                    value = _arg(call, index - shift, expr.value)
+                    value = arg(call, index - shift, expr.value)
                     found.append(self.dtype(value, model.enclosing_function(call), depth - 1, visiting)
                                  if value is not None else None)
             found = [t for t in found if t != "loop"]

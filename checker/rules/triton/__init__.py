@@ -18,6 +18,7 @@ import libcst as cst
 from kcheck.claims import TRITON_DECORATORS
 from kcheck.gate import NESTED_SCOPES, ast_nodes, dotted, import_bindings, resolve
 from kcheck.model import SCOPES_AND_LAMBDAS, children, subtree
+from kcheck.triton_values import arg  # noqa: F401 - the rules import it from here
 
 TRITON_TEXT = r"triton"
 KERNEL_NAMES = {"jit", "autotune", "heuristics"}
@@ -71,15 +72,6 @@ def is_tl_attr(model, node: cst.CSTNode, *attrs: str) -> bool:
     """Whether ``node`` is ``tl.<one of attrs>`` (``tl.float32``, ``tl.int64``...)."""
     name = model.qualname(node) or ""
     return any(name in (f"triton.language.{a}", f"tl.{a}") for a in attrs)
-
-
-def arg(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
-    """The argument given by ``keyword`` or at positional ``index``."""
-    for a in call.args:
-        if a.keyword is not None and a.keyword.value == keyword:
-            return a.value
-    positional = [a.value for a in call.args if a.keyword is None and not a.star]
-    return positional[index] if index < len(positional) else None
 
 
 def is_none(node: cst.CSTNode | None) -> bool:
