@@ -16,10 +16,10 @@ unfused pair. What changed in the shipped kernels, each keeping every e4m3 value
   the tail's loads back: each program waited on memory twice.
 - SiLU-and-mul's loads and stores unmasked when one row a program fills both tiles (I = 8192 + 4096).
 
-- RMSNorm's row, when one program holds it, may be held as 2 or 4 tiles (``TILES``, autotuned),
-  added into one another in registers before the reduction across the row: shorter serial chains
-  of FFMA and FMNMX in each thread. (``--explore``: the first form of this, ``twotile``, with two
-  separate tiles; and a register cap on 4 warps, which spills.)
+
+``--explore`` adds two RMSNorm designs that were tried and not shipped: ``twotile``, the row as two
+tiles of N/2 columns added into one another element by element before the one reduction (each
+thread's serial chains of FFMA and FMNMX half as long), and a register cap on 4 warps (it spills).
 
 ``packed`` (RMSNorm) keeps x as loaded (bf16, half the registers) across the reduction and forms
 x·w again after it, the weight read again from L1: fewer registers, more instructions.
@@ -157,10 +157,9 @@ def rms_variants(inputs: dict, large: bool) -> dict:
     for nw in ((4, 8) if large else (8,)):  # the old picks: 4 warps at T >= 4096, 8 (pinned) below
         out[f"before w{nw}"] = lambda nw=nw: rms_before[(M,)](*args, **COMMON, BLOCK_N=B, num_warps=nw)
     if large:
-        for nw, tiles in ((1, 1), (2, 1), (4, 1), (8, 1), (4, 2), (2, 2), (2, 4)):
-            out[f"shipped w{nw}" + (f" tiles {tiles}" if tiles > 1 else "")] = (
-                lambda nw=nw, tiles=tiles: rn8._rms_norm_fp8_quant_kernel.fn[(M,)](
-                    *args, token_bucket(M), **QUANT, BLOCK_N=B, EVEN=True, ROWS=1, TILES=tiles, num_warps=nw))
+        for nw in (1, 2, 4, 8):
+            out[f"shipped w{nw}"] = lambda nw=nw: rn8._rms_norm_fp8_quant_kernel.fn[(M,)](
+                *args, token_bucket(M), **QUANT, BLOCK_N=B, EVEN=True, ROWS=1, num_warps=nw)
         for nw in (1, 2):
             out[f"packed w{nw}"] = lambda nw=nw: rms_packed[(M,)](*args, **COMMON, BLOCK_N=B, num_warps=nw)
         if EXPLORE:
@@ -168,7 +167,7 @@ def rms_variants(inputs: dict, large: bool) -> dict:
                 out[f"twotile w{nw}"] = lambda nw=nw: rms_twotile[(M,)](*args, **COMMON, HALF=B // 2, num_warps=nw)
             for reg in (32, 40):
                 out[f"shipped w4 maxnreg {reg}"] = lambda reg=reg: rn8._rms_norm_fp8_quant_kernel.fn[(M,)](
-                    *args, token_bucket(M), **QUANT, BLOCK_N=B, EVEN=True, ROWS=1, TILES=1, num_warps=4, maxnreg=reg)
+                    *args, token_bucket(M), **QUANT, BLOCK_N=B, EVEN=True, ROWS=1, num_warps=4, maxnreg=reg)
     return out
 
 

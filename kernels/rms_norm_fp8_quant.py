@@ -60,22 +60,8 @@ def norm_to_e4m3(v, w, like_ptr, q_ptr, s_ptr, rows, cols, mask, stride_qm, M, N
     tl.store(q_ptr + rows * stride_qm + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
-RMS_FP8_CANDIDATES = (
-    *(triton.Config({**c.kwargs, "TILES": 1}, num_warps=c.num_warps) for c in ROW_CANDIDATES),
-    triton.Config({"ROWS": 1, "TILES": 2}, num_warps=4),
-    triton.Config({"ROWS": 1, "TILES": 2}, num_warps=2),
-    triton.Config({"ROWS": 1, "TILES": 4}, num_warps=2),
-)
-"""The row kernels' candidates (one tile a row) and, for a power-of-two row of one program, the row
-as 2 or 4 tiles, summed across the tiles element by element in registers before the reduction
-across the row: each thread's serial chains of FFMA and FMNMX 2 or 4 times shorter, the same
-barriers (4 tiles on 4 warps are left out: Triton 3.6 lays that tile out across the warps and
-converts it through shared memory). On an H200 at T=4096 (``benchmarks/kernels_fused_fp8_gap.py``, 7 interleaved rounds) two
-tiles on 4 warps took 15.81 us against 16.19 for one tile, its mover 14.91."""
-
-
 @triton.autotune(
-    **tuning(RMS_FP8_CANDIDATES, ROWS_PINS),
+    **tuning(ROW_CANDIDATES, ROWS_PINS),
     key=["N", "token_bucket", "STATIC"],
 )
 @triton.jit
@@ -97,26 +83,9 @@ def _rms_norm_fp8_quant_kernel(
     BLOCK_N: tl.constexpr,  # next power of two >= N: one row per register tile
     EVEN: tl.constexpr,  # N == BLOCK_N
     ROWS: tl.constexpr,  # rows per program
-    TILES: tl.constexpr,  # a power-of-two row of one program held as TILES tiles (1: one)
 ):
     rows, cols, mask = row_tile(M, N, ROWS, BLOCK_N)  # int64 rows
-    if EVEN and ROWS == 1 and TILES > 1:
-        # The row as [TILES, BLOCK_N / TILES]: the tiles are reduced into one another first, within
-        # each thread's registers and in parallel across the columns, then the row once across the
-        # threads. Each thread's serial chain of adds (and of maxima) is TILES times shorter.
-        tiled = tl.arange(0, TILES)[:, None] * (BLOCK_N // TILES) + tl.arange(0, BLOCK_N // TILES)[None, :]
-        x = widen(tl.load(x_ptr + rows * stride_xm + tiled), ROUND_IN_FP32)
-        w = widen(tl.load(w_ptr + tiled), ROUND_IN_FP32)  # in flight with x
-        vw = x * w
-        ss, amax_vw = tl.reduce((x * x, tl.abs(vw)), 0, sum_and_absmax, keep_dims=True)
-        ss, amax_vw = tl.reduce((ss, amax_vw), 1, sum_and_absmax)  # [1]: the one row
-        rstd = tl.rsqrt(ss / N + eps)
-        y = round_like(vw * rstd[:, None], x_ptr, ROUND_IN_FP32)
-        amax = (amax_vw * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)  # = max|y|, bit for bit
-        scale, r = row_scales(amax, s_ptr, rows, M, FP8_MAX, MIN_SCALE, STATIC)
-        q = to_e4m3(y, scale, r, FP8_MAX, ROUND_IN_FP32)
-        tl.store(q_ptr + rows * stride_qm + tiled, q.to(q_ptr.dtype.element_ty))
-    elif EVEN and ROWS == 1:
+    if EVEN and ROWS == 1:
         # One whole row a program and N = BLOCK_N: every lane is in bounds. Unmasked, each 16-byte
         # load needs no zeroed registers and no predicate: about 25 instructions a thread fewer,
         # 0.8 an element on 4 warps.
