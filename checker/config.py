@@ -72,6 +72,9 @@ class Config:
     # Set per file by the engine from the project index: lazy initialisers ("f", "Cls.m") and the
     # index of their guard statement; what follows the guard runs once, on the first call.
     once_after: tuple[tuple[str, int], ...] = ()
+    # Set per file by the engine from the project index: the call texts in this file of project
+    # functions that time something (a benchmark driver's ``interleaved(fns, rounds, timer)``).
+    measuring: tuple[str, ...] = ()
     library_ops: tuple[str, ...] = ()
     fallback_announcers: tuple[str, ...] = ()
     require_suppression_reason: bool = True

@@ -23,12 +23,8 @@ import libcst as cst
 
 from kcheck.config import Config
 from kcheck.gate import qualify_from, resolve
+from kcheck.project import BENCH_TIMERS, HOST_TIMERS  # noqa: F401 - the rules read them from here
 
-HOST_TIMERS = {
-    "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
-    "time.monotonic_ns", "timeit.default_timer",
-}
-BENCH_TIMERS = {"do_bench", "do_bench_cudagraph", "bench_gpu_time", "benchmark_fn"}
 # Measurement code: where an event window or a host timer measures a kernel. Elsewhere (serving
 # engines timing model loading, request latency or a rebalancing step for a log line) the same
 # windows are metrics, and what runs inside them is the operation being measured.
@@ -567,14 +563,19 @@ def _statement_calls(stmt: cst.CSTNode) -> Iterator[cst.Call]:
 JOB_STATEMENTS = 60
 
 
-def _times_a_job(inner: list[cst.CSTNode]) -> bool:
+def _times_a_job(model: ModuleModel, inner: list[cst.CSTNode]) -> bool:
+    """A window over more than ``JOB_STATEMENTS`` statements, or one that calls a project function
+    which itself times (the project index's ``Config.measuring``), times a job, not GPU work."""
     count = 0
+    timing = set(model.config.measuring)
     for stmt in inner:
         for node in walk(stmt):
             if type(node) is cst.SimpleStatementLine:
                 count += 1
                 if count > JOB_STATEMENTS:
                     return True
+            elif timing and type(node) is cst.Call and model.dotted(node.func) in timing:
+                return True
     return False
 
 
@@ -651,7 +652,7 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
         pairs = list(zip(ordered[::2], ordered[1::2])) if len(ordered) % 2 == 0 else [(ordered[0], ordered[-1])]
         for start, stop in pairs:
             if stop - start <= 1 or not model.in_measurement_code(blocks[key]) or _times_a_job(
-                    list(blocks[key].body)[start + 1:stop]):
+                    model, list(blocks[key].body)[start + 1:stop]):
                 continue
             block = blocks[key]
             stmts = list(block.body)

@@ -30,6 +30,7 @@ import warnings
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from kcheck import chunks
 from kcheck.config import hot_path_matcher
@@ -39,6 +40,12 @@ from kcheck.gate import dotted, import_bindings
 # One-time and periodic work: never a per-step path, whatever calls it (set-up, weight loading,
 # graph capture, warm-up, profiling runs, calibration, export; expert rebalancing, which an engine
 # runs every few thousand steps).
+# what reads a clock: a host timer (read twice a window) or a benchmark timer
+HOST_TIMERS = {
+    "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
+    "time.monotonic_ns", "timeit.default_timer",
+}
+BENCH_TIMERS = {"do_bench", "do_bench_cudagraph", "bench_gpu_time", "benchmark_fn"}
 ONE_TIME = re.compile(
     r"^(__init__|__post_init__|_?init_(?!forward_metadata)\w*|_?load\w*|\w*_weights?|_?capture\w*|\w*cuda_graphs?\w*|_?warm_?up\w*"
     r"|profile_run|_?dummy_run|\w*calibrat\w*|\w*amax\w*|_?export\w*|_?initiali[sz]e\w*|_?setup\w*|_?compile\w*"
@@ -146,6 +153,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
     is_package = path.endswith("__init__.py")
     # (node, the function or method it is in: "f", "Cls.m", or "" outside any, nested functions "")
     stack: list[tuple[ast.AST, str, str]] = [(n, "", "") for n in tree.body]
+    typed: dict[str, dict[str, str]] = {}  # function -> its parameters annotated with a class name
     while stack:
         node, owner, klass = stack.pop()
         kind = type(node)
@@ -158,6 +166,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             inner = name if not owner else ""  # a nested function's calls are not its parent's
             if not owner:
                 facts.calls.setdefault(name, [])
+                typed[name] = _annotated_params(node)
             every = per_call_statements(node)
             if len(every) < len(node.body) and not owner:
                 facts.once_after[name] = len(every) - 1
@@ -171,7 +180,9 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
         if kind is ast.Call and owner and owner != "<nested>":
             text = dotted(node.func)
             if text:
-                facts.calls[owner].append(text)
+                head, dot, rest = text.partition(".")
+                cls = typed[owner].get(head) if dot else None  # ``timer.median_us()`` of ``timer: Timer``
+                facts.calls[owner].append(f"{cls}.{rest}" if cls else text)
         if kind is ast.ExceptHandler:
             continue  # an error path, not the step (a handler that re-raises or logs)
         if kind is ast.If and type(node.test) is ast.Constant and not node.test.value:
@@ -182,6 +193,21 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             continue
         stack.extend((n, owner, klass) for n in ast.iter_child_nodes(node))
     return facts
+
+
+def _annotated_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, str]:
+    """Parameter -> the class its annotation names (``timer: Timer``, ``x: "ops.Timer"``), for the
+    parameters annotated with a plain or dotted name."""
+    out = {}
+    for arg in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
+        ann = arg.annotation
+        if type(ann) is ast.Constant and type(ann.value) is str and ann.value.replace(".", "").isidentifier():
+            out[arg.arg] = ann.value
+        elif type(ann) in (ast.Name, ast.Attribute):
+            text = dotted(ann)
+            if text:
+                out[arg.arg] = text
+    return out
 
 
 def _other_backend(test: ast.expr) -> bool:
@@ -232,13 +258,16 @@ def _cached(test: ast.expr, rest: list[ast.stmt]) -> bool:
     return False
 
 
-def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> dict[str, dict[str, str]]:
-    """Phase two: file path -> {function ("f" or "Cls.m") -> why it runs every step}.
+def resolver(files: dict[str, FileFacts]) -> Callable[[str, str, str], tuple[str, str] | None]:
+    """``resolve(path, owner, call)``: the project function ``(path, "f" or "Cls.m")`` that the
+    call text ``call`` in ``owner`` (a function of the file at ``path``) names, or None.
 
-    The entry points themselves are included, with the reason "a per-step entry point"."""
+    Resolved: same-module functions and methods (``f()``, ``self.m()``, ``Cls.m()``, a parameter
+    annotated with the class), imported functions and classes' methods (``from .ops import f``,
+    ``import pkg.ops as ops; ops.f()``, ``harness.Timer.median_us``). A module is found by its
+    dotted name, any dotted suffix of it that names one file only (a ``src/`` layout), or a suffix of
+    the imported name (a package installed under another name than its folder's)."""
     by_module = {f.module: path for path, f in files.items()}
-    # a layout with a source folder (src/pkg/mod.py) imports as pkg.mod: every dotted suffix of a
-    # module name that names one file only resolves too
     suffixes: dict[str, str | None] = {}
     for module, path in by_module.items():
         parts = module.split(".")
@@ -249,29 +278,91 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> di
         if path is not None:
             by_module.setdefault(key, path)
 
-    entry = hot_path_matcher(tuple(hot_path_names))
-
-    def is_entry(name: str) -> bool:  # as Config.is_hot_path
-        parts = name.split(".")
-        return entry(parts[-1]) is not None or len(parts) > 1 and entry(".".join(parts[-2:])) is not None
+    def module_path(module: str) -> str | None:
+        parts = module.split(".")
+        for k in range(len(parts)):
+            found = by_module.get(".".join(parts[k:]))
+            if found is not None:
+                return found
+        return None
 
     def resolve(path: str, owner: str, call: str) -> tuple[str, str] | None:
         facts = files[path]
         head, _, rest = call.partition(".")
         if head in ("self", "cls") and rest and "." not in rest and owner:
-            target = f"{owner}.{rest}"
+            target = f"{owner.rsplit('.', 1)[0]}.{rest}" if "." in owner else f"{owner}.{rest}"
             return (path, target) if target in facts.calls else None
-        if not rest and head in facts.calls:
-            return path, head
+        if call in facts.calls:  # ``f()``, ``Cls.m()``
+            return path, call
         qualified = facts.imports.get(head)
         if qualified is None:
             return None
-        full = f"{qualified}.{rest}" if rest else qualified
-        module, _, fn = full.rpartition(".")
-        target_path = by_module.get(module)
-        if target_path is not None and fn in files[target_path].calls:
-            return target_path, fn
+        parts = (f"{qualified}.{rest}" if rest else qualified).split(".")
+        for cut in range(len(parts) - 1, max(0, len(parts) - 3), -1):  # ``mod.f`` or ``mod.Cls.m``
+            target_path = module_path(".".join(parts[:cut]))
+            fn = ".".join(parts[cut:])
+            if target_path is not None and fn in files[target_path].calls:
+                return target_path, fn
         return None
+
+    return resolve
+
+
+def measuring(files: dict[str, FileFacts]) -> set[tuple[str, str]]:
+    """Every project function ``(path, name)`` that times something: it reads a host timer twice,
+    reads CUDA events' ``elapsed_time``, calls a benchmark timer (``do_bench``), or calls a function
+    that does. A host-timer window around a call of one times a job of measurements, not GPU work."""
+    resolve = resolver(files)
+    found: set[tuple[str, str]] = set()
+    callers: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for path, facts in files.items():
+        for name, calls in facts.calls.items():
+            timers = 0
+            for call in calls:
+                head, dot, rest = call.partition(".")
+                qualified = f"{facts.imports.get(head, head)}{dot}{rest}"
+                last = call.rsplit(".", 1)[-1]
+                if last == "elapsed_time" or last in BENCH_TIMERS:
+                    timers += 2
+                elif qualified in HOST_TIMERS:
+                    timers += 1
+                else:
+                    hit = resolve(path, name, call)
+                    if hit is not None and hit != (path, name):
+                        callers.setdefault(hit, set()).add((path, name))
+            if timers >= 2:
+                found.add((path, name))
+    queue = deque(found)
+    while queue:
+        for caller in callers.get(queue.popleft(), ()):
+            if caller not in found:
+                found.add(caller)
+                queue.append(caller)
+    return found
+
+
+def timing_calls(files: dict[str, FileFacts]) -> dict[str, tuple[str, ...]]:
+    """File path -> the call texts in it that call a project function which times (:func:`measuring`)."""
+    resolve = resolver(files)
+    timing = measuring(files)
+    out: dict[str, tuple[str, ...]] = {}
+    for path, facts in files.items():
+        found = {call for name, calls in facts.calls.items() for call in calls if resolve(path, name, call) in timing}
+        if found:
+            out[path] = tuple(sorted(found))
+    return out
+
+
+def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """Phase two: file path -> {function ("f" or "Cls.m") -> why it runs every step}.
+
+    The entry points themselves are included, with the reason "a per-step entry point"."""
+    entry = hot_path_matcher(tuple(hot_path_names))
+    resolve = resolver(files)
+
+    def is_entry(name: str) -> bool:  # as Config.is_hot_path
+        parts = name.split(".")
+        return entry(parts[-1]) is not None or len(parts) > 1 and entry(".".join(parts[-2:])) is not None
 
     def once(path: str, name: str) -> bool:
         """Whether a function runs once per input or on another platform, not every step."""
@@ -444,17 +535,17 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                 del cache.entries[key]
                 cache.dirty = True
     config = jobs[0].config
-    steps = None
+    steps = timing = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the facts are a function of each file's path and stamp: those, and the entry points, decide the walk
         digest = hashlib.sha256(repr((sorted((key, stamp, rel) for key, (stamp, rel, _) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps = cache.walk[1]
+            steps, timing = cache.walk[1]
     if steps is None:
-        steps = per_step(files, config.hot_path_functions)
+        steps, timing = per_step(files, config.hot_path_functions), timing_calls(files)
         if cache is not None:
-            cache.walk = (digest, steps)
+            cache.walk = (digest, (steps, timing))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -464,7 +555,8 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                             if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name)))
         facts = files.get(job.rel)
         once = tuple(sorted(facts.once_after.items())) if facts is not None else ()
-        if mine != job.config.per_step or once != job.config.once_after:
-            job = replace(job, config=replace(job.config, per_step=mine, once_after=once))
+        timers = timing.get(job.rel, ())
+        if mine != job.config.per_step or once != job.config.once_after or timers != job.config.measuring:
+            job = replace(job, config=replace(job.config, per_step=mine, once_after=once, measuring=timers))
         out.append(job)
     return out

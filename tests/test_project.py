@@ -198,3 +198,76 @@ def test_below_a_lazy_guard_the_model_sees_the_first_call_only(tmp_path):
     found = [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC203"]
     # the sync above the guard runs every call; the one that fills the workspace runs once
     assert [(f.path, f.line) for f in found] == [("pkg/ops/workspace.py", 9)]
+
+
+HARNESS = """
+    import time
+    import torch
+
+
+    class Timer:
+        def median_us(self, fn):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            return 1e3 * start.elapsed_time(end)
+
+
+    def interleaved(fns, rounds, timer: Timer):
+        return {name: [timer.median_us(fn) for _ in range(rounds)] for name, fn in fns.items()}
+
+
+    def unrelated(x):
+        return x + 1
+"""
+DRIVER = """
+    import time
+    import torch
+    from mypkg.harness import interleaved, unrelated
+
+
+    def main(fns, timer):
+        began = time.time()
+        for name, fn in fns.items():
+            fn()
+            torch.cuda.synchronize()
+            print(name, interleaved({name: fn}, 3, timer))
+        print(f"took {time.time() - began:.0f} s")
+
+
+    def timed(fn):
+        t0 = time.perf_counter()
+        unrelated(fn())
+        torch.cuda.synchronize()
+        fn()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+"""
+
+
+def test_a_function_that_calls_a_timing_function_times_too():
+    from kcheck.project import measuring, timing_calls
+
+    files = _facts({"harness/harness.py": HARNESS, "benchmarks/driver.py": DRIVER})
+    found = measuring(files)
+    # through the parameter annotated ``Timer`` and the package installed under another name
+    assert ("harness/harness.py", "Timer.median_us") in found
+    assert ("harness/harness.py", "interleaved") in found
+    assert ("harness/harness.py", "unrelated") not in found
+    assert timing_calls(files)["benchmarks/driver.py"] == ("interleaved",)
+
+
+def test_a_host_timer_around_a_timing_driver_times_a_job_not_the_gpu(tmp_path):
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "harness/harness.py": HARNESS,
+                      "benchmarks/driver.py": DRIVER})
+    jobs, _ = discover([str(tmp_path)])
+    found = sorted((f.code, f.line) for f in scan(jobs, 1, cache=False).findings
+                   if f.path == "benchmarks/driver.py" and f.code.startswith("KC2"))
+    # main()'s window calls interleaved(), which times: a job. timed()'s window measures, and syncs inside it
+    assert found == [("KC201", 19)]
+    # without the harness in sight the driver's window is taken for a measurement
+    alone, _ = discover([str(tmp_path / "benchmarks" / "driver.py")])
+    lines = {f.line for f in scan(alone, 1, cache=False).findings if f.code == "KC201"}
+    assert lines == {11, 19}

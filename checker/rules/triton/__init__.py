@@ -106,6 +106,12 @@ class Kernel:
     def runtime_params(self) -> set[str]:
         return set(self.params) - self.constexprs
 
+    def compile_time(self) -> set[str]:
+        """The constexpr parameters and the locals computed from them alone (``even = EVEN and
+        ROWS == 1``): a branch on any of these is chosen when the kernel is compiled."""
+        return fixed_compile_time(self.constexprs, {name: [names_in(v) for v in self.values(name)]
+                                                    for name, _value, _stmt in self.assigns})
+
     def calls(self, model, op: str) -> Iterator[cst.Call]:
         for node in nodes_under(self.fn.body):
             if type(node) is cst.Call and tl_op(model, node) == op:
@@ -140,6 +146,19 @@ def _is_constexpr(model, annotation: cst.BaseExpression) -> bool:
     if type(annotation) is cst.SimpleString:
         return annotation.evaluated_value.split(".")[-1] == "constexpr"
     return (model.qualname(annotation) or "").split(".")[-1] == "constexpr"
+
+
+def fixed_compile_time(constexprs: set[str], reads: dict[str, list[set[str]]]) -> set[str]:
+    """``constexprs`` and every name whose assigned values all read only names already in the set."""
+    known = set(constexprs)
+    grew = True
+    while grew:
+        grew = False
+        for name, values in reads.items():
+            if name not in known and values and all(v <= known for v in values):
+                known.add(name)
+                grew = True
+    return known
 
 
 def names_in(node: cst.CSTNode) -> set[str]:
@@ -255,6 +274,12 @@ class GateKernel:
             if not isinstance(node, NESTED_SCOPES):
                 for name in _body_fields(type(node)):
                     stack.extend(getattr(node, name))
+
+    def compile_time(self) -> set[str]:
+        """``Kernel.compile_time`` over ``ast``."""
+        return fixed_compile_time(self.constexprs, {
+            name: [{m.id for m in ast.walk(v) if type(m) is ast.Name} for v in values]
+            for name, values in self.assigned().items()})
 
     def augmented(self) -> set[str]:
         """The plain names the body assigns with ``+=``-style statements."""

@@ -121,6 +121,19 @@ def mm(a_ptr, M, K, stride_am, stride_ak, BLOCK_M: tl.constexpr, BLOCK_K: tl.con
 import triton
 import triton.language as tl
 @triton.jit
+def k(x_ptr, M, N, BLOCK: tl.constexpr, EVEN: tl.constexpr, ROWS: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK)[None, :]
+    even = EVEN and ROWS == 1
+    if even:
+        x = tl.load(x_ptr + rows * N + cols)
+    else:
+        x = tl.load(x_ptr + rows * N + cols, mask=(rows < M) & (cols < N), other=0.0)
+""",
+        """
+import triton
+import triton.language as tl
+@triton.jit
 def k(x_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     p = tl.make_block_ptr(x_ptr, (M, N), (N, 1), (0, 0), (BLOCK_M, BLOCK_N), (1, 0))
     x = tl.load(p, boundary_check=(0, 1))
@@ -137,6 +150,17 @@ def k(x_ptr, y_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
     cols = tl.arange(0, BLOCK_SIZE)
     x = tl.load(x_ptr + row * n_cols + cols)
     tl.store(y_ptr + row * n_cols + cols, x, mask=cols < n_cols)
+""",
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(x_ptr, y_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
+    cols = tl.arange(0, BLOCK_SIZE)
+    full = n_cols == BLOCK_SIZE
+    if full:
+        x = tl.load(x_ptr + tl.program_id(0) * n_cols + cols)
+        tl.store(y_ptr + cols, x, mask=cols < n_cols)
 """,
         """
 import triton
@@ -172,8 +196,9 @@ def fill(out, val, n):
             unmasked = [call for call, op in k.tl_calls("load", "store") if _gate_unmasked(call, op)]
             if not unmasked or not any(_gate_blocked(call) for call, _ in k.tl_calls("arange")):
                 continue
-            if k.constexprs:  # an unmasked fast path under ``if EVEN_K:`` is on purpose (``_guarded``)
-                guards = [n for n in k.statements(ast.If) if k.constexprs.intersection(
+            fixed = k.compile_time()
+            if fixed:  # an unmasked fast path under ``if EVEN_K:`` is on purpose (``_guarded``)
+                guards = [n for n in k.statements(ast.If) if fixed.intersection(
                     m.id for m in ast_nodes([n.test], into_scopes=False) if type(m) is ast.Name)]
                 unmasked = [call for call in unmasked if not any(_inside(call, n) for n in guards)]
             bounds = _GateBounds(view, k)
@@ -528,11 +553,13 @@ def fill(out, val, n):
         return True
 
     def _guarded(self, call: cst.Call, k) -> bool:
-        """Inside an ``if`` on a constexpr parameter (an unmasked fast path chosen at launch)."""
+        """Inside an ``if`` on a constexpr parameter, or a local computed from them alone (an
+        unmasked fast path chosen at launch)."""
+        fixed = k.compile_time()
         for anc in self.model.ancestors(call):
             if anc is k.fn:
                 return False
-            if type(anc) in (cst.If, cst.IfExp) and names_in(anc.test) & k.constexprs:
+            if type(anc) in (cst.If, cst.IfExp) and names_in(anc.test) & fixed:
                 return True
         return False
 
