@@ -75,6 +75,9 @@ class Config:
     # Set per file by the engine from the project index: the call texts in this file of project
     # functions that time something (a benchmark driver's ``interleaved(fns, rounds, timer)``).
     measuring: tuple[str, ...] = ()
+    # Set per file by the engine from the project index: names imported from another module of the
+    # project that are numeric constants there (``from .ops import BLOCK``).
+    constants: tuple[str, ...] = ()
     library_ops: tuple[str, ...] = ()
     fallback_announcers: tuple[str, ...] = ()
     require_suppression_reason: bool = True

@@ -102,6 +102,7 @@ class ModuleModel:
     launch_sites: dict = field(default_factory=dict)  # id(call) -> kcheck.claims.Launch: kernel launches and dispatches
     calls: list[cst.Call] = field(default_factory=list)  # every call, in source order
     withs: list[cst.With] = field(default_factory=list)
+    module: cst.Module | None = field(default=None, repr=False)
     _callers: dict[int, list[cst.Call]] | None = field(default=None, repr=False)
     _places: "Places | None" = field(default=None, repr=False)
     index: "NodeIndex | None" = field(default=None, repr=False)
@@ -489,7 +490,7 @@ def _record_import(model: ModuleModel, node: cst.Import | cst.ImportFrom) -> Non
 def build_model(module: cst.Module, config: Config, path: str) -> ModuleModel:
     """One pass over the tree (parents, imports, scopes, CPU-known names), then the regions and claims."""
     global _INDEX
-    model = ModuleModel(config=config, path=path)
+    model = ModuleModel(config=config, path=path, module=module)
     parents = model.parents
     order: list[cst.CSTNode] = []  # every node, pre-order
     up: list[int] = []  # the index of each node's parent in ``order``

@@ -30,7 +30,6 @@ import warnings
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from kcheck import chunks
 from kcheck.config import hot_path_matcher
@@ -125,6 +124,8 @@ class FileFacts:
     # "f" or "Cls.m" of a lazy initialiser -> the index of its guard among the body's statements:
     # the statements after it run once (see per_call_statements)
     once_after: dict[str, int] = field(default_factory=dict)
+    # top-level names bound once to a number or arithmetic of numbers (``BLOCK = 64``)
+    constants: set[str] = field(default_factory=set)
 
 
 def module_name(path: str) -> str:
@@ -149,7 +150,7 @@ def _absolute(module: str, target: str, is_package: bool) -> str:
 def file_facts(tree: ast.Module, path: str) -> FileFacts:
     """Phase one: the facts of one parsed file, from one walk of its tree."""
     module = module_name(path)
-    facts = FileFacts(module)
+    facts = FileFacts(module, constants=_numeric_constants(tree))
     is_package = path.endswith("__init__.py")
     # (node, the function or method it is in: "f", "Cls.m", or "" outside any, nested functions "")
     stack: list[tuple[ast.AST, str, str]] = [(n, "", "") for n in tree.body]
@@ -193,6 +194,36 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             continue
         stack.extend((n, owner, klass) for n in ast.iter_child_nodes(node))
     return facts
+
+
+def _numeric_constants(tree: ast.Module) -> set[str]:
+    """``Places.constants`` over ``ast``: top-level names bound once to a number or to arithmetic
+    of numbers and other such names."""
+    bound: dict[str, list[ast.expr]] = {}
+    for stmt in tree.body:
+        if type(stmt) is ast.Assign and len(stmt.targets) == 1 and type(stmt.targets[0]) is ast.Name:
+            bound.setdefault(stmt.targets[0].id, []).append(stmt.value)
+        elif type(stmt) is ast.AnnAssign and type(stmt.target) is ast.Name and stmt.value is not None:
+            bound.setdefault(stmt.target.id, []).append(stmt.value)
+
+    def numeric(expr: ast.expr) -> bool:
+        if type(expr) is ast.Constant:
+            return type(expr.value) in (int, float)
+        if type(expr) is ast.Name:
+            return expr.id in found
+        if type(expr) is ast.UnaryOp:
+            return numeric(expr.operand)
+        return type(expr) is ast.BinOp and numeric(expr.left) and numeric(expr.right)
+
+    found: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, values in bound.items():
+            if name not in found and len(values) == 1 and numeric(values[0]):
+                found.add(name)
+                grew = True
+    return found
 
 
 def _annotated_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, str]:
@@ -258,7 +289,7 @@ def _cached(test: ast.expr, rest: list[ast.stmt]) -> bool:
     return False
 
 
-def resolver(files: dict[str, FileFacts]) -> Callable[[str, str, str], tuple[str, str] | None]:
+class Resolver:
     """``resolve(path, owner, call)``: the project function ``(path, "f" or "Cls.m")`` that the
     call text ``call`` in ``owner`` (a function of the file at ``path``) names, or None.
 
@@ -267,27 +298,30 @@ def resolver(files: dict[str, FileFacts]) -> Callable[[str, str, str], tuple[str
     ``import pkg.ops as ops; ops.f()``, ``harness.Timer.median_us``). A module is found by its
     dotted name, any dotted suffix of it that names one file only (a ``src/`` layout), or a suffix of
     the imported name (a package installed under another name than its folder's)."""
-    by_module = {f.module: path for path, f in files.items()}
-    suffixes: dict[str, str | None] = {}
-    for module, path in by_module.items():
-        parts = module.split(".")
-        for k in range(1, len(parts)):
-            key = ".".join(parts[k:])
-            suffixes[key] = None if key in suffixes and suffixes[key] != path else path
-    for key, path in suffixes.items():
-        if path is not None:
-            by_module.setdefault(key, path)
 
-    def module_path(module: str) -> str | None:
+    def __init__(self, files: dict[str, FileFacts]) -> None:
+        self.files = files
+        self.by_module = {f.module: path for path, f in files.items()}
+        suffixes: dict[str, str | None] = {}
+        for module, path in self.by_module.items():
+            parts = module.split(".")
+            for k in range(1, len(parts)):
+                key = ".".join(parts[k:])
+                suffixes[key] = None if key in suffixes and suffixes[key] != path else path
+        for key, path in suffixes.items():
+            if path is not None:
+                self.by_module.setdefault(key, path)
+
+    def module_path(self, module: str) -> str | None:
         parts = module.split(".")
         for k in range(len(parts)):
-            found = by_module.get(".".join(parts[k:]))
+            found = self.by_module.get(".".join(parts[k:]))
             if found is not None:
                 return found
         return None
 
-    def resolve(path: str, owner: str, call: str) -> tuple[str, str] | None:
-        facts = files[path]
+    def __call__(self, path: str, owner: str, call: str) -> tuple[str, str] | None:
+        facts = self.files[path]
         head, _, rest = call.partition(".")
         if head in ("self", "cls") and rest and "." not in rest and owner:
             target = f"{owner.rsplit('.', 1)[0]}.{rest}" if "." in owner else f"{owner}.{rest}"
@@ -299,20 +333,18 @@ def resolver(files: dict[str, FileFacts]) -> Callable[[str, str, str], tuple[str
             return None
         parts = (f"{qualified}.{rest}" if rest else qualified).split(".")
         for cut in range(len(parts) - 1, max(0, len(parts) - 3), -1):  # ``mod.f`` or ``mod.Cls.m``
-            target_path = module_path(".".join(parts[:cut]))
+            target_path = self.module_path(".".join(parts[:cut]))
             fn = ".".join(parts[cut:])
-            if target_path is not None and fn in files[target_path].calls:
+            if target_path is not None and fn in self.files[target_path].calls:
                 return target_path, fn
         return None
-
-    return resolve
 
 
 def measuring(files: dict[str, FileFacts]) -> set[tuple[str, str]]:
     """Every project function ``(path, name)`` that times something: it reads a host timer twice,
     reads CUDA events' ``elapsed_time``, calls a benchmark timer (``do_bench``), or calls a function
     that does. A host-timer window around a call of one times a job of measurements, not GPU work."""
-    resolve = resolver(files)
+    resolve = Resolver(files)
     found: set[tuple[str, str]] = set()
     callers: dict[tuple[str, str], set[tuple[str, str]]] = {}
     for path, facts in files.items():
@@ -343,11 +375,28 @@ def measuring(files: dict[str, FileFacts]) -> set[tuple[str, str]]:
 
 def timing_calls(files: dict[str, FileFacts]) -> dict[str, tuple[str, ...]]:
     """File path -> the call texts in it that call a project function which times (:func:`measuring`)."""
-    resolve = resolver(files)
+    resolve = Resolver(files)
     timing = measuring(files)
     out: dict[str, tuple[str, ...]] = {}
     for path, facts in files.items():
         found = {call for name, calls in facts.calls.items() for call in calls if resolve(path, name, call) in timing}
+        if found:
+            out[path] = tuple(sorted(found))
+    return out
+
+
+def imported_constants(files: dict[str, FileFacts]) -> dict[str, tuple[str, ...]]:
+    """File path -> the names it imports that are another project module's numeric constants
+    (``from .ops import SPARSE_BLOCK_SIZE``): numbers on the host, like the module's own."""
+    module_path = Resolver(files).module_path
+    out: dict[str, tuple[str, ...]] = {}
+    for path, facts in files.items():
+        found = set()
+        for local, qualified in facts.imports.items():
+            module, _, name = qualified.rpartition(".")
+            target = module_path(module) if module else None
+            if target is not None and name in files[target].constants:
+                found.add(local)
         if found:
             out[path] = tuple(sorted(found))
     return out
@@ -358,7 +407,7 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> di
 
     The entry points themselves are included, with the reason "a per-step entry point"."""
     entry = hot_path_matcher(tuple(hot_path_names))
-    resolve = resolver(files)
+    resolve = Resolver(files)
 
     def is_entry(name: str) -> bool:  # as Config.is_hot_path
         parts = name.split(".")
@@ -446,6 +495,7 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         for name, calls in part.calls.items():
             facts.calls.setdefault(name, []).extend(calls)
         facts.once_after.update(part.once_after)
+        facts.constants.update(part.constants)
     return facts
 
 
@@ -535,17 +585,17 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                 del cache.entries[key]
                 cache.dirty = True
     config = jobs[0].config
-    steps = timing = None
+    steps = timing = constants = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the facts are a function of each file's path and stamp: those, and the entry points, decide the walk
         digest = hashlib.sha256(repr((sorted((key, stamp, rel) for key, (stamp, rel, _) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing = cache.walk[1]
+            steps, timing, constants = cache.walk[1]
     if steps is None:
-        steps, timing = per_step(files, config.hot_path_functions), timing_calls(files)
+        steps, timing, constants = per_step(files, config.hot_path_functions), timing_calls(files), imported_constants(files)
         if cache is not None:
-            cache.walk = (digest, (steps, timing))
+            cache.walk = (digest, (steps, timing, constants))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -555,8 +605,9 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                             if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name)))
         facts = files.get(job.rel)
         once = tuple(sorted(facts.once_after.items())) if facts is not None else ()
-        timers = timing.get(job.rel, ())
-        if mine != job.config.per_step or once != job.config.once_after or timers != job.config.measuring:
-            job = replace(job, config=replace(job.config, per_step=mine, once_after=once, measuring=timers))
+        known = {"per_step": mine, "once_after": once, "measuring": timing.get(job.rel, ()),
+                 "constants": constants.get(job.rel, ())}
+        if any(getattr(job.config, key) != value for key, value in known.items()):
+            job = replace(job, config=replace(job.config, **known))
         out.append(job)
     return out

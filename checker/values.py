@@ -87,6 +87,39 @@ def _operands(places) -> str | None:
     return None
 
 
+def _host_tensor(expr: cst.CSTNode) -> bool:
+    """A host-resident array by its spelling: a ``*_cpu``/``*_np`` name (sliced, or through
+    ``.to(dtype)``-style methods) or a ``.cpu()``/``.numpy()`` result."""
+    while True:
+        kind = type(expr)
+        if kind is cst.Subscript:
+            expr = expr.value
+        elif kind is cst.Call and type(expr.func) is cst.Attribute:
+            if expr.func.attr.value in ("cpu", "numpy"):
+                return True
+            expr = expr.func.value
+        elif kind is cst.Name:
+            return bool(HOST_NAME.search(expr.value))
+        elif kind is cst.Attribute:
+            return bool(HOST_NAME.search(expr.attr.value))
+        else:
+            return False
+
+
+def _numeric(expr: cst.CSTNode, constants: set[str]) -> bool:
+    """A number, or arithmetic of numbers and ``constants``."""
+    kind = type(expr)
+    if kind in (cst.Integer, cst.Float):
+        return True
+    if kind is cst.Name:
+        return expr.value in constants
+    if kind is cst.UnaryOperation:
+        return _numeric(expr.expression, constants)
+    if kind is cst.BinaryOperation:
+        return _numeric(expr.left, constants) and _numeric(expr.right, constants)
+    return False
+
+
 class Places:
     """``place(expr)`` for the expressions of one module (see the module's docstring)."""
 
@@ -98,6 +131,7 @@ class Places:
         self._returning: set[int] = set()  # functions whose result is being computed (recursion)
         self._binds: dict[int, dict] = {}  # id(function) -> name -> [(target, value)] (assignments)
         self._kept: set[str] | None = None
+        self._constants: set[str] | None = None
 
     # -- expressions --------------------------------------------------------------------------
 
@@ -112,6 +146,9 @@ class Places:
         if kind is cst.Attribute:
             return self._attribute(node)
         if kind is cst.Subscript:
+            key = node.slice[0].slice if len(node.slice) == 1 else None
+            if type(key) is cst.Index and type(key.value) is cst.SimpleString:  # ``kwargs["lens_cpu"]``
+                return self._named(key.value.evaluated_value or "", self.place(node.value))
             return self.place(node.value)
         if kind is cst.Call:
             return self._call(node)
@@ -126,14 +163,25 @@ class Places:
                 self.place(node.expression)
         if kind is cst.IfExp:
             return join([self.place(node.body), self.place(node.orelse)])
+        if kind in (cst.List, cst.Tuple) and node.elements:  # ``torch.cat([mask, pad])``
+            return _operands(self.place(e.value) for e in node.elements)
         return None
 
     def _operation(self, operands: list[cst.CSTNode]) -> str | None:
         """An operation's place (``_operands``); a ``self.x`` of unknown place is taken for one of
-        the module's constants (``token_ids_cpu == self.doc_token_id``), which moves nothing."""
+        the module's constants (``token_ids_cpu == self.doc_token_id``), which moves nothing. With a
+        host tensor among the operands (``lens_cpu % interval``) the rest are scalars or host
+        tensors too, unless one is known on the GPU: a CPU tensor does not mix with a GPU one."""
         places = [self.place(n) for n in operands]
         known = [p for n, p in zip(operands, places) if p is not None or not _self_attribute(n)]
+        if None in known and not set(known).intersection(ON_GPU) and any(_host_tensor(n) for n in operands):
+            return HOST
         return _operands(known)
+
+    @staticmethod
+    def _named(key: str, otherwise: str | None) -> str | None:
+        """A value known by its name alone (a dict entry's key): ``*_cpu`` on the host, ``*_gpu`` on the GPU."""
+        return HOST if HOST_NAME.search(key) else DEVICE if DEVICE_NAME.search(key) else otherwise
 
     def _name(self, node: cst.Name) -> str | None:
         if HOST_NAME.search(node.value) or node.value in self.kept_on_host():
@@ -147,7 +195,32 @@ class Places:
                 return names[node.value]
         if DEVICE_NAME.search(node.value):
             return DEVICE
+        if node.value in self.constants():
+            return HOST
         return None
+
+    def constants(self) -> set[str]:
+        """The module's numeric constants: top-level names bound once to a number or to arithmetic
+        of numbers and other such constants (``SPARSE_BLOCK_SIZE = 64``, ``MB = 1 << 20``)."""
+        if self._constants is None:
+            bound: dict[str, list[cst.CSTNode]] = {}
+            for stmt in self.model.module.body if self.model.module is not None else ():
+                if type(stmt) is cst.SimpleStatementLine:
+                    for small in stmt.body:
+                        if type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name:
+                            bound.setdefault(small.targets[0].target.value, []).append(small.value)
+                        elif type(small) is cst.AnnAssign and type(small.target) is cst.Name and small.value is not None:
+                            bound.setdefault(small.target.value, []).append(small.value)
+            found: set[str] = set()
+            grew = True
+            while grew:
+                grew = False
+                for name, values in bound.items():
+                    if name not in found and len(values) == 1 and _numeric(values[0], found):
+                        found.add(name)
+                        grew = True
+            self._constants = found | set(self.model.config.constants)
+        return self._constants
 
     def _rebound_to_host(self, function: cst.FunctionDef, use: cst.Name) -> bool:
         """Whether the last assignment to the name written above ``use`` in its function binds a

@@ -271,3 +271,14 @@ def test_a_host_timer_around_a_timing_driver_times_a_job_not_the_gpu(tmp_path):
     alone, _ = discover([str(tmp_path / "benchmarks" / "driver.py")])
     lines = {f.line for f in scan(alone, 1, cache=False).findings if f.code == "KC201"}
     assert lines == {11, 19}
+
+
+def test_numeric_constants_imported_from_another_module_are_known():
+    from kcheck.project import imported_constants
+
+    files = _facts({
+        "pkg/ops/sizes.py": "BLOCK = 64\nPAGES = BLOCK * 4\nTWICE = 1\nTWICE = 2\nNAME = 'x'\nW = torch.ones(3)\n",
+        "pkg/layers/builder.py": "from ..ops.sizes import BLOCK, PAGES, TWICE, NAME, W\nfrom pkg.ops.sizes import BLOCK as B\n",
+    })
+    assert files["pkg/ops/sizes.py"].constants == {"BLOCK", "PAGES"}  # bound once, to numbers
+    assert imported_constants(files) == {"pkg/layers/builder.py": ("B", "BLOCK", "PAGES")}

@@ -585,6 +585,11 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
         if type(anc) is cst.If and child is not anc.test and _on_cuda(anc.test) is not None and (
                 (child is anc.body) != _on_cuda(anc.test)):
             return True  # the other side of ``if x.is_cuda:``: the CPU's path
+        if type(anc) is cst.If and child is anc.body and _cpu_conjunct(anc.test):
+            return True  # ``if not x.is_cuda and ...:``
+        if type(anc) is cst.BooleanOperation and type(anc.operator) is cst.And and child is anc.right \
+                and _cpu_conjunct(anc.left):
+            return True  # ``not x.is_cuda and torch.equal(x, y)``: evaluated on the CPU's path only
         if type(anc) in (cst.FunctionDef, cst.Lambda):
             function = anc
             break
@@ -598,11 +603,24 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
             if any(n is stmt for n in model.ancestors(node)):
                 break
             if type(stmt) is cst.If and (_names_flag(stmt.test) or _on_cuda(stmt.test)) \
-                    and type(stmt.body) is cst.IndentedBlock and any(
-                        type(s) is cst.SimpleStatementLine and any(type(x) is cst.Return for x in s.body)
-                        for s in stmt.body.body):
+                    and type(stmt.body) is cst.IndentedBlock and _exits(stmt.body):
                 return True  # below ``if not <debug switch>: return`` or ``if x.is_cuda: return kernel(x)``
     return False
+
+
+def _cpu_conjunct(test: cst.CSTNode) -> bool:
+    """A test that holds only off the GPU: ``not x.is_cuda``, or an ``and`` with such a part."""
+    if type(test) is cst.BooleanOperation and type(test.operator) is cst.And:
+        return _cpu_conjunct(test.left) or _cpu_conjunct(test.right)
+    return _on_cuda(test) is False
+
+
+def _exits(block: cst.IndentedBlock) -> bool:
+    """Whether a block leaves its function: a ``return`` among its statements, or a last ``raise``
+    (``if x.is_cuda: ...; return kernel(x); raise ValueError(...)``)."""
+    simple = [s for s in block.body if type(s) is cst.SimpleStatementLine]
+    return any(type(x) is cst.Return for s in simple for x in s.body) or bool(block.body) and type(
+        block.body[-1]) is cst.SimpleStatementLine and type(block.body[-1].body[-1]) is cst.Raise
 
 
 def _on_cuda(test: cst.CSTNode) -> bool | None:
