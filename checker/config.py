@@ -78,6 +78,9 @@ class Config:
     # Set per file by the engine from the project index: names imported from another module of the
     # project that are numeric constants there (``from .ops import BLOCK``).
     constants: tuple[str, ...] = ()
+    # Set per file by the engine from the project index: (function, option) for the parameters
+    # defaulting to False that no caller in the project turns on (``check_inputs=False``).
+    options_off: tuple[tuple[str, str], ...] = ()
     library_ops: tuple[str, ...] = ()
     fallback_announcers: tuple[str, ...] = ()
     require_suppression_reason: bool = True

@@ -126,6 +126,12 @@ class FileFacts:
     once_after: dict[str, int] = field(default_factory=dict)
     # top-level names bound once to a number or arithmetic of numbers (``BLOCK = 64``)
     constants: set[str] = field(default_factory=set)
+    # "f" or "Cls.m" -> its options: parameters defaulting to ``False``, with their positional
+    # index (-1 for keyword-only ones)
+    options: dict[str, dict[str, int]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> (call text, positional arguments, keywords given a value that may be true)
+    # for each call with arguments in its body
+    passes: dict[str, list[tuple[str, int, tuple[str, ...]]]] = field(default_factory=dict)
 
 
 def module_name(path: str) -> str:
@@ -168,6 +174,9 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             if not owner:
                 facts.calls.setdefault(name, [])
                 typed[name] = _annotated_params(node)
+                found = _options(node)
+                if found:
+                    facts.options[name] = found
             every = per_call_statements(node)
             if len(every) < len(node.body) and not owner:
                 facts.once_after[name] = len(every) - 1
@@ -184,6 +193,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                 head, dot, rest = text.partition(".")
                 cls = typed[owner].get(head) if dot else None  # ``timer.median_us()`` of ``timer: Timer``
                 facts.calls[owner].append(f"{cls}.{rest}" if cls else text)
+                if node.args or node.keywords:
+                    count = 99 if any(type(a) is ast.Starred for a in node.args) else len(node.args)
+                    facts.passes.setdefault(owner, []).append((facts.calls[owner][-1], count, tuple(
+                        kw.arg or "**" for kw in node.keywords if not _off_value(kw.value, kw.arg))))
         if kind is ast.ExceptHandler:
             continue  # an error path, not the step (a handler that re-raises or logs)
         if kind is ast.If and type(node.test) is ast.Constant and not node.test.value:
@@ -224,6 +237,27 @@ def _numeric_constants(tree: ast.Module) -> set[str]:
                 found.add(name)
                 grew = True
     return found
+
+
+def _options(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
+    """A function's parameters that default to ``False``, with their positional index (-1: keyword-only)."""
+    out = {}
+    positional = [*fn.args.posonlyargs, *fn.args.args]
+    for i, (arg, default) in enumerate(zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults)):
+        if type(default) is ast.Constant and default.value is False:
+            out[arg.arg] = len(positional) - len(fn.args.defaults) + i
+    for arg, default in zip(fn.args.kwonlyargs, fn.args.kw_defaults):
+        if type(default) is ast.Constant and default.value is False:
+            out[arg.arg] = -1
+    return out
+
+
+def _off_value(value: ast.expr, keyword: str | None) -> bool:
+    """An argument that leaves an option off: ``False``, ``None``, ``0``, or the caller's own
+    parameter of the same name passed along (``check=check``)."""
+    if type(value) is ast.Constant:
+        return not value.value
+    return type(value) is ast.Name and value.id == keyword
 
 
 def _annotated_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, str]:
@@ -402,6 +436,41 @@ def imported_constants(files: dict[str, FileFacts]) -> dict[str, tuple[str, ...]
     return out
 
 
+def options_off(files: dict[str, FileFacts]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """File path -> ``(function, option)`` for the options (parameters defaulting to ``False``) of
+    functions that the project calls and never turns on: no call passes the option by keyword or by
+    position a value that may be true. Code under ``if option:`` in such a function is a debug or
+    opt-in path, not what the callers run."""
+    resolve = Resolver(files)
+    called: set[tuple[str, str]] = set()
+    on: set[tuple[str, str, str]] = set()
+    # ``f(**kwargs)`` passes along what its own callers gave: an option is on through it when some
+    # call in the project names it
+    named = {kw for facts in files.values() for passes in facts.passes.values() for _, _, kws in passes for kw in kws}
+    for path, facts in files.items():
+        for name, calls in facts.calls.items():
+            passes = {text: [] for text in calls}
+            for text, count, keywords in facts.passes.get(name, ()):
+                passes[text].append((count, keywords))
+            for text in passes:
+                hit = resolve(path, name, text)
+                if hit is None or hit[1] not in files[hit[0]].options:
+                    continue
+                called.add(hit)
+                options = files[hit[0]].options[hit[1]]
+                offset = 1 if "." in hit[1] else 0  # a method's first parameter is bound (``self.m(x)``)
+                for count, keywords in passes[text]:
+                    for option, index in options.items():
+                        if option in keywords or "**" in keywords and option in named or offset <= index < count + offset:
+                            on.add((*hit, option))
+    out: dict[str, list[tuple[str, str]]] = {}
+    for path, name in called:
+        for option in files[path].options[name]:
+            if (path, name, option) not in on:
+                out.setdefault(path, []).append((name, option))
+    return {path: tuple(sorted(found)) for path, found in out.items()}
+
+
 def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """Phase two: file path -> {function ("f" or "Cls.m") -> why it runs every step}.
 
@@ -496,6 +565,9 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
             facts.calls.setdefault(name, []).extend(calls)
         facts.once_after.update(part.once_after)
         facts.constants.update(part.constants)
+        facts.options.update(part.options)
+        for name, passes in part.passes.items():
+            facts.passes.setdefault(name, []).extend(passes)
     return facts
 
 
@@ -585,17 +657,18 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                 del cache.entries[key]
                 cache.dirty = True
     config = jobs[0].config
-    steps = timing = constants = None
+    steps = timing = constants = off = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the facts are a function of each file's path and stamp: those, and the entry points, decide the walk
         digest = hashlib.sha256(repr((sorted((key, stamp, rel) for key, (stamp, rel, _) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants = cache.walk[1]
+            steps, timing, constants, off = cache.walk[1]
     if steps is None:
-        steps, timing, constants = per_step(files, config.hot_path_functions), timing_calls(files), imported_constants(files)
+        steps, timing = per_step(files, config.hot_path_functions), timing_calls(files)
+        constants, off = imported_constants(files), options_off(files)
         if cache is not None:
-            cache.walk = (digest, (steps, timing, constants))
+            cache.walk = (digest, (steps, timing, constants, off))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -606,7 +679,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         facts = files.get(job.rel)
         once = tuple(sorted(facts.once_after.items())) if facts is not None else ()
         known = {"per_step": mine, "once_after": once, "measuring": timing.get(job.rel, ()),
-                 "constants": constants.get(job.rel, ())}
+                 "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ())}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

@@ -282,3 +282,56 @@ def test_numeric_constants_imported_from_another_module_are_known():
     })
     assert files["pkg/ops/sizes.py"].constants == {"BLOCK", "PAGES"}  # bound once, to numbers
     assert imported_constants(files) == {"pkg/layers/builder.py": ("B", "BLOCK", "PAGES")}
+
+
+OPS = """
+    import torch
+
+
+    def _validate(x):
+        assert x.sum().item() >= 0
+
+
+    def attend(x, out=None, check_inputs=False):
+        if check_inputs:
+            _validate(x)
+        return x
+
+
+    def sample(x, check_inputs=False):
+        if not check_inputs:
+            return x
+        return x[: int(x.max().item())]
+
+
+    def gather(x, *, check_inputs: bool = False):
+        if check_inputs:
+            _validate(x)
+        return x
+"""
+LAYER = """
+    import torch
+    from pkg.ops import attend, gather, sample
+
+
+    class Layer(torch.nn.Module):
+        def forward(self, x, **kwargs):
+            y = attend(x, None)
+            y = gather(y, check_inputs=True)
+            return sample(y, **kwargs)
+"""
+
+
+def test_an_option_no_caller_turns_on_is_not_the_step(tmp_path):
+    from kcheck.project import options_off
+
+    files = _facts({"pkg/ops.py": OPS, "pkg/layer.py": LAYER})
+    # attend(x, None) leaves check_inputs off; gather is called with it on; sample(y, **kwargs) passes
+    # along what Layer's callers give, and no call in the project names check_inputs=... truthy but gather's
+    assert options_off(files) == {"pkg/ops.py": (("attend", "check_inputs"),)}
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "", "pkg/ops.py": OPS,
+                      "pkg/layer.py": LAYER})
+    jobs, _ = discover([str(tmp_path)])
+    found = sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC203")
+    # _validate's sync is reached from gather (turned on); sample's through **kwargs (named elsewhere)
+    assert found == [("pkg/ops.py", 6), ("pkg/ops.py", 18)]

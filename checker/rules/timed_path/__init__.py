@@ -567,9 +567,13 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
     or after an early ``if not <debug switch>: return`` in its function."""
     function = None
     child = node
+    off = _options_off(model, node)
     for anc in model.ancestors(node):
         if type(anc) is cst.ExceptHandler or _error_branch(model, anc):
             return True
+        if type(anc) is cst.If and child is not anc.test and off and _option_test(anc.test, off) is not None and (
+                (child is anc.body) == _option_test(anc.test, off)):
+            return True  # ``if check_inputs:`` where no caller turns ``check_inputs`` on
         if type(anc) is cst.Assert and child is anc.msg:
             return True  # an assert's message is built only when the assert fails
         if type(anc) in (cst.If, cst.IfExp) and child is not anc.test and _names_flag(anc.test):
@@ -602,10 +606,29 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
         for stmt in function.body.body:
             if any(n is stmt for n in model.ancestors(node)):
                 break
-            if type(stmt) is cst.If and (_names_flag(stmt.test) or _on_cuda(stmt.test)) \
+            if type(stmt) is cst.If and (_names_flag(stmt.test) or _on_cuda(stmt.test)
+                                         or off and _option_test(stmt.test, off) is False) \
                     and type(stmt.body) is cst.IndentedBlock and _exits(stmt.body):
                 return True  # below ``if not <debug switch>: return`` or ``if x.is_cuda: return kernel(x)``
     return False
+
+
+def _options_off(model, node: cst.CSTNode) -> set[str]:
+    """The options of ``node``'s function that no caller in the project turns on (the index's
+    ``Config.options_off``)."""
+    if not model.config.options_off:
+        return set()
+    function = model.enclosing_function(node)
+    scope = model.scope_names.get(id(function), "") if function is not None else ""
+    return {option for name, option in model.config.options_off if name == scope}
+
+
+def _option_test(test: cst.CSTNode, off: set[str]) -> bool | None:
+    """True for ``if option:``, False for ``if not option:``, None for any other test."""
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        inner = _option_test(test.expression, off)
+        return None if inner is None else not inner
+    return True if type(test) is cst.Name and test.value in off else None
 
 
 def _cpu_conjunct(test: cst.CSTNode) -> bool:
