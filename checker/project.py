@@ -335,6 +335,8 @@ class Resolver:
 
     def __init__(self, files: dict[str, FileFacts]) -> None:
         self.files = files
+        self.memo: dict[tuple[str, str, str], tuple[str, str] | None] = {}
+        self._modules: dict[str, str | None] = {}
         self.by_module = {f.module: path for path, f in files.items()}
         suffixes: dict[str, str | None] = {}
         for module, path in self.by_module.items():
@@ -347,14 +349,19 @@ class Resolver:
                 self.by_module.setdefault(key, path)
 
     def module_path(self, module: str) -> str | None:
-        parts = module.split(".")
-        for k in range(len(parts)):
-            found = self.by_module.get(".".join(parts[k:]))
-            if found is not None:
-                return found
-        return None
+        if module not in self._modules:
+            parts = module.split(".")
+            self._modules[module] = next((found for k in range(len(parts))
+                                          if (found := self.by_module.get(".".join(parts[k:]))) is not None), None)
+        return self._modules[module]
 
     def __call__(self, path: str, owner: str, call: str) -> tuple[str, str] | None:
+        key = (path, owner if call.startswith(("self.", "cls.")) else "", call)
+        if key not in self.memo:
+            self.memo[key] = self._resolve(path, owner, call)
+        return self.memo[key]
+
+    def _resolve(self, path: str, owner: str, call: str) -> tuple[str, str] | None:
         facts = self.files[path]
         head, _, rest = call.partition(".")
         if head in ("self", "cls") and rest and "." not in rest and owner:
@@ -374,55 +381,71 @@ class Resolver:
         return None
 
 
-def measuring(files: dict[str, FileFacts]) -> set[tuple[str, str]]:
+HOST_TIMER_LASTS = {name.rsplit(".", 1)[-1] for name in HOST_TIMERS}
+CLOCK_LASTS = HOST_TIMER_LASTS | BENCH_TIMERS | {"elapsed_time"}
+
+
+def _last(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def measuring(files: dict[str, FileFacts], resolve: Resolver | None = None) -> set[tuple[str, str]]:
+    """Every project function ``(path, name)`` that times (:func:`_measuring`)."""
+    return _measuring(files, resolve or Resolver(files))[0]
+
+
+def _measuring(files: dict[str, FileFacts], resolve: Resolver) -> tuple[set[tuple[str, str]], dict]:
     """Every project function ``(path, name)`` that times something: it reads a host timer twice,
     reads CUDA events' ``elapsed_time``, calls a benchmark timer (``do_bench``), or calls a function
-    that does. A host-timer window around a call of one times a job of measurements, not GPU work."""
-    resolve = Resolver(files)
+    that does. A host-timer window around a call of one times a job of measurements, not GPU work.
+    Also every call in the project by its last name (``spelled``)."""
     found: set[tuple[str, str]] = set()
-    callers: dict[tuple[str, str], set[tuple[str, str]]] = {}
     for path, facts in files.items():
         for name, calls in facts.calls.items():
             timers = 0
             for call in calls:
-                head, dot, rest = call.partition(".")
-                qualified = f"{facts.imports.get(head, head)}{dot}{rest}"
-                last = call.rsplit(".", 1)[-1]
+                last = call.rpartition(".")[2]
+                if last not in CLOCK_LASTS:
+                    continue
                 if last == "elapsed_time" or last in BENCH_TIMERS:
                     timers += 2
-                elif qualified in HOST_TIMERS:
-                    timers += 1
-                else:
-                    hit = resolve(path, name, call)
-                    if hit is not None and hit != (path, name):
-                        callers.setdefault(hit, set()).add((path, name))
+                elif last in HOST_TIMER_LASTS:
+                    head, dot, rest = call.partition(".")
+                    timers += f"{facts.imports.get(head, head)}{dot}{rest}" in HOST_TIMERS
             if timers >= 2:
                 found.add((path, name))
+    # callers of a timing function time too: resolve only the calls spelled like one (by its last name)
+    spelled: dict[str, list[tuple[str, str, str]]] = {}
+    for path, facts in files.items():
+        for name, calls in facts.calls.items():
+            for call in calls:
+                spelled.setdefault(call.rpartition(".")[2], []).append((path, name, call))
     queue = deque(found)
     while queue:
-        for caller in callers.get(queue.popleft(), ()):
-            if caller not in found:
-                found.add(caller)
-                queue.append(caller)
-    return found
+        target = queue.popleft()
+        for path, name, call in spelled.get(_last(target[1]), ()):
+            if (path, name) not in found and resolve(path, name, call) == target:
+                found.add((path, name))
+                queue.append((path, name))
+    return found, spelled
 
 
-def timing_calls(files: dict[str, FileFacts]) -> dict[str, tuple[str, ...]]:
+def timing_calls(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[str, ...]]:
     """File path -> the call texts in it that call a project function which times (:func:`measuring`)."""
-    resolve = Resolver(files)
-    timing = measuring(files)
-    out: dict[str, tuple[str, ...]] = {}
-    for path, facts in files.items():
-        found = {call for name, calls in facts.calls.items() for call in calls if resolve(path, name, call) in timing}
-        if found:
-            out[path] = tuple(sorted(found))
-    return out
+    resolve = resolve or Resolver(files)
+    timing, spelled = _measuring(files, resolve)
+    out: dict[str, set[str]] = {}
+    for last in {name.rpartition(".")[2] for _, name in timing}:
+        for path, name, call in spelled.get(last, ()):
+            if resolve(path, name, call) in timing:
+                out.setdefault(path, set()).add(call)
+    return {path: tuple(sorted(calls)) for path, calls in out.items()}
 
 
-def imported_constants(files: dict[str, FileFacts]) -> dict[str, tuple[str, ...]]:
+def imported_constants(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[str, ...]]:
     """File path -> the names it imports that are another project module's numeric constants
     (``from .ops import SPARSE_BLOCK_SIZE``): numbers on the host, like the module's own."""
-    module_path = Resolver(files).module_path
+    module_path = (resolve or Resolver(files)).module_path
     out: dict[str, tuple[str, ...]] = {}
     for path, facts in files.items():
         found = set()
@@ -436,22 +459,26 @@ def imported_constants(files: dict[str, FileFacts]) -> dict[str, tuple[str, ...]
     return out
 
 
-def options_off(files: dict[str, FileFacts]) -> dict[str, tuple[tuple[str, str], ...]]:
+def options_off(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[tuple[str, str], ...]]:
     """File path -> ``(function, option)`` for the options (parameters defaulting to ``False``) of
     functions that the project calls and never turns on: no call passes the option by keyword or by
     position a value that may be true. Code under ``if option:`` in such a function is a debug or
     opt-in path, not what the callers run."""
-    resolve = Resolver(files)
+    resolve = resolve or Resolver(files)
     called: set[tuple[str, str]] = set()
     on: set[tuple[str, str, str]] = set()
     # ``f(**kwargs)`` passes along what its own callers gave: an option is on through it when some
     # call in the project names it
     named = {kw for facts in files.values() for passes in facts.passes.values() for _, _, kws in passes for kw in kws}
+    with_options = {_last(name) for facts in files.values() for name in facts.options}
     for path, facts in files.items():
         for name, calls in facts.calls.items():
-            passes = {text: [] for text in calls}
+            passes = {text: [] for text in calls if _last(text) in with_options}
+            if not passes:
+                continue
             for text, count, keywords in facts.passes.get(name, ()):
-                passes[text].append((count, keywords))
+                if text in passes:
+                    passes[text].append((count, keywords))
             for text in passes:
                 hit = resolve(path, name, text)
                 if hit is None or hit[1] not in files[hit[0]].options:
@@ -471,12 +498,13 @@ def options_off(files: dict[str, FileFacts]) -> dict[str, tuple[tuple[str, str],
     return {path: tuple(sorted(found)) for path, found in out.items()}
 
 
-def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...]) -> dict[str, dict[str, str]]:
+def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
+             resolve: Resolver | None = None) -> dict[str, dict[str, str]]:
     """Phase two: file path -> {function ("f" or "Cls.m") -> why it runs every step}.
 
     The entry points themselves are included, with the reason "a per-step entry point"."""
     entry = hot_path_matcher(tuple(hot_path_names))
-    resolve = Resolver(files)
+    resolve = resolve or Resolver(files)
 
     def is_entry(name: str) -> bool:  # as Config.is_hot_path
         parts = name.split(".")
@@ -644,11 +672,15 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         if facts is not None:
             files[rel] = facts
         if cache is not None:
-            cache.entries[os.path.abspath(path)] = (stamps[os.path.abspath(path)], rel, facts)
+            key = os.path.abspath(path)
+            old = cache.entries.get(key)
+            # when the facts did not change (an edited comment or body line), the walk's digest does not either
+            since = old[3] if old is not None and old[1] == rel and old[2] == facts else stamps[key]
+            cache.entries[key] = (stamps[key], rel, facts, since)
             cache.dirty = True
     if cache is not None:
         scanned = {os.path.abspath(job.path) for job in jobs}
-        for key, (stamp, rel, facts) in list(cache.entries.items()):
+        for key, (stamp, rel, facts, _since) in list(cache.entries.items()):
             if key in scanned or facts is None or rel in files:
                 continue
             if _stamp(key) == stamp:
@@ -659,14 +691,16 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
     config = jobs[0].config
     steps = timing = constants = off = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
-        # the facts are a function of each file's path and stamp: those, and the entry points, decide the walk
-        digest = hashlib.sha256(repr((sorted((key, stamp, rel) for key, (stamp, rel, _) in cache.entries.items()),
+        # the walk is a function of the facts: each file's path and the stamp at which its facts last
+        # changed, and the entry points, decide it
+        digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, _, since) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
             steps, timing, constants, off = cache.walk[1]
     if steps is None:
-        steps, timing = per_step(files, config.hot_path_functions), timing_calls(files)
-        constants, off = imported_constants(files), options_off(files)
+        resolve = Resolver(files)
+        steps, timing = per_step(files, config.hot_path_functions, resolve), timing_calls(files, resolve)
+        constants, off = imported_constants(files, resolve), options_off(files, resolve)
         if cache is not None:
             cache.walk = (digest, (steps, timing, constants, off))
             cache.dirty = True
