@@ -195,7 +195,8 @@ def broad_except_gate(summary) -> bool:
     if not found.dispatchers:
         return False
     for node, function in ast_facts(summary).tries:
-        if function in found.dispatchers and any(_broad_handler(h) for h in node.handlers) and any(
+        returns = bool(node.body) and isinstance(node.body[-1], ast.Return)
+        if function in found.dispatchers and any(_broad_handler(h, returns) for h in node.handlers) and any(
             type(n) is ast.Call and id(n) in found.sites for stmt in node.body for n in ast.walk(stmt)
         ):
             return True
@@ -208,7 +209,7 @@ def broad_except_gate(summary) -> bool:
 # A compiled extension ends its name in ``_cuda`` (``flash_attn_2_cuda``); a module that starts with
 # ``cuda`` is a binding or a helper (``nvidia.cuda_runtime``, ``cuda_graph``), not a kernel.
 KERNEL_MODULE = re.compile(
-    r"(^|\.)(_C|_?[a-z0-9]*_?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
+    r"(^|\.)(_C|_?[a-z0-9_]*_?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
     r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu|fused_[a-z0-9_]+)(\.|$)"
     # third-party kernel libraries: an import of one is the import of its kernels
     r"|^(aiter|flash_attn|flashinfer|deep_gemm|deep_ep|sgl_kernel|flash_mla|xformers|apex|transformer_engine"
@@ -287,22 +288,44 @@ def _builtin_or_logger(call: ast.Call) -> bool:
     return isinstance(func, ast.Attribute) and func.attr in ANNOUNCE_METHODS and "log" in (dotted(func.value) or "").lower()
 
 
-def _broad_handler(handler: ast.ExceptHandler) -> bool:
+def _broad_handler(handler: ast.ExceptHandler, try_returns: bool = False) -> bool:
+    """``ast`` side of KC303's handler test: broad, does not re-raise (:func:`reraises`), and falls
+    back (:func:`falls_back`: a call that may compute, a flag switched off, or the code after a
+    ``try`` whose body returns)."""
     if handler.type is not None:
         types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
         if not any((dotted(t) or "").split(".")[-1] in BROAD_EXCEPTIONS for t in types):
             return False
+    bound = handler.name
     calls = False
-    stack = [(stmt, False) for stmt in handler.body]
+    stack = [(stmt, False, False) for stmt in handler.body]
     while stack:  # a raise the rule surely sees (outside nested definitions), a call that may compute anywhere
-        node, nested = stack.pop()
-        if isinstance(node, ast.Raise) and not nested:
+        node, nested, narrowed = stack.pop()
+        if isinstance(node, ast.Raise) and not nested and (narrowed or not _under_flag(node, handler)):
             return False
         if isinstance(node, ast.Call) and not _builtin_or_logger(node):
             calls = True
+        if isinstance(node, ast.If) and bound and any(isinstance(n, ast.Name) and n.id == bound for n in ast.walk(node.test)):
+            narrowed = True  # ``if not isinstance(exc, X): raise``: the handler narrows what it catches
         nested = nested or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
-        stack.extend((child, nested) for child in ast_children(node))
-    return calls
+        stack.extend((child, nested, narrowed) for child in ast_children(node))
+    return calls or _switches_off_ast(handler) or try_returns and not _exits_ast(handler.body)
+
+
+def _under_flag(raise_node: ast.Raise, handler: ast.ExceptHandler) -> bool:
+    """Whether a ``raise`` sits under an ``if`` (on a setting, not the error) inside the handler."""
+    return any(isinstance(stmt, ast.If) and any(n is raise_node for n in ast.walk(stmt)) for stmt in handler.body)
+
+
+def _switches_off_ast(handler: ast.ExceptHandler) -> bool:
+    """``self._enabled = False``, ``comm.fused = None`` at the handler's top level: the kernel path
+    switched off for later calls."""
+    return any(isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value in (False, None)
+               and any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in stmt.targets) for stmt in handler.body)
+
+
+def _exits_ast(body: list[ast.stmt]) -> bool:
+    return any(isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break)) for stmt in body)
 
 
 # -- where the dispatches are ----------------------------------------------------------------------

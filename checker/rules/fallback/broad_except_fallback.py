@@ -97,6 +97,16 @@ def publish(ready, words):
         error = str(exc)
     return error
 """,
+        """
+import torch
+def moe(x, w):
+    try:
+        return torch.ops.my_ext.fused_moe(x, w)
+    except Exception as exc:
+        if not isinstance(exc, NotImplementedError):
+            raise
+    return moe_reference(x, w)
+""",
     ]
     INVALID = [
         """
@@ -106,6 +116,37 @@ def moe(x, w):
         return torch.ops.my_ext.fused_moe(x, w)
     except Exception:
         return moe_reference(x, w)
+""",
+        """
+import torch
+def moe(x, w, strict=False):
+    try:
+        return torch.ops.my_ext.fused_moe(x, w)
+    except Exception as exc:
+        if strict:
+            raise
+        log.debug("fused_moe failed: %s", exc)
+    return moe_reference(x, w)
+""",
+        """
+import torch
+class MoE:
+    def forward(self, x, w):
+        if self._fused:
+            try:
+                return torch.ops.my_ext.fused_moe(x, w)
+            except Exception:
+                self._fused = False
+        return moe_reference(x, w)
+""",
+        """
+def pack(w):
+    try:
+        from .pack_block_ext import pack_block
+        return pack_block(w)
+    except Exception as exc:
+        log.debug("native packer unavailable (%s), using Python", exc)
+    return pack_python(w)
 """,
         """
 import torch
@@ -133,10 +174,7 @@ def moe(x, w):
                     continue
                 for handler in node.handlers:
                     caught = _broad(model, handler)
-                    body = statements(handler.body)
-                    if caught and not any(type(n) is cst.Raise for s in body for n in _walk(s)) and _falls_back(
-                        model, body
-                    ):
+                    if caught and not _reraises(handler) and _falls_back(model, handler, node):
                         self.report(handler, handler=caught, kernel=disp.label)
         for node in () if TEST_PATH.search(model.path) else walk(original_node):  # a test's import guard skips tests
             if type(node) is not cst.Try:
@@ -150,9 +188,9 @@ def moe(x, w):
             for handler in node.handlers:
                 caught = _broad(model, handler)
                 body = statements(handler.body)
-                if caught and not any(type(n) is cst.Raise for s in body for n in _walk(s)) and not warns(
+                if caught and not _reraises(handler) and not warns(
                     model, body
-                ) and not _keeps_error(handler) and not _returns_reason(handler):
+                ) and not _keeps_error(model, handler) and not _returns_reason(handler):
                     self.report(handler, handler=caught, kernel=what)
 
 
@@ -202,20 +240,56 @@ def _returns_reason(handler: cst.ExceptHandler) -> bool:
                for s in statements(handler.body) for n in _walk(s))
 
 
-def _keeps_error(handler: cst.ExceptHandler) -> bool:
+def _keeps_error(model, handler: cst.ExceptHandler) -> bool:
     """Whether the handler keeps the error it caught (``except Exception as exc: self.reason = exc``):
     a probe that records why it chose the fallback, for whoever reports the choice."""
     if handler.name is None or type(handler.name.name) is not cst.Name:
         return False
     bound = handler.name.name.value
-    return any(type(n) is cst.Name and n.value == bound for s in statements(handler.body) for n in _walk(s))
+    logged = set()  # the error's uses inside a log call say it, they do not keep it
+    for s in statements(handler.body):
+        for n in _walk(s):
+            if type(n) is cst.Call and type(n.func) is cst.Attribute and "log" in (model.dotted(n.func.value) or "").lower():
+                logged.update(id(m) for m in _walk(n))
+    return any(type(n) is cst.Name and n.value == bound and id(n) not in logged
+               for s in statements(handler.body) for n in _walk(s))
 
 
-def _falls_back(model, body) -> bool:
-    """Whether the handler computes a replacement result (calls something other than a logger or a
-    builtin such as ``str(exc)``)."""
-    return any(type(n) is cst.Call and not is_announcer(model, n) and not (
-        type(n.func) is cst.Name and n.func.value in BUILTINS) for s in body for n in _walk(s))
+def _falls_back(model, handler: cst.ExceptHandler, node: cst.Try) -> bool:
+    """Whether the handler falls back: it computes a replacement result (calls something other than
+    a logger or a builtin such as ``str(exc)``), switches the kernel path off for later calls
+    (``self._fused = False``), or lets the code after a ``try`` whose body returns run instead."""
+    body = statements(handler.body)
+    if any(type(n) is cst.Call and not is_announcer(model, n) and not (
+            type(n.func) is cst.Name and n.func.value in BUILTINS) for s in body for n in _walk(s)):
+        return True
+    simple = [small for s in body if type(s) is cst.SimpleStatementLine for small in s.body]
+    if any(type(small) is cst.Assign and type(small.value) is cst.Name and small.value.value in ("False", "None")
+           and any(type(t.target) in (cst.Attribute, cst.Subscript) for t in small.targets) for small in simple):
+        return True
+    tried = statements(node.body)
+    returns = bool(tried) and type(tried[-1]) is cst.SimpleStatementLine and type(tried[-1].body[-1]) is cst.Return
+    exits = any(type(small) in (cst.Return, cst.Raise, cst.Continue, cst.Break) for small in simple)
+    return returns and not exits
+
+
+def _reraises(handler: cst.ExceptHandler) -> bool:
+    """Whether the handler re-raises: a ``raise`` at its top level, or under a test of the error it
+    caught (``if not isinstance(exc, X): raise``, narrowing what it swallows). A ``raise`` under a
+    setting (``if force_ext: raise``) leaves the other setting swallowing."""
+    bound = handler.name.name.value if handler.name is not None and type(handler.name.name) is cst.Name else None
+    stack = [(s, False, False) for s in statements(handler.body)]
+    while stack:
+        node, under_if, narrowed = stack.pop()
+        if type(node) is cst.Raise and (narrowed or not under_if):
+            return True
+        if type(node) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            continue
+        if type(node) is cst.If:
+            narrowed = narrowed or bool(bound) and any(type(n) is cst.Name and n.value == bound for n in _walk(node.test))
+            under_if = True
+        stack.extend((child, under_if, narrowed) for child in node.children)
+    return False
 
 
 def _broad(model, handler: cst.ExceptHandler) -> str | None:
