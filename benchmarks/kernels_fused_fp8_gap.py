@@ -21,6 +21,16 @@ unfused pair. What changed in the shipped kernels, each keeping every e4m3 value
 tiles of N/2 columns added into one another element by element before the one reduction (each
 thread's serial chains of FFMA and FMNMX half as long), and a register cap on 4 warps (it spills).
 
+``--tiles`` (issue 26, fourth pass; RMSNorm at T >= 4096) times ``fourtile``, the row read as four
+tiles of N/4 columns added into one another before the one reduction (chains a quarter as long;
+four separate loads, since Triton lays a [4, N/4] tile across the warps), on 8 and 4 warps, beside
+the shipped kernel at 4 and 8 warps and autotuned, the movers and our unfused pair. With
+``benchmarks/kernels_fused_fp8_tiles.patch`` applied (``git apply``: the same four tiles as a
+``TILES`` 4 path of the kernel, autotuned on 8 and 4 warps) it also times that path, and
+``tiles4_w8`` / ``tiles4_w4`` launch it wherever it applies, for ``python -m kcheck.kernels verify
+--op rms_norm_fp8_quant --impl kernels_fused_fp8_gap:tiles4_w8`` (``benchmarks/`` on
+``PYTHONPATH``): the harness's cases, bf16 and fp16, graph replay.
+
 ``packed`` (RMSNorm) keeps x as loaded (bf16, half the registers) across the reduction and forms
 x·w again after it, the weight read again from L1: fewer registers, more instructions.
 
@@ -116,6 +126,34 @@ def rms_twotile(x_ptr, w_ptr, q_ptr, s_ptr, stride_xm, stride_qm, M, N, eps,
 
 
 @triton.jit
+def rms_fourtile(x_ptr, w_ptr, q_ptr, s_ptr, stride_xm, stride_qm, M, N, eps,
+                 FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr, QUARTER: tl.constexpr):
+    """``rms_twotile`` with four tiles of N/4 columns: each thread's chains a quarter as long."""
+    rows = tl.program_id(0).to(tl.int64) + tl.zeros([1, 1], tl.int64)
+    c0 = tl.arange(0, QUARTER)[None, :]
+    xr = x_ptr + rows * stride_xm
+    x0 = widen(tl.load(xr + c0), False)
+    x1 = widen(tl.load(xr + QUARTER + c0), False)
+    x2 = widen(tl.load(xr + 2 * QUARTER + c0), False)
+    x3 = widen(tl.load(xr + 3 * QUARTER + c0), False)
+    v0 = x0 * widen(tl.load(w_ptr + c0), False)
+    v1 = x1 * widen(tl.load(w_ptr + QUARTER + c0), False)
+    v2 = x2 * widen(tl.load(w_ptr + 2 * QUARTER + c0), False)
+    v3 = x3 * widen(tl.load(w_ptr + 3 * QUARTER + c0), False)
+    sq = tl.fma(x0, x0, x1 * x1) + tl.fma(x2, x2, x3 * x3)
+    mx = tl.maximum(tl.maximum(tl.abs(v0), tl.abs(v1)), tl.maximum(tl.abs(v2), tl.abs(v3)))
+    ss, amax_vw = tl.reduce((sq, mx), 1, sum_and_absmax)
+    rstd = tl.rsqrt(ss / N + eps)
+    amax = (amax_vw * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+    scale, r = row_scales(amax, s_ptr, rows, M, FP8_MAX, MIN_SCALE, False)
+    qr = q_ptr + rows * stride_qm
+    tl.store(qr + c0, to_e4m3(round_like(v0 * rstd[:, None], x_ptr, False), scale, r, FP8_MAX, False).to(q_ptr.dtype.element_ty))
+    tl.store(qr + QUARTER + c0, to_e4m3(round_like(v1 * rstd[:, None], x_ptr, False), scale, r, FP8_MAX, False).to(q_ptr.dtype.element_ty))
+    tl.store(qr + 2 * QUARTER + c0, to_e4m3(round_like(v2 * rstd[:, None], x_ptr, False), scale, r, FP8_MAX, False).to(q_ptr.dtype.element_ty))
+    tl.store(qr + 3 * QUARTER + c0, to_e4m3(round_like(v3 * rstd[:, None], x_ptr, False), scale, r, FP8_MAX, False).to(q_ptr.dtype.element_ty))
+
+
+@triton.jit
 def _silu_mul_before(x_row, cols, mask, I):
     g = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(x_row + I + cols, mask=mask, other=0.0).to(tl.float32)
@@ -145,7 +183,34 @@ def silu_before(x_ptr, q_ptr, s_ptr, stride_xm, stride_qm, M, I,
 
 COMMON = dict(FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE)
 EXPLORE = False  # --explore: the RMSNorm designs of the second run (two tiles, a register cap)
+TILE_SWEEP = False  # --tiles: the four-tile RMSNorm
+TILED = "TILES" in rn8._rms_norm_fp8_quant_kernel.fn.arg_names  # the kernel has the patch's tiled path
+ONE_TILE = {"TILES": 1} if TILED else {}
 QUANT = dict(FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, STATIC=False, ROUND_IN_FP32=False)
+
+
+def forced(tiles: int, warps: int):
+    """``rms_norm_fp8_quant`` launching its kernel as ``tiles`` tiles on ``warps`` warps wherever the
+    tiled path applies (one row a program, N a power of two); elsewhere the shipped wrapper."""
+
+    def impl(x, weight, eps=1e-6, out=None, scale=None, static_scale=None):
+        if not TILED:
+            raise RuntimeError("the kernel has no TILES path: apply benchmarks/kernels_fused_fp8_tiles.patch")
+        M, N = x.shape
+        if not (x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and N == triton.next_power_of_2(N)
+                and x.stride(-1) == 1 and N >= 256 * tiles):
+            return rn8.rms_norm_fp8_quant(x, weight, eps, out, scale, static_scale)
+        out, scale = rn8.outputs("rms_norm_fp8_quant", x, N, out, scale, static_scale)
+        rn8._rms_norm_fp8_quant_kernel.fn[(M,)](
+            x, weight, out, scale, x.stride(0), out.stride(0), M, N, eps, token_bucket(M),
+            **rn8.quant_meta(static_scale), BLOCK_N=N, EVEN=True, ROWS=1, TILES=tiles, num_warps=warps)
+        return out, scale
+
+    impl.__name__ = f"tiles{tiles}_w{warps}"
+    return impl
+
+
+tiles4_w8, tiles4_w4 = forced(4, 8), forced(4, 4)
 
 
 def rms_variants(inputs: dict, large: bool) -> dict:
@@ -154,12 +219,21 @@ def rms_variants(inputs: dict, large: bool) -> dict:
     B = triton.next_power_of_2(N)
     args = (x, w, q, s, x.stride(0), q.stride(0), M, N, 1e-6)
     out = {}
+    if TILE_SWEEP:
+        for nw, tiles in ((4, 1), (8, 1), *(((8, 4), (4, 4)) if TILED else ())):
+            out[f"shipped w{nw}" + (f" tiles {tiles}" if tiles > 1 else "")] = (
+                lambda nw=nw, tiles=tiles: rn8._rms_norm_fp8_quant_kernel.fn[(M,)](
+                    *args, token_bucket(M), **QUANT, BLOCK_N=B, EVEN=True, ROWS=1,
+                    **({"TILES": tiles} if TILED else {}), num_warps=nw))
+        for nw in (8, 4):
+            out[f"fourtile w{nw}"] = lambda nw=nw: rms_fourtile[(M,)](*args, **COMMON, QUARTER=B // 4, num_warps=nw)
+        return out
     for nw in ((4, 8) if large else (8,)):  # the old picks: 4 warps at T >= 4096, 8 (pinned) below
         out[f"before w{nw}"] = lambda nw=nw: rms_before[(M,)](*args, **COMMON, BLOCK_N=B, num_warps=nw)
     if large:
         for nw in (1, 2, 4, 8):
             out[f"shipped w{nw}"] = lambda nw=nw: rn8._rms_norm_fp8_quant_kernel.fn[(M,)](
-                *args, token_bucket(M), **QUANT, BLOCK_N=B, EVEN=True, ROWS=1, num_warps=nw)
+                *args, token_bucket(M), **QUANT, BLOCK_N=B, EVEN=True, ROWS=1, **ONE_TILE, num_warps=nw)
         for nw in (1, 2):
             out[f"packed w{nw}"] = lambda nw=nw: rms_packed[(M,)](*args, **COMMON, BLOCK_N=B, num_warps=nw)
         if EXPLORE:
@@ -167,7 +241,7 @@ def rms_variants(inputs: dict, large: bool) -> dict:
                 out[f"twotile w{nw}"] = lambda nw=nw: rms_twotile[(M,)](*args, **COMMON, HALF=B // 2, num_warps=nw)
             for reg in (32, 40):
                 out[f"shipped w4 maxnreg {reg}"] = lambda reg=reg: rn8._rms_norm_fp8_quant_kernel.fn[(M,)](
-                    *args, token_bucket(M), **QUANT, BLOCK_N=B, EVEN=True, ROWS=1, num_warps=4, maxnreg=reg)
+                    *args, token_bucket(M), **QUANT, BLOCK_N=B, EVEN=True, ROWS=1, **ONE_TILE, num_warps=4, maxnreg=reg)
     return out
 
 
@@ -221,10 +295,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--ops", default="rms_norm_fp8_quant,silu_and_mul_fp8_quant")
     parser.add_argument("--explore", action="store_true", help="also the two-tile RMSNorm and a register cap")
+    parser.add_argument("--tiles", action="store_true", help="RMSNorm: the four-tile form (and the patch's TILES path)")
     parser.add_argument("--out")
     args = parser.parse_args()
-    global EXPLORE
-    EXPLORE = args.explore
+    global EXPLORE, TILE_SWEEP
+    EXPLORE, TILE_SWEEP = args.explore, args.tiles
     dev = torch.device("cuda")
     timer = Timer(dev)
     tokens = [int(t) for t in args.tokens.split(",")]
