@@ -29,10 +29,16 @@ the memory differs.
 Line numbers: with ``lines`` (:func:`trees`) a chunk is parsed after as many blank lines as precede
 it in the file (cheap for CPython's tokenizer), so its nodes carry their true ``lineno``.
 
-Not chunked: a file some rule still wants after its text prefilter (the rules' gates look at the
-whole ``ast`` tree, :func:`kcheck.gate.summarize`), and a file that reaches libcst (a gate selects
-it, or it does not parse with this interpreter's grammar): libcst parses the whole text, about
-0.5 GB per MB, and that parse bounds the run.
+The rules: a file some rule still wants after its text prefilter is read whole up to
+:data:`WHOLE_FILE_LIMIT` (the gates look at the whole ``ast`` tree, :func:`kcheck.gate.summarize`,
+and libcst parses the whole text, about 0.5 GB per MB). Above it the rules read it a chunk of about
+:data:`RULE_CHUNK_BYTES` at a time (``engine._check_in_chunks``): each chunk, with the file's
+top-level imports (:func:`imports`) appended so that its names resolve as in the file, is gated,
+parsed by libcst, checked and dropped; its findings keep their lines. What spans chunks is not seen
+there (a same-module helper or kernel defined in another chunk), so a file that large may get
+fewer findings than it would whole; generated files (tables, tuning code) rarely reach across. A
+file that does not parse (with this interpreter's grammar, or in chunks) is read whole, and libcst's
+whole-file parse then bounds the run.
 """
 
 from __future__ import annotations
@@ -48,6 +54,11 @@ from typing import Callable, TypeVar
 LARGE_FILE_BYTES = 256 * 1024
 # About how many characters one chunk holds: the tree of one is ~20 MiB.
 CHUNK_BYTES = 128 * 1024
+# Files above this many characters go through the rules a chunk at a time (engine._check_in_chunks):
+# libcst holds about 0.5 GB per MB of source. Below it the rules see the whole module.
+WHOLE_FILE_LIMIT = 1024 * 1024
+# About how many characters one chunk holds when the rules read it: libcst's tree of one is ~130 MiB.
+RULE_CHUNK_BYTES = 256 * 1024
 # How many following chunks a chunk that does not parse is joined to before giving up.
 RETRIES = 2
 
@@ -77,6 +88,28 @@ _ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError)
 
 def is_large(text: str | bytes) -> bool:
     return len(text) > LARGE_FILE_BYTES
+
+
+def is_whole_too_large(text: str | bytes) -> bool:
+    """Whether the rules read ``text`` in chunks (above :data:`WHOLE_FILE_LIMIT`)."""
+    return len(text) > WHOLE_FILE_LIMIT
+
+
+def line_count(text: str) -> int:
+    """Line breaks in ``text`` as CPython's tokenizer counts them."""
+    return _lines(text)
+
+
+def imports(text: str) -> str | None:
+    """The file's top-level import statements (``from __future__`` ones left out), one per line:
+    what a chunk needs beside it for its names to resolve as in the file. None when the text does
+    not parse in chunks."""
+    def found(piece: str, line: int, first: bool) -> list[str]:
+        return [ast.unparse(n) for n in parse(piece).body
+                if type(n) is ast.Import or type(n) is ast.ImportFrom and n.module != "__future__"]
+
+    parts = each(text, found)
+    return None if parts is None else "".join(f"{code}\n" for part in parts for code in part)
 
 
 def _after_decorator(text: str, start: int) -> bool:

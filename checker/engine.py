@@ -261,6 +261,13 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
     directives = suppress.parse_directives(source)
     if not rules and not directives and ("KC900" not in meta_on or (shortcuts and _compiles(source, rel))):
         return result  # nothing to check but the syntax, and the syntax is fine
+    if shortcuts and rules and chunks.is_whole_too_large(source):
+        done = _check_in_chunks(source, rel, config, rules, result)
+        if done is not None:
+            raw, spans = done
+            _suppressed(result, raw, directives, spans)
+            result.findings.extend(_meta_findings(directives, rel, config, meta_on, source.splitlines()))
+            return result
     tree = None
     # a large file with suppression comments and no rule to run: no finding is matched against its
     # statements, so only whether it parses matters (KC900), which its chunks tell without a
@@ -301,7 +308,16 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
         if parse_problem is not None and "KC900" in meta_on:
             result.findings.append(_meta_finding("KC900", parse_problem, rel, 1, 1, config))
             return result
-    spans = suppress.statement_spans(tree) if directives else []
+    _suppressed(result, raw, directives, suppress.statement_spans(tree) if directives else [])
+    result.findings.extend(_meta_findings(directives, rel, config, meta_on, lines))
+    return result
+
+
+def _suppressed(result: FileResult, raw: list[Finding], directives, spans) -> None:
+    """The rules' findings into ``result``, each marked with the suppression comment that covers it."""
+    from kcheck import suppress
+
+    spans = suppress.SpanIndex(spans)
     suppress.attach(directives, spans)
     for finding in raw:
         directive = suppress.match(directives, spans, finding.code, finding.name, finding.line)
@@ -309,8 +325,54 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
             result.findings.append(finding)
         else:
             result.findings.append(replace(finding, suppressed=directive.reason or "(no reason given)"))
-    result.findings.extend(_meta_findings(directives, rel, config, meta_on, lines))
-    return result
+
+
+def _check_in_chunks(source: str, rel: str, config: Config, rules, result: FileResult):
+    """The rules over a file too large to parse whole (:func:`kcheck.chunks.is_whole_too_large`),
+    one chunk of top-level statements at a time: each chunk is checked as a module made of the
+    file's top-level imports and the chunk, so names resolve as in the file, and its findings are
+    placed at their lines in the file. What spans chunks is not seen (a same-module helper or
+    kernel defined in another chunk). Returns (findings, statement spans), or None when the text
+    does not parse in chunks (the caller then reads it whole and reports why)."""
+    from kcheck import suppress
+
+    header = chunks.imports(source)
+    if header is None:
+        return None
+    lines = source.splitlines()
+    raw: list[Finding] = []
+    spans: list[tuple[int, int]] = []
+
+    def one(piece: str, first_line: int, is_first: bool) -> None:
+        # the imports after the chunk's own lines: its lines keep their numbers, shifted by one amount
+        own = piece if piece.endswith(("\n", "\r")) else piece + "\n"
+        text = own + header
+        shift = first_line - 1
+        end = first_line + chunks.line_count(own)  # the header's first line, in the file's numbering
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text, filename=rel)
+        spans.extend((a + shift, b + shift) for a, b in suppress.statement_spans(tree) if a + shift < end)
+        from kcheck.gate import summarize
+
+        summary = summarize(tree)
+        summary.path, summary.source = rel, text
+        wanted = [r for r in rules if r.gate(summary, config)]
+        summary.memo.clear()
+        if not wanted:
+            return
+        found, problem = _run_rules(text, rel, config, wanted, text.splitlines(), result, tree)
+        if problem is not None:
+            raise SyntaxError(problem)  # libcst refuses the chunk: read the file whole
+        for f in found:
+            line, end_line = f.line + shift, f.end_line + shift
+            if first_line <= line < end:  # not the header's lines
+                raw.append(replace(f, line=line, end_line=end_line,
+                                   source_line=lines[line - 1].strip() if line <= len(lines) else ""))
+
+    if chunks.each(source, one, chunks.RULE_CHUNK_BYTES) is None:
+        return None
+    return raw, spans
 
 
 # CPython's own limits, not grammar: code past them does not run on any CPython, so it is reported

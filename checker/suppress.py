@@ -14,6 +14,7 @@ Reasons are required by default (KC902); suppressions that hide nothing are KC90
 from __future__ import annotations
 
 import ast
+import bisect
 import io
 import re
 import tokenize
@@ -57,11 +58,17 @@ def parse_directives(source: str) -> list[Directive]:
         return []
     out: list[Directive] = []
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+        _read_directives(source, out)
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return out
+        pass  # the directives before the error are kept; the file's syntax error is KC900's
+    return out
+
+
+def _read_directives(source: str, out: list[Directive]) -> None:
+    """Append the directives of ``source`` to ``out``, reading the tokens one at a time (a list of
+    every token of a 4 MB file would hold hundreds of MiB)."""
     prev_line_with_code = -1
-    for tok in tokens:
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             own = prev_line_with_code != tok.start[0]
             m = DIRECTIVE.search(tok.string)
@@ -78,7 +85,6 @@ def parse_directives(source: str) -> list[Directive]:
                 out.append(Directive(tok.start[0], tok.start[1] + 1, "ignore", selectors, reason, own))
         elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
             prev_line_with_code = tok.end[0]
-    return out
 
 
 def statement_spans(tree: ast.Module | None) -> list[tuple[int, int]]:
@@ -101,31 +107,56 @@ def statement_spans(tree: ast.Module | None) -> list[tuple[int, int]]:
     return spans
 
 
-def _innermost(spans: list[tuple[int, int]], line: int) -> tuple[int, int] | None:
-    best = None
-    for span in spans:
-        if span[0] <= line <= span[1] and (best is None or span[1] - span[0] < best[1] - best[0]):
-            best = span
-    return best
+class SpanIndex:
+    """Statement spans indexed by line: the innermost span holding a line, and the first statement
+    after a line, each in constant or logarithmic time (a 4 MB file has 100,000 spans and may have
+    thousands of findings)."""
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self.inner: dict[int, tuple[int, int]] = {}
+        # longest first, and of equal length the earliest last: the shortest span holding a line
+        # wins, the first of equal ones as a scan in order would pick
+        for _, span in sorted(enumerate(spans), key=lambda t: (t[1][0] - t[1][1], -t[0])):
+            for line in range(span[0], span[1] + 1):
+                self.inner[line] = span
+        self.longest_at: dict[int, tuple[int, int]] = {}
+        for span in spans:
+            known = self.longest_at.get(span[0])
+            if known is None or span[1] - span[0] > known[1] - known[0]:
+                self.longest_at[span[0]] = span
+        self.starts = sorted(self.longest_at)
+
+    def innermost(self, line: int) -> tuple[int, int] | None:
+        return self.inner.get(line)
+
+    def after(self, line: int) -> tuple[int, int] | None:
+        """The longest of the statements that start first after ``line``."""
+        i = bisect.bisect_right(self.starts, line)
+        return self.longest_at[self.starts[i]] if i < len(self.starts) else None
 
 
-def attach(directives: list[Directive], spans: list[tuple[int, int]]) -> None:
-    """Decide which statement each line directive covers."""
+def _index(spans) -> SpanIndex:
+    return spans if isinstance(spans, SpanIndex) else SpanIndex(spans)
+
+
+def attach(directives: list[Directive], spans) -> None:
+    """Decide which statement each line directive covers (``spans``: a list or a :class:`SpanIndex`)."""
+    index = _index(spans)
     for d in directives:
         if d.kind != "ignore":
             continue
         if d.own_line:
-            following = [s for s in spans if s[0] > d.line]
-            if following:
-                first = min(s[0] for s in following)
-                d.target = max((s for s in following if s[0] == first), key=lambda s: s[1] - s[0])
+            following = index.after(d.line)
+            if following is not None:
+                d.target = following
         else:
-            d.target = _innermost(spans, d.line) or (d.line, d.line)
+            d.target = index.innermost(d.line) or (d.line, d.line)
 
 
-def match(directives: list[Directive], spans: list[tuple[int, int]], code: str, name: str, line: int) -> Directive | None:
-    """The directive that hides a finding of ``code`` at ``line``, if any (marking it used)."""
-    span = _innermost(spans, line) or (line, line)
+def match(directives: list[Directive], spans, code: str, name: str, line: int) -> Directive | None:
+    """The directive that hides a finding of ``code`` at ``line``, if any (marking it used);
+    ``spans`` a list or a :class:`SpanIndex` (built once for many findings)."""
+    span = _index(spans).innermost(line) or (line, line)
     for d in directives:
         hit = d.kind == "file-ignore" or (d.target is not None and (d.target == span or d.target[0] <= line <= d.target[1]))
         if hit and d.covers(code, name):

@@ -279,3 +279,44 @@ def test_findings_are_the_same_with_the_chunks_on_and_off(tmp_path, run_kcheck, 
     assert ("KC203", "pkg/ops/sampling.py") in got and ("KC901", "pkg/notes.py") in got
     (sync,) = [f for f in findings if f["code"] == "KC203"]
     assert "called every step from pkg.layers.sampler.Sampler.forward()" in sync["message"]
+
+
+TIMED = '''
+
+def bench_{i}(fn, x):
+    start = time.perf_counter()
+    for _ in range(10):
+        fn(x)
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+'''
+
+
+def test_rules_read_a_file_over_the_whole_file_limit_in_chunks(tmp_path, run_kcheck, monkeypatch):
+    """Above chunks.WHOLE_FILE_LIMIT the rules see one chunk at a time beside the file's imports:
+    the same findings at the same lines (here every finding needs the file's ``import torch``, made
+    in the first chunk), suppressions in later chunks applied, and no whole-file tree built."""
+    body = "".join(TIMED.format(i=i) for i in range(40))
+    lines = body.split("\n")
+    target = [n for n, line in enumerate(lines, 4) if line.strip() == "torch.cuda.synchronize()"][30]
+    lines[target - 4] += "  # kcheck: ignore[KC201] the sync is the point of this helper"
+    text = "import time\n\nimport torch\n" + "\n".join(lines)
+    (tmp_path / "pyproject.toml").write_text("[tool.kcheck]\nroot = true\n")
+    (tmp_path / "timing.py").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(chunks, "RULE_CHUNK_BYTES", 1_000)
+    pieces = []
+    each = chunks.each
+    monkeypatch.setattr(chunks, "each", lambda t, fn, *a, **k: each(t, lambda p, *b: pieces.append(1) or fn(p, *b), *a, **k))
+    runs = {}
+    for name, limit in (("chunked", 2_000), ("whole", 10**9)):
+        monkeypatch.setattr(chunks, "WHOLE_FILE_LIMIT", limit)
+        pieces.clear()
+        code, out, err = run_kcheck("check", "--no-cache", "--exit-zero", "-o", "json", "timing.py")
+        assert code == 0, err
+        runs[name] = (json.loads(out), len(pieces))
+    (chunked, pieces_read), (whole, _) = runs["chunked"], runs["whole"]
+    assert pieces_read >= 6  # read a chunk at a time
+    assert chunked == whole
+    found = [f for f in chunked if f["code"] == "KC201"]
+    assert len(found) == 39 and target not in {f["location"]["row"] for f in found}
