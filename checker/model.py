@@ -424,7 +424,8 @@ def _traverse(root: cst.CSTNode, skip: tuple[type, ...]) -> Iterator[cst.CSTNode
         stack.extend(reversed(children(node)))
 
 
-MEMOIZERS = {"lru_cache", "cache", "cached"}
+# decorators whose function's body runs once per argument set (or once), not on every call
+MEMOIZERS = {"lru_cache", "cache", "cached", "cache_once", "run_once", "once", "cached_property"}
 
 
 def _decorator_names(fn: cst.FunctionDef) -> Iterator[str]:

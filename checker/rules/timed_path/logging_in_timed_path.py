@@ -10,6 +10,7 @@ from kcheck.rules.timed_path import (
     first_in_statement,
     DEBUG_PATH, LOG_WORDS, TIMED, file_view, gpu_work, off_the_step, region_calls, region_reaches, through,
 )
+from kcheck.values import HOST
 
 
 class LoggingInTimedPath(Rule):
@@ -160,22 +161,31 @@ class Layer(torch.nn.Module):
             if first_in_statement(model, call, seen):
                 self.report(call, what=what, helper=through(model, call, via), region=region.label)
 
-    @staticmethod
-    def _formats_argument(call: cst.Call, function: cst.FunctionDef | None) -> bool:
-        """Whether a logging call passes one of the function's parameters (a tensor, in a forward)."""
+    def _formats_argument(self, call: cst.Call, function: cst.FunctionDef | None) -> bool:
+        """Whether a logging call passes one of the function's parameters that may be a tensor (a
+        forward's input): not one annotated with another type (``n: int``) or known on the host."""
         if function is None:
             return False
-        params = {p.name.value for p in function.params.params if p.name.value not in ("self", "cls")}
+        params = {p.name.value: p for p in function.params.params if p.name.value not in ("self", "cls")}
+        names = []
         for arg in call.args:
             value = arg.value
-            if type(value) is cst.Name and value.value in params:
-                return True
-            if type(value) is cst.FormattedString:
-                for part in value.parts:
-                    if type(part) is cst.FormattedStringExpression and type(part.expression) is cst.Name \
-                            and part.expression.value in params:
-                        return True
-        return False
+            if type(value) is cst.Name:
+                names.append(value)
+            elif type(value) is cst.FormattedString:
+                names += [part.expression for part in value.parts
+                          if type(part) is cst.FormattedStringExpression and type(part.expression) is cst.Name]
+        return any(n.value in params and _may_be_tensor(self.model, params[n.value], n) for n in names)
+
+
+def _may_be_tensor(model, param: cst.Param, use: cst.Name) -> bool:
+    """A parameter that may hold a tensor: unannotated or annotated with a tensor type (also in an
+    ``Optional``/union), and not known on the host by the values model."""
+    if param.annotation is not None:
+        text = cst.Module([]).code_for_node(param.annotation.annotation)
+        if "Tensor" not in text and "tensor" not in text:
+            return False  # ``int``, ``str``, ``list[int]``, ``Config``: formatting it moves no tensor
+    return model.places.place(use) != HOST
 
 
 def _conditional(model, node: cst.CSTNode) -> bool:
