@@ -202,8 +202,9 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
         if kind is ast.If and type(node.test) is ast.Constant and not node.test.value:
             stack.extend((n, owner, klass) for n in node.orelse)  # ``if False:``: never runs
             continue
-        if kind is ast.If and _other_backend(node.test):
-            stack.extend((n, owner, klass) for n in [node.test, *node.orelse])  # not that backend's branch
+        if kind is ast.If and (_other_backend(node.test) or _fills_cache(node)):
+            # not that backend's branch; a branch that fills the cache its test reads runs once
+            stack.extend((n, owner, klass) for n in [node.test, *node.orelse])
             continue
         stack.extend((n, owner, klass) for n in ast.iter_child_nodes(node))
     return facts
@@ -273,6 +274,31 @@ def _annotated_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, s
             if text:
                 out[arg.arg] = text
     return out
+
+
+def _fills_cache(node: ast.If) -> bool:
+    """``if self._adapter is None: self._adapter = make()``, ``if not _table: _table = build()``,
+    ``if key not in cache: cache[key] = build(key)``: a branch that runs once (per key)."""
+    test = node.test
+    if type(test) is ast.Compare and len(test.ops) == 1 and type(test.ops[0]) is ast.Is \
+            and type(test.comparators[0]) is ast.Constant and test.comparators[0].value is None:
+        target = test.left
+    elif type(test) is ast.UnaryOp and type(test.op) is ast.Not:
+        target = test.operand
+    elif type(test) is ast.Compare and len(test.ops) == 1 and type(test.ops[0]) is ast.NotIn:
+        target = test.comparators[0]
+    else:
+        return False
+    name = dotted(target) if type(target) in (ast.Name, ast.Attribute) else None
+    if not name:
+        return False
+    for stmt in node.body:
+        for sub in ast.walk(stmt):
+            targets = sub.targets if type(sub) is ast.Assign else [sub.target] if type(sub) is ast.AnnAssign else []
+            for t in targets:
+                if dotted(t.value if type(t) is ast.Subscript else t) == name:
+                    return True
+    return False
 
 
 def _other_backend(test: ast.expr) -> bool:

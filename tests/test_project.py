@@ -335,3 +335,25 @@ def test_an_option_no_caller_turns_on_is_not_the_step(tmp_path):
     found = sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC203")
     # _validate's sync is reached from gather (turned on); sample's through **kwargs (named elsewhere)
     assert found == [("pkg/ops.py", 6), ("pkg/ops.py", 18)]
+
+
+def test_a_call_in_a_branch_that_fills_a_cache_is_not_per_step():
+    files = _facts({
+        "pkg/layers/ar.py": """
+            import torch
+            from ..ops.cache import enable_cache, refresh
+
+
+            class AR(torch.nn.Module):
+                def forward(self, x):
+                    if self._adapter is None:
+                        self._adapter = enable_cache(self)
+                    if not self._ready:
+                        refresh(self)
+                    return x
+        """,
+        "pkg/ops/cache.py": "def enable_cache(m):\n    return m\n\n\ndef refresh(m):\n    return m\n",
+    })
+    steps = per_step(files, DEFAULT_HOT_PATHS)["pkg/ops/cache.py"]
+    assert "enable_cache" not in steps  # once: the branch assigns what its test reads
+    assert "refresh" in steps  # the test reads a flag the branch does not set: maybe every step
