@@ -17,9 +17,10 @@ and prints both and their ratio. Two kinds of file:
   bare parse. The target (issue 24):
   at most 10 s and 500 MiB at 4 MB, growing linearly (run ``--mb 1`` and ``--mb 4`` to see the
   slope). Before the fix, KC408's gate compared every timing window with every call of the file.
-- ``bench``: benchmark functions that several rules report on, so the whole file goes through
-  libcst; then the libcst parse itself (0.5 to 0.7 GB per MB of source) bounds what kcheck can do,
-  and the ratio shows kcheck's own share.
+- ``bench``: benchmark functions that several rules report on, so every chunk goes through
+  libcst (above 1 MiB the rules read a file a chunk at a time, ``kcheck.chunks``); the libcst parse
+  (0.5 to 0.7 GB per MB of source when whole) then bounds the time, and the ratio shows kcheck's
+  own share.
 
 ``--preview`` runs the preview rules too.
 
@@ -28,8 +29,10 @@ project index's facts and the syntax check read in chunks of top-level statement
 (``kcheck.chunks``): kcheck 4.5 to 4.9 s and 68 MiB peak (1 MB: 1.3 s, 57 MiB; 2 MB: 2.6 s,
 60 MiB), the bare libcst parse 25.7 s and 2,143 MiB. Before the chunks: 4.9 to 5.9 s and 688 to
 696 MiB, one whole-file ``ast.parse`` for the facts and one ``compile()``. Before KC408's gate was
-made linear (same file at 1 MB, in-process): 68 s and 703 MiB. The full table, KC409's fix, where
-the memory went and what still reads a file whole: ``benchmarks/results/large_file.md``.
+made linear (same file at 1 MB, in-process): 68 s and 703 MiB. With ``--preview`` and the rules
+reading the file in chunks (5 Dec 2026): tuning 25.2 s and 278 MiB, bench 32.1 s and 326 MiB (whole,
+the tuning file took 32.8 s and 2.7 GB). The full table, KC409's fix, where the memory went and what
+still reads a file whole: ``benchmarks/results/large_file.md``.
 """
 
 from __future__ import annotations
