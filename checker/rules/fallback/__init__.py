@@ -18,7 +18,7 @@ import libcst as cst
 
 from kcheck.claims import BUILTINS, _walk, in_kernel_module, is_reference_name
 from kcheck.gate import ast_children, by_name, reachable
-from kcheck.project import TEST_PATH
+from kcheck.project import OTHER_PLATFORM, TEST_PATH
 from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
 
 # Text every file with a launch or dispatch site contains (a Triton launch ends in ``](``).
@@ -145,17 +145,22 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
     kernel path, where every function is a claim."""
     if config.kernel_paths and config.is_kernel_path(summary.path):
         return None
-    if "forward_cuda" not in summary.function_names():
+    names = summary.function_names()
+    if "forward_cuda" not in names and ("forward" not in names or NO_FALLBACK_OWED.search(summary.path)):
         return set()
     dispatching = gate_dispatch(summary).dispatchers
     if not dispatching:
         return set()
-    claimed = any(
-        any(isinstance(s, _FUNCTION_DEFS) and s.name == "forward_cuda" for s in cls.body) and (
-            "CustomOp" in {(dotted(b) or "").split(".")[-1] for b in cls.bases}
-            or any(isinstance(s, _FUNCTION_DEFS) and s.name == "forward_native" for s in cls.body))
-        for cls in ast_facts(summary).classes)
-    return dispatching & reachable(summary, {"forward_cuda"}, 3, _skip) if claimed else set()
+    roots = set()
+    for cls in ast_facts(summary).classes:
+        methods = {s.name for s in cls.body if isinstance(s, _FUNCTION_DEFS)}
+        bases = {(dotted(b) or "").split(".")[-1] for b in cls.bases}
+        if "forward_cuda" in methods and ("CustomOp" in bases or "forward_native" in methods):
+            roots.add("forward_cuda")
+        if "forward" in methods and bases & ENTRY_BASES and cls.name not in SOLUTION_CLASSES \
+                and not NO_FALLBACK_OWED.search(summary.path):
+            roots.add("forward")
+    return dispatching & reachable(summary, roots, 3, _skip) if roots else set()
 
 
 def claimed_dispatch_gate(summary, config, *needs) -> bool:
@@ -400,9 +405,45 @@ def _all_dispatchers(model) -> list[Dispatcher]:
 # registered custom op (often a low-level op registered only so torch.compile can trace it), a
 # ``ModelNew`` or a leaderboard ``custom_kernel`` (run on the task's fixed inputs) owe no fallback.
 FALLBACK_CLAIMS = {"custom-op-class", "kernel-path"}
+# Entry points a model reaches: the ``forward`` of an ``nn.Module`` or of an autograd ``Function``
+# that launches a specialised kernel (directly or through same-module helpers). Whatever inputs
+# the models send arrive there, so a fallback is owed there too; not in tests and benchmarks, and not
+# in a task's ``ModelNew``/``Model`` solution (run on the task's fixed inputs).
+ENTRY_BASES = {"Module", "Function"}
+SOLUTION_CLASSES = {"ModelNew", "Model"}
+# Nor in one model's own code (a ``models/`` folder: the model fixes its dtypes and shapes, so a
+# check there states the model's contract) or another platform's backend.
+NO_FALLBACK_OWED = re.compile(
+    r"(^|/)(tests?|testing|benchmarks?|bench[^/]*|examples?|models?)/"
+    r"|(^|/)(test_[^/]*|[^/]*_test|conftest|bench[^/]*)\.py$|" + OTHER_PLATFORM.pattern)
 
 
-def claim_path(model, depth: int = 3) -> set[int]:
+def entry_points(model) -> list[cst.FunctionDef]:
+    """The ``forward`` methods of ``nn.Module`` and autograd ``Function`` classes that dispatch to a
+    specialised kernel (:data:`ENTRY_BASES`)."""
+    if NO_FALLBACK_OWED.search(model.path):
+        return []
+    dispatching = {id(d.function) for d in dispatchers(model, claimed=False)}
+    found = []
+    for cls in model.classes.values():
+        if cls.name.value in SOLUTION_CLASSES or type(cls.body) is not cst.IndentedBlock:
+            continue
+        if not {(model.dotted(b.value) or "").split(".")[-1] for b in cls.bases} & ENTRY_BASES:
+            continue
+        for stmt in cls.body.body:
+            if type(stmt) is cst.FunctionDef and stmt.name.value == "forward" and id(stmt) in dispatching:
+                found.append(stmt)
+    return found
+
+
+def claims_only(model, function: cst.FunctionDef) -> bool:
+    """Whether ``function`` is on a kernel claim's compute path (not only an entry point's): there a
+    device test is a guard too (``forward_cuda`` is the GPU's path), where at a module's ``forward``
+    it is dispatch by device."""
+    return id(function) in claim_path(model, entries=False)
+
+
+def claim_path(model, depth: int = 3, entries: bool = True) -> set[int]:
     """ids of the functions on the compute path of a claim in :data:`FALLBACK_CLAIMS`: the
     claim's function and the same-module helpers it calls, to ``depth`` (reference functions and
     ``forward_native`` excluded).
@@ -411,11 +452,14 @@ def claim_path(model, depth: int = 3) -> set[int]:
     reach, so only there is a declared fallback owed. Elsewhere an assert or a device branch in a
     low-level op wrapper states an internal contract its callers keep (or a native op checks its
     own inputs), and failing loudly on a broken contract is right."""
-    cached = getattr(model, "_fallback_claim_path", None)
+    key = f"_fallback_claim_path_{entries}"
+    cached = getattr(model, key, None)
     if cached is not None:
         return cached
     out: set[int] = set()
     stack = [(claim.function, 0) for claim in model.kernel_claims if claim.kind in FALLBACK_CLAIMS]
+    if entries:
+        stack += [(fn, 0) for fn in entry_points(model)]
     while stack:
         fn, level = stack.pop()
         if id(fn) in out:
@@ -430,7 +474,7 @@ def claim_path(model, depth: int = 3) -> set[int]:
                     is_reference_name(target.name.value) or target.name.value == "forward_native"
                 ):
                     stack.append((target, level + 1))
-    model._fallback_claim_path = out
+    setattr(model, key, out)
     return out
 
 
@@ -533,8 +577,9 @@ def support_checks(model, test: cst.CSTNode) -> set[str]:
                 ):
                     return set()  # a contract check between arguments, or on an output buffer
                 for prop, kind, other in ((left, lk, right), (right, rk, left)):
-                    if kind == "dtype" and _index_dtype(model, other):
-                        continue  # int64 indices, uint8 buffers: a contract, not a compute dtype
+                    if kind == "dtype" and (_index_dtype(model, other) or _every_float(model, other)):
+                        continue  # int64 indices, uint8 buffers, or every float dtype a model runs in:
+                        # a contract, not a compute dtype the kernel lacks
                     if type(other) is cst.Integer and other.value == "0" and type(prop) is not cst.BinaryOperation:
                         continue  # "not empty" is an invariant, not a supported range
                     if kind in SUPPORT_KINDS and is_constant(model, other) and not (
@@ -558,6 +603,18 @@ def _boolean_device(model, node: cst.CSTNode, test: cst.CSTNode) -> bool:
             return False
         current = parent
     return True
+
+
+MODEL_FLOATS = {"float32", "float16", "bfloat16"}
+
+
+def _every_float(model, node: cst.CSTNode) -> bool:
+    """A set of dtypes holding fp32, fp16 and bf16 (``x.dtype in (torch.float32, torch.float16,
+    torch.bfloat16)``): whatever a model runs in is supported, so the check fails only on a bug."""
+    if type(node) not in (cst.Tuple, cst.List, cst.Set):
+        return False
+    names = {(model.dotted(e.value) or "").split(".")[-1] for e in node.elements}
+    return MODEL_FLOATS <= names | {{"float": "float32", "half": "float16"}.get(n, n) for n in names}
 
 
 def _index_dtype(model, node: cst.CSTNode) -> bool:

@@ -15,13 +15,17 @@ class AssertOrRaiseWhereFallbackBelongs(Rule):
     ## What it does
     Finds `assert` statements, and `raise` statements under an `if`, on the compute path of a
     kernel claim that replaces a library path every input used to reach — the `forward_cuda` of a
-    `CustomOp`-style class beside its `forward_native`, or a function under a configured
-    `kernel-paths` entry, and the same-module helpers they call — before the launch of a
+    `CustomOp`-style class beside its `forward_native`, a function under a configured
+    `kernel-paths` entry, or an entry point a model reaches (the `forward` of an `nn.Module` or an
+    autograd `Function` that launches the kernel, outside tests, benchmarks, examples, one model's
+    own `models/` code and other platforms' backends), and the same-module helpers they call —
+    before the launch of a
     specialised kernel (a Triton launch, a `torch.ops` op, an inline extension, a kernel module
     such as `_custom_ops`), whose test compares the input's dtype, device, shape or head size
     with a constant: a supported set, a size limit, an alignment. Checks that compare two
     arguments with each other (`a.dtype == b.dtype`), checks on output buffers and on index
-    dtypes (`int64`, `uint8`) are contract checks and are left alone. A claim is reported once,
+    dtypes (`int64`, `uint8`), and dtype checks that accept fp32, fp16 and bf16 alike are contract
+    checks and are left alone. A claim is reported once,
     at its first such check, with the number of checks.
 
     Low-level op wrappers outside such a claim (including ops registered with

@@ -5,7 +5,7 @@ import libcst as cst
 from kcheck.claims import _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, claimed_dispatch_gate, computes, device_names, device_only, dispatchers, mentioned_props,
+    DISPATCH_TEXT, claimed_dispatch_gate, claims_only, computes, device_names, device_only, dispatchers, mentioned_props,
     sibling_statements, statements,
 )
 
@@ -128,8 +128,8 @@ class RMSNorm(CustomOp):
                     node.func.attr.value in ("contiguous", "view", "reshape", "flatten", "to", "float", "half")
                 ):
                     other_checks = True  # the wrapper normalises layout or dtype itself
-            if other_checks:
-                continue
+            if other_checks or not claims_only(model, disp.function):
+                continue  # at a module's forward a device test is dispatch by device
             for node in guards:
                 if _picks_kernel(model, disp, node):
                     self.report(node.test, kernel=disp.label)

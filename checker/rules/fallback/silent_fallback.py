@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, announces, claimed_dispatch_gate, computes, dispatchers, fallback_branches,
+    DISPATCH_TEXT, announces, claimed_dispatch_gate, claims_only, computes, device_only, dispatchers, fallback_branches,
 )
 
 
@@ -14,11 +14,13 @@ class SilentFallback(Rule):
     ## What it does
     Finds input guards on the compute path of a kernel claim that replaces a library path (the
     `forward_cuda` of a `CustomOp`-style class beside its `forward_native`, a function under a
-    configured `kernel-paths` entry, and the same-module helpers they call) that launches a
+    configured `kernel-paths` entry, an entry point a model reaches — the `forward` of an
+    `nn.Module` or autograd `Function`, as KC301 — and the same-module helpers they call) that launches a
     specialised kernel — an `if` on the dtype, device, shape, head size or layout, or on a
     `supported`/`can_use`-style check — where one side launches the kernel and the other computes
     the result some other way (a reference, a library op) without logging or warning, directly or
-    in a same-module helper. Branches in low-level op wrappers outside such a claim (a CPU loop
+    in a same-module helper. At an entry point a device test is dispatch by device (a CPU tensor
+    takes the CPU's path), not a fallback. Branches in low-level op wrappers outside such a claim (a CPU loop
     beside a CUDA kernel, a size threshold, a specialised kernel beside a general one) are
     dispatch, not a fallback from a claimed kernel, and are not checked. The announcers are
     `logger.warning_once` and other logger methods, `warnings.warn`, `print`, and the functions
@@ -140,5 +142,7 @@ class Rotary(CustomOp):
         model = self.model
         for disp in dispatchers(model):
             for node, branch in fallback_branches(model, disp):
+                if device_only(model, node.test) and not claims_only(model, disp.function):
+                    continue  # at a module's forward, a CPU tensor's path beside the GPU kernel is dispatch
                 if computes(model, branch) and not announces(model, branch):
                     self.report(node.test, kernel=disp.label)
