@@ -527,12 +527,16 @@ class _Host:
             if key in visiting:
                 return "loop"  # ``x = x.view(...)``: decided by x's other sources
             visiting = visiting | {key}
+            asserted = _asserted_dtype(model, fn, expr.value)
+            if asserted is not None:
+                return asserted  # ``assert logits.dtype == torch.float32``: whatever its sources, it is that
             assigns = self._assigns.get(id(fn))
             if assigns is None:
                 assigns = self._assigns[id(fn)] = {}
                 for target, v in _host_assigns(fn):
                     assigns.setdefault(target, []).append(v)
-            found = [self.dtype(v, fn, depth, visiting) for v in assigns.get(expr.value, [])]
+            found = ["loop" if _cached_copy(model, fn, v, expr.value) else self.dtype(v, fn, depth, visiting)
+                     for v in assigns.get(expr.value, [])]
             ps = fn.params
             params = [p.name.value for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]]
             if expr.value in params:
@@ -548,6 +552,47 @@ class _Host:
             found = [t for t in found if t != "loop"]
             return _agree(found)
         return None
+
+
+def _cached_copy(model, fn: cst.FunctionDef, value, name: str) -> bool:
+    """``buf = CACHE.get(key)`` (or ``CACHE[key]``) where the function stores ``CACHE[key] = buf``:
+    the cache holds what the name's other sources make, so they decide its dtype."""
+    if type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value == "get":
+        store = model.dotted(value.func.value)
+    elif type(value) is cst.Subscript:
+        store = model.dotted(value.value)
+    else:
+        return False
+    if not store:
+        return False
+    for node in walk(fn.body, into_scopes=False):
+        if type(node) is cst.Assign and type(node.value) is cst.Name and node.value.value == name and any(
+                type(t.target) is cst.Subscript and model.dotted(t.target.value) == store for t in node.targets):
+            return True
+    return False
+
+
+def _asserted_dtype(model, fn: cst.FunctionDef, name: str) -> str | None:
+    """The one dtype a host function asserts ``name`` has (``assert x.dtype == torch.float32``,
+    ``assert x.dtype in (torch.float32,)``), or None."""
+    for node in walk(fn.body, into_scopes=False):
+        if type(node) is not cst.Assert or type(node.test) is not cst.Comparison:
+            continue
+        test = node.test
+        left = test.left
+        if not (type(left) is cst.Attribute and left.attr.value == "dtype" and type(left.value) is cst.Name
+                and left.value.value == name and len(test.comparisons) == 1):
+            continue
+        op, right = test.comparisons[0].operator, test.comparisons[0].comparator
+        if type(op) is cst.Equal:
+            found = torch_dtype(model, right)
+        elif type(op) is cst.In and type(right) in (cst.Tuple, cst.List, cst.Set) and len(right.elements) == 1:
+            found = torch_dtype(model, right.elements[0].value)
+        else:
+            continue
+        if found is not None:
+            return found
+    return None
 
 
 def _agree(types: list) -> str | None:

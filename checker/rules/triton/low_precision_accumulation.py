@@ -97,6 +97,25 @@ def k(cnt_ptr, x_ptr, BLOCK: tl.constexpr):
     s = tl.sum(x, axis=0, dtype=tl.float32)
 # inputs are bfloat16
 """,
+        """
+import torch
+import triton
+import triton.language as tl
+_BUFFERS = {}
+@triton.jit
+def k(x_ptr, buf_ptr, n_cols, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    p = tl.load(buf_ptr + cols, mask=cols < n_cols, other=0.0)
+    s = tl.sum(p, axis=0)
+def sample(logits):
+    assert logits.dtype == torch.float32
+    buf = _BUFFERS.get(logits.device)
+    if buf is None:
+        buf = logits.new_empty(logits.shape)
+        _BUFFERS[logits.device] = buf
+    k[(1,)](logits, buf, logits.shape[-1], BLOCK=1024)
+# bf16 models sample from fp32 logits
+""",
     ]
     INVALID = [
         """
