@@ -27,6 +27,7 @@ from typing import Iterator
 import libcst as cst
 
 from kcheck.model import SCOPES_AND_LAMBDAS, subtree, walk
+from kcheck.native import file_host_syncs
 
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 
@@ -138,6 +139,7 @@ class Launch:
     name: str  # what is launched, as written (``_rms_kernel``, ``torch.ops._C.rms_norm``)
     side_job: bool = False  # known to do only elementwise or data-movement work (no dot, reduction, loop)
     library: str = ""  # an extension with no kernel of its own whose source calls this library op
+    host_sync: str = ""  # what the extension function's host code waits on (kcheck.native), if anything
 
 
 @dataclass
@@ -273,6 +275,7 @@ def _extension_attrs(model, module, extensions) -> tuple[set[str], dict[str, str
 
 def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=None) -> None:
     local_kernels = {fn.name.value: fn for fn in model.triton_kernels}
+    syncs = file_host_syncs([*consts.values(), *(s for s in extensions.values() if s)]) if extensions else {}
     side_cache: dict[int, bool] = {}
     lookups = _registry_names(model, _registries(model, module, local_kernels))
     for node in model.calls:
@@ -301,11 +304,11 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
         elif parts[0] in extensions and len(parts) >= 2 and parts[0] not in model.imports:
             source = extensions[parts[0]]
             model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
-                                                  _cuda_library(source))
+                                                  _cuda_library(source), syncs.get(parts[-1], ""))
         elif parts[0] == "self" and len(parts) >= 3 and parts[1] in ext_attrs:
             source = next((s for s in extensions.values() if s), None) if len(extensions) == 1 else None
             model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
-                                                  _cuda_library(source))
+                                                  _cuda_library(source), syncs.get(parts[-1], ""))
         elif parts[0] == "self" and len(parts) == 2 and ext_functions and parts[1] in ext_functions:
             # ``self.act = ext.act_cuda`` in __init__, ``self.act(x)`` in forward
             source = extensions.get(ext_functions[parts[1]])

@@ -467,6 +467,11 @@ def _check_module(source, rel, config, rules, lines, result, tree, module) -> tu
         pos = spans.get(id(rep.node))
         if pos is None:
             continue
+        if rep.line is not None and 1 <= rep.line <= len(lines):  # a line inside a string the node enters
+            text = lines[rep.line - 1]
+            indent = len(text) - len(text.lstrip())
+            rep = replace(rep, message=f"{rep.message} (entered at line {pos.line})")
+            pos = replace(pos, line=rep.line, column=indent, end_line=rep.line, end_column=len(text.rstrip()))
         key = (rep.rule.CODE, pos.line, pos.column, rep.message)
         if key in seen:
             continue

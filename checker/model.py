@@ -242,6 +242,9 @@ class ModuleModel:
             if self._on_host(call.args[0].value) or bound_to_host(self, call):
                 return None
             return "one-argument torch.where() (waits for the result size)"
+        launch = self.launch_sites.get(id(call))
+        if launch is not None and launch.host_sync:
+            return f"{launch.host_sync} in the extension's {launch.name.split('.')[-1]}()"
         func = call.func
         if type(func) is cst.Attribute:
             method = func.attr.value

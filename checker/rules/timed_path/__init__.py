@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 import libcst as cst
 
 from kcheck.gate import dotted, import_bindings
+from kcheck.native import file_host_syncs, wait_line
 from kcheck.values import READING_BUILTINS, REDUCTIONS
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
@@ -24,7 +25,7 @@ TIMED = ("event-window", "bench-callable", "host-timer")
 # last components of the decorators that register a custom op's implementation (a wide superset of
 # the model's custom-op claims, whose implementation is a per-step path)
 REGISTERING = {"custom_op", "register_kernel", "impl"}
-SYNC_TEXT = r"\b(int|float|bool|complex|max|min|sum|any|all|range|divmod)\(|\b(if|while|assert)\b|synchronize|argwhere|equal\(|allclose|\.item\(|\.cpu\(|\.tolist\(|\.numpy\(|nonzero|where\(|unique|masked_select|repeat_interleave|['\"]cpu['\"]"
+SYNC_TEXT = r"\b(int|float|bool|complex|max|min|sum|any|all|range|divmod)\(|\b(if|while|assert)\b|synchronize|argwhere|equal\(|allclose|\.item\(|\.cpu\(|\.tolist\(|\.numpy\(|nonzero|where\(|unique|masked_select|repeat_interleave|['\"]cpu['\"]|Synchronize|cudaMemcpy|\.item<"
 TIMER_TEXT = r"\.record\(|perf_counter|time\(|monotonic|default_timer|do_bench|bench_gpu_time|benchmark_fn" \
     r"|ModelNew|custom_kernel|class Model\b"  # and what a task's harness times
 
@@ -159,6 +160,16 @@ class FileView:
                 start = self.nodes[i].body[0].lineno
                 found = [c for c in found if c.lineno >= start]
             self._bodies[i] = found
+        return found
+
+    @property
+    def native_syncs(self) -> dict[str, str]:
+        """The functions of the file's inline C++/CUDA sources that wait for the GPU (:mod:`kcheck.native`)."""
+        found = self.summary.memo.get("native_syncs")
+        if found is None:
+            tree = self.summary.tree
+            found = self.summary.memo["native_syncs"] = {} if tree is None or not {"load_inline", "load"} & self.words else \
+                file_host_syncs(n.value for n in ast.walk(tree) if type(n) is ast.Constant and type(n.value) is str)
         return found
 
     @property
@@ -358,7 +369,7 @@ def file_view(summary) -> FileView:
 def region_reaches(summary, kinds: tuple[str, ...], what: str, config=None) -> bool:
     """Whether a region of one of ``kinds`` reaches a call of class ``what`` (see ``CLASSIFY``)."""
     view = file_view(summary)
-    if WORDS[what].isdisjoint(view.words):
+    if WORDS[what].isdisjoint(view.words) and not (what == "sync" and view.native_syncs):
         return False
     return any(view.reaches(calls, lambda c: view.classified(what, c))
                for kind in kinds for _, _, calls in view.regions(kind, config))
@@ -366,6 +377,8 @@ def region_reaches(summary, kinds: tuple[str, ...], what: str, config=None) -> b
 
 def _sync(view: FileView, call: ast.Call) -> bool:
     """What ``ModuleModel.sync_kind`` can call a host sync (never less)."""
+    if type(call.func) is ast.Attribute and call.func.attr in view.native_syncs:
+        return True  # ``ext.fn(x)`` whose C++ host code waits
     if not view.may_be(call.func, SYNC_WORDS):
         return False
     names = view.qualnames(call.func)
@@ -455,7 +468,17 @@ def report_calls(rule, kinds: tuple[str, ...], classify: Callable, template: str
         what = classify(call)
         if not what or not first_in_statement(model, call, seen):
             continue
-        rule.report(call, template.format(what=what, helper=through(model, call, via), region=region.label))
+        rule.report(call, template.format(what=what, helper=through(model, call, via), region=region.label),
+                    line=native_wait_line(rule, call))
+
+
+def native_wait_line(rule, call: cst.Call) -> int | None:
+    """For a call of an inline extension whose C++ host code waits for the GPU, the line of the
+    file where it waits (the line to change, and the one a reviewer reads); None otherwise."""
+    launch = rule.model.launch_sites.get(id(call))
+    if launch is None or not launch.host_sync:
+        return None
+    return wait_line(rule.context.source, launch.name.split(".")[-1], launch.host_sync)
 
 
 def first_in_statement(model, call: cst.Call, seen: set[int]) -> bool:

@@ -13,7 +13,7 @@ from kcheck.values import HOST_NAME
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
 from kcheck.rules.timed_path import (
     first_in_statement,
-    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, SYNC_WORDS, FileView, file_view, off_the_step, through,
+    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, SYNC_WORDS, FileView, file_view, native_wait_line, off_the_step, through,
 )
 
 
@@ -194,7 +194,8 @@ def decode_step(model, tokens):
             if not what or OTHER_BACKEND_CALL.match(model.call_name(call) or "") or _event_wait(model, call):
                 continue  # ``torch.mps.synchronize()``: another backend's own sync; an event fence
             if first_in_statement(model, call, seen):
-                self.report(call, what=what, helper=through(model, call, via), region=region.label)
+                self.report(call, what=what, helper=through(model, call, via), region=region.label,
+                            line=native_wait_line(self, call))
 
 
 def _off_cuda_slot(model, function) -> bool:

@@ -5,7 +5,8 @@ import libcst as cst
 from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import (
-    SYNC_TEXT, TIMED, TIMER_TEXT, first_in_statement, gpu_work, region_calls, region_reaches, through,
+    SYNC_TEXT, TIMED, TIMER_TEXT, first_in_statement, gpu_work, native_wait_line, region_calls, region_reaches,
+    through,
 )
 
 
@@ -148,7 +149,8 @@ def bench(fn, x):
             if via is None and _gathers_statistic(model, call) and _informational(model, region):
                 continue  # an experiment's own statistics, timed only for a printed figure
             if first_in_statement(model, call, seen):
-                self.report(call, what=what, helper=through(model, call, via), region=region.label)
+                self.report(call, what=what, helper=through(model, call, via), region=region.label,
+                            line=native_wait_line(self, call))
 
 
 def _harness_helper(model, region, via: cst.Call) -> bool:
