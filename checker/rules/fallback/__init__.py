@@ -213,18 +213,21 @@ def broad_except_gate(summary) -> bool:
 # (``import triton``) are optional dependencies, not kernels.
 # A compiled extension ends its name in ``_cuda`` (``flash_attn_2_cuda``); a module that starts with
 # ``cuda`` is a binding or a helper (``nvidia.cuda_runtime``, ``cuda_graph``), not a kernel.
+# Third-party kernel libraries: importing one loads its kernels, and a call into one
+# (``aiter.init_custom_qr(...)``) sets them up or runs them.
+KERNEL_LIBRARY = re.compile(
+    r"^(aiter|flash_attn|flashinfer|deep_gemm|deep_ep|sgl_kernel|flash_mla|xformers|apex|transformer_engine"
+    r"|fbgemm_gpu|mamba_ssm|causal_conv1d|cudnn|quack|liger_kernel|vllm_flash_attn|fla)(\.|$)")
 KERNEL_MODULE = re.compile(
     r"(^|\.)(_C|_?[a-z0-9_]*_?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
-    r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu|fused_[a-z0-9_]+)(\.|$)"
-    # third-party kernel libraries: an import of one is the import of its kernels
-    r"|^(aiter|flash_attn|flashinfer|deep_gemm|deep_ep|sgl_kernel|flash_mla|xformers|apex|transformer_engine"
-    r"|fbgemm_gpu|mamba_ssm|causal_conv1d|cudnn|quack|liger_kernel|vllm_flash_attn|fla)(\.|$)")
+    r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu|fused_[a-z0-9_]+)(\.|$)|" + KERNEL_LIBRARY.pattern)
 # A capability probe: a function that answers whether something is available. Its False is clean
 # when a caller that tests it announces the choice (broad_except_fallback._announced_by_callers).
 PROBE_NAME = re.compile(r"^_*(is|has|can|supports?|check)_\w+|_(available|supported|usable)$")
 NOT_KERNEL_MODULE = re.compile(r"^(triton|tilelang|cutlass|cuda|torch|numba|cupy|jax)(\.|$)")
 # Calls that build or fetch a kernel at run time.
 KERNEL_LOADERS = {"load_inline": "load_inline", "load": "cpp_extension.load", "load_library": "ops.load_library",
+                  "load_jit": "load_jit",
                   "get_kernel": "get_kernel"}  # last name -> what the qualified name must end with
 # Announcements a user sees at default log levels.
 WARNING_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
@@ -237,9 +240,30 @@ def kernel_module(name: str) -> bool:
     return bool(name) and not NOT_KERNEL_MODULE.match(name) and bool(KERNEL_MODULE.search(name))
 
 
-def loads_kernel_ast(node: ast.AST) -> str | None:
-    """What a statement of a ``try`` body imports or builds that is a kernel, or None (``ast``)."""
+def kernel_builders_ast(tree: ast.Module) -> set[str]:
+    """Module-level functions whose own body calls a kernel loader (``load_jit(...)``), and the
+    names the file imports from a kernel library: what :func:`loads_kernel_ast` takes a call of
+    for a kernel build (the libcst side resolves the same calls)."""
+    found: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                isinstance(n, ast.Call) and (dotted(n.func) or "").split(".")[-1] in KERNEL_LOADERS
+                for n in ast.walk(stmt)):
+            found.add(stmt.name)
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and not n.level and KERNEL_LIBRARY.match(n.module or ""):
+            found.update(a.asname or a.name for a in n.names)
+        elif isinstance(n, ast.Import):
+            found.update((a.asname or a.name).split(".")[0] for a in n.names if KERNEL_LIBRARY.match(a.name))
+    return found
+
+
+def loads_kernel_ast(node: ast.AST, builders: set[str] = frozenset()) -> str | None:
+    """What a statement of a ``try`` body imports or builds that is a kernel, or None (``ast``);
+    ``builders``: :func:`kernel_builders_ast`, whose calls count too."""
     for n in ast.walk(node):
+        if isinstance(n, ast.Call) and builders and (dotted(n.func) or "").split(".")[0] in builders:
+            return (dotted(n.func) or "") + "()"
         if isinstance(n, ast.Import):
             for alias in n.names:
                 if kernel_module(alias.name):
@@ -261,7 +285,10 @@ def kernel_import_gate(summary) -> bool:
         if isinstance(node, ast.Try) and any(h.type is None or any(
                 (dotted(t) or "").split(".")[-1] in BROAD_EXCEPTIONS
                 for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])) for h in node.handlers):
-            if any(loads_kernel_ast(stmt) for stmt in node.body):
+            builders = summary.memo.get("kernel_builders")
+            if builders is None:
+                builders = summary.memo["kernel_builders"] = kernel_builders_ast(summary.tree)
+            if any(loads_kernel_ast(stmt, builders) for stmt in node.body):
                 return True
     return False
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.claims import BUILTINS, _walk
@@ -7,7 +9,7 @@ from kcheck.rule import Rule
 from kcheck.model import walk
 from kcheck.project import TEST_PATH
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, KERNEL_LOADERS, PROBE_NAME, broad_except_gate, dispatchers, is_announcer, kernel_import_gate, kernel_module,
+    BROAD_EXCEPTIONS, KERNEL_LIBRARY, KERNEL_LOADERS, PROBE_NAME, broad_except_gate, dispatchers, is_announcer, kernel_import_gate, kernel_module,
     statements, warns,
 )
 
@@ -210,10 +212,40 @@ def _loads_kernel(model, body) -> str | None:
                     return f"the import of `{mod or names[0]}`"
             elif type(node) is cst.Call:
                 name = model.call_name(node) or ""
-                need = KERNEL_LOADERS.get(name.split(".")[-1])
-                if need and (name == need or name.endswith("." + need)):
+                if _loader(name):
                     return f"`{model.dotted(node.func)}()`"
+                if "." in name and KERNEL_LIBRARY.match(name) and not _own_package(model, name) \
+                        and not QUERY_NAME.match(name.rsplit(".", 1)[-1]):
+                    return f"`{name}()`"
+                if type(node.func) is cst.Name and node.func.value in _builders(model):
+                    return f"`{node.func.value}()`, which builds a kernel,"
     return None
+
+
+# A library call that asks rather than sets up: the chip (``get_gfx()``), a capability, a version.
+QUERY_NAME = re.compile(r"^_*(get|is|has|can|supports?|check|query)_")
+
+
+def _own_package(model, name: str) -> bool:
+    """Whether ``name`` lies in the package the file belongs to (flashinfer's own ``flashinfer.utils``
+    is its plumbing, not a kernel library it calls into)."""
+    return name.split(".")[0] in model.path.replace("\\", "/").split("/")[:-1]
+
+
+def _loader(name: str) -> bool:
+    need = KERNEL_LOADERS.get(name.split(".")[-1])
+    return bool(need) and (name == need or name.endswith("." + need))
+
+
+def _builders(model) -> set[str]:
+    """This module's top-level functions whose own body calls a kernel loader (``load_jit(...)``)."""
+    found = model.__dict__.get("_kernel_builders")
+    if found is None:
+        found = model.__dict__["_kernel_builders"] = {
+            name for name, defs in model.functions.items() for fn in defs
+            if model.parent(fn) is model.module and any(
+                type(n) is cst.Call and _loader(model.call_name(n) or "") for n in _walk(fn.body))}
+    return found
 
 
 def _announced_by_callers(model, probe: cst.FunctionDef) -> bool:
