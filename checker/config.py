@@ -81,6 +81,9 @@ class Config:
     # Set per file by the engine from the project index: (function, option) for the parameters
     # defaulting to False that no caller in the project turns on (``check_inputs=False``).
     options_off: tuple[tuple[str, str], ...] = ()
+    # Set per file by the engine from the project index: (function, parameter) for the parameters
+    # every caller in the project passes a host array (``f(lens_cpu)``).
+    host_params: tuple[tuple[str, str], ...] = ()
     library_ops: tuple[str, ...] = ()
     fallback_announcers: tuple[str, ...] = ()
     require_suppression_reason: bool = True

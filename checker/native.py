@@ -122,12 +122,16 @@ def _matching(code: str, at: int) -> int:
 
 
 def wait_line(text: str, function: str, what: str) -> int | None:
-    """The line (1-based) of the Python file ``text`` where host function ``function`` of an inline
-    source waits as :func:`host_syncs` described it (``what``): the first line after the
-    function's definition that names the wait (or, through a callee, the call of it). None when
-    the definition is not found as written (a source assembled at run time)."""
+    """The line of the Python file ``text`` where host function ``function`` waits as
+    :func:`host_syncs` described it (``what``; through a callee, the call of it)."""
     token = what.split(" -> ")[0].removesuffix("()")
-    token = token if token.startswith(".") else token + "("
+    return line_of(text, function, token if token.startswith(".") else token + "(")
+
+
+def line_of(text: str, function: str, token: str) -> int | None:
+    """The line (1-based) of the Python file ``text`` where ``token`` first appears in the body of
+    ``function``, a C++ function defined in one of the file's strings (comment lines skipped).
+    None when the definition is not found as written (a source assembled at run time)."""
     header = re.compile(rf"^[ \t]*[\w:<>,*& \t]+?[\s*&]{re.escape(function)}\s*\(")
     lines = text.splitlines()
     for i, line in enumerate(lines):

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from kcheck import chunks
 from kcheck.config import hot_path_matcher
 from kcheck.gate import dotted, import_bindings
+from kcheck.values import HOST_NAME
 
 # One-time work: never a per-step path, whatever calls it.
 # One-time and periodic work: never a per-step path, whatever calls it (set-up, weight loading,
@@ -132,6 +133,12 @@ class FileFacts:
     # "f" or "Cls.m" -> (call text, positional arguments, keywords given a value that may be true)
     # for each call with arguments in its body
     passes: dict[str, list[tuple[str, int, tuple[str, ...]]]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> its parameters by positional index (-1 for keyword-only ones)
+    params: dict[str, dict[str, int]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> (call text, positions and keywords whose argument is spelled as a host
+    # array, or None for a call that spreads ``*args``/``**kwargs``) for each call with arguments
+    hosts: dict[str, list[tuple[str, tuple[int, ...], tuple[str, ...]] | tuple[str, None, None]]] = \
+        field(default_factory=dict)
 
 
 def module_name(path: str) -> str:
@@ -177,6 +184,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                 found = _options(node)
                 if found:
                     facts.options[name] = found
+                facts.params[name] = _params(node)
             every = per_call_statements(node)
             if len(every) < len(node.body) and not owner:
                 facts.once_after[name] = len(every) - 1
@@ -197,6 +205,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                     count = 99 if any(type(a) is ast.Starred for a in node.args) else len(node.args)
                     facts.passes.setdefault(owner, []).append((facts.calls[owner][-1], count, tuple(
                         kw.arg or "**" for kw in node.keywords if not _off_value(kw.value, kw.arg))))
+                    facts.hosts.setdefault(owner, []).append(
+                        (facts.calls[owner][-1], None, None) if count == 99 or any(kw.arg is None for kw in node.keywords)
+                        else (facts.calls[owner][-1], tuple(i for i, a in enumerate(node.args) if host_spelled(a)),
+                              tuple(kw.arg for kw in node.keywords if host_spelled(kw.value))))
         if kind is ast.ExceptHandler:
             continue  # an error path, not the step (a handler that re-raises or logs)
         if kind is ast.If and type(node.test) is ast.Constant and not node.test.value:
@@ -251,6 +263,57 @@ def _options(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
         if type(default) is ast.Constant and default.value is False:
             out[arg.arg] = -1
     return out
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
+    """A function's parameters with their positional index (-1: keyword-only)."""
+    out = {a.arg: i for i, a in enumerate([*fn.args.posonlyargs, *fn.args.args])}
+    out.update((a.arg, -1) for a in fn.args.kwonlyargs)
+    return out
+
+
+def host_spelled(expr: ast.expr) -> bool:
+    """An argument the code spells as a host array (``kcheck.values``' naming rule over ``ast``):
+    a ``*_cpu``/``*_np``/``host_*`` name or attribute, sliced or not, or a ``.cpu()``/``.numpy()``/
+    ``.tolist()`` result."""
+    while True:
+        kind = type(expr)
+        if kind is ast.Subscript:
+            expr = expr.value
+        elif kind is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr in ("cpu", "numpy", "tolist"):
+            return True
+        elif kind is ast.Name:
+            return bool(HOST_NAME.search(expr.id))
+        elif kind is ast.Attribute:
+            return bool(HOST_NAME.search(expr.attr))
+        else:
+            return False
+
+
+def host_params(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[tuple[str, str], ...]]:
+    """File path -> ``(function, parameter)`` for the parameters every call in the project passes a
+    host array (``_count_tokens(expert_num_tokens_cpu)``): inside the function the parameter is on
+    the host, whatever it is called there. A function with no resolved call, or one call that
+    spreads ``*args``/``**kwargs`` or passes something else there, keeps its parameter unknown."""
+    resolve = resolve or Resolver(files)
+    seen: dict[tuple[str, str], dict[str, bool]] = {}  # (path, function) -> parameter -> host at every call
+    for path, facts in files.items():
+        for name, calls in facts.hosts.items():
+            for text, positions, keywords in calls:
+                hit = resolve(path, name, text)
+                if hit is None or hit[1] not in files[hit[0]].params:
+                    continue
+                params = files[hit[0]].params[hit[1]]
+                offset = 1 if "." in hit[1] else 0  # a method's first parameter is bound (``self.m(x)``)
+                state = seen.setdefault(hit, {p: True for p, i in params.items() if i >= offset or i < 0})
+                for param in state:
+                    index = params[param]
+                    state[param] = state[param] and positions is not None and (
+                        param in keywords or index >= offset and index - offset in positions)
+    out: dict[str, list[tuple[str, str]]] = {}
+    for (path, name), state in seen.items():
+        out.setdefault(path, []).extend((name, p) for p, host in state.items() if host)
+    return {path: tuple(sorted(found)) for path, found in out.items() if found}
 
 
 def _off_value(value: ast.expr, keyword: str | None) -> bool:
@@ -715,20 +778,21 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                 del cache.entries[key]
                 cache.dirty = True
     config = jobs[0].config
-    steps = timing = constants = off = None
+    steps = timing = constants = off = hosts = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
         digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, _, since) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants, off = cache.walk[1]
+            steps, timing, constants, off, hosts = cache.walk[1]
     if steps is None:
         resolve = Resolver(files)
         steps, timing = per_step(files, config.hot_path_functions, resolve), timing_calls(files, resolve)
         constants, off = imported_constants(files, resolve), options_off(files, resolve)
+        hosts = host_params(files, resolve)
         if cache is not None:
-            cache.walk = (digest, (steps, timing, constants, off))
+            cache.walk = (digest, (steps, timing, constants, off, hosts))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -739,7 +803,8 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         facts = files.get(job.rel)
         once = tuple(sorted(facts.once_after.items())) if facts is not None else ()
         known = {"per_step": mine, "once_after": once, "measuring": timing.get(job.rel, ()),
-                 "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ())}
+                 "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
+                 "host_params": hosts.get(job.rel, ())}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

@@ -376,6 +376,9 @@ class Places:
                     found[p.name.value] = HOST
                 elif TENSOR_ANNOTATION.search(text):
                     found[p.name.value] = TENSOR
+        if self.model.config.host_params:  # every caller in the project passes a host array here
+            scope = self.model.scope_names.get(id(function), "")
+            found.update((param, HOST) for name, param in self.model.config.host_params if name == scope)
         bound: dict[str, list[cst.CSTNode]] = {}
         for node in walk(function.body, into_scopes=False):
             kind = type(node)

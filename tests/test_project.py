@@ -357,3 +357,44 @@ def test_a_call_in_a_branch_that_fills_a_cache_is_not_per_step():
     steps = per_step(files, DEFAULT_HOT_PATHS)["pkg/ops/cache.py"]
     assert "enable_cache" not in steps  # once: the branch assigns what its test reads
     assert "refresh" in steps  # the test reads a flag the branch does not set: maybe every step
+
+
+COUNTS = """
+    def tokens_in(expert_num_tokens):
+        return int(expert_num_tokens.sum().item())
+
+
+    def width_of(lens):
+        return int(lens.max().item())
+
+
+    class Planner:
+        def plan(self, kv_lens, pages):
+            return kv_lens.sum().item() + pages.sum().item()
+"""
+MOE = """
+    import torch
+    from pkg.counts import Planner, tokens_in, width_of
+
+
+    class MoE(torch.nn.Module):
+        def forward(self, x, meta):
+            n = tokens_in(meta.expert_num_tokens_cpu)
+            w = width_of(meta.seq_lens_cpu) + width_of(meta.seq_lens)
+            p = self.planner.plan(kv_lens=meta.kv_lens_cpu, pages=meta.pages)
+            return x[:n]
+"""
+
+
+def test_a_parameter_every_caller_passes_a_host_array_is_on_the_host(tmp_path):
+    from kcheck.project import host_params
+
+    files = _facts({"pkg/counts.py": COUNTS, "pkg/moe.py": MOE})
+    # Planner.plan is reached only through self.planner (unresolved here); width_of has a device caller
+    assert host_params(files) == {"pkg/counts.py": (("tokens_in", "expert_num_tokens"),)}
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "",
+                      "pkg/counts.py": COUNTS, "pkg/moe.py": MOE})
+    jobs, _ = discover([str(tmp_path)])
+    found = sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC203")
+    # tokens_in (line 3) reads a host array: no sync; width_of(meta.seq_lens) passes a device tensor
+    assert found == [("pkg/counts.py", 7)]

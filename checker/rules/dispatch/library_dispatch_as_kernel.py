@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.claims import HEAVY_FAMILIES
+from kcheck.native import line_of
 from kcheck.rules.dispatch import ClaimRule, analyse, library_gate
 
 
@@ -16,7 +17,9 @@ class LibraryDispatchAsKernel(ClaimRule):
     to library ops: `torch.matmul`/`mm`/`bmm`/`@`, `F.linear`, `F.scaled_dot_product_attention`,
     convolutions, softmax, `torch.ops.aten.*`, flash-attn, flashinfer, an `nn.Linear`/`nn.Conv2d`
     module or `torch.compile` around these, with no kernel launch of its own. When the baseline
-    (`Model.forward`) is in the same file, only library ops the baseline also calls count.
+    (`Model.forward`) is in the same file, only library ops the baseline also calls count. An
+    inline extension with no kernel of its own whose C++ calls cuBLAS, cuDNN or ATen is reported
+    at the C++ line of that call, with the line that enters it.
 
     The compute path is followed where the work is: same-module helpers, layers (`self.layer(x)`,
     `nn.Sequential`/`nn.ModuleList` built inline, from a local list or by a factory such as
@@ -143,7 +146,10 @@ def custom_kernel(data):
             helper = f" (inside {self.model.dotted(use.via.func)}())" if use.via is not None else ""
             whose = "a library op the baseline in this file also uses" if found.claim.baseline is not None \
                 else "a library op"
-            self.report(where, claim=found.claim.label, op=_shown(use.name), helper=helper, whose=whose)
+            launch = self.model.launch_sites.get(id(use.node)) if use.via is None else None
+            line = line_of(self.context.source, launch.name.split(".")[-1], launch.library + "(") \
+                if launch is not None and launch.library else None  # the C++ line that calls the library
+            self.report(where, claim=found.claim.label, op=_shown(use.name), helper=helper, whose=whose, line=line)
 
 
 def _shown(name: str) -> str:

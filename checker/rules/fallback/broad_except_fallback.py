@@ -24,8 +24,10 @@ class BroadExceptFallback(Rule):
     re-raising. Also `try` blocks, at import or in a function, that import a kernel module (the
     project's extension, `_C`, `ops`, `kernels`, `fused_*` or Triton-kernel modules, and third-party
     kernel libraries such as AITER, FlashAttention, FlashInfer, DeepGEMM, Apex or Transformer
-    Engine; not the compilers themselves) or build or fetch one (`load_inline`,
-    `cpp_extension.load`, `torch.ops.load_library`, `get_kernel`), whose broad handler neither
+    Engine; not the compilers themselves), set one up (a call into such a library from outside
+    it, `aiter.init_custom_qr(...)`, not a query such as `get_gfx()`), or build or fetch one
+    (`load_inline`, `cpp_extension.load`, `torch.ops.load_library`, `get_kernel`, `load_jit`, or a
+    function of the module whose body calls one of these), whose broad handler neither
     re-raises, warns, keeps the error nor returns a reason (`return False, "requires aiter"`):
     every later call silently takes the slower path. Tests,
     which guard imports of what they test, are left alone, and so is a capability probe (`is_*`,

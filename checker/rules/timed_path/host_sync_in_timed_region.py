@@ -20,7 +20,10 @@ class HostSyncInTimedRegion(Rule):
     two CUDA-event `record()` calls, in a callable given to `do_bench`, inside a host-timer window
     (`time.perf_counter()` ... `time.perf_counter()`), or in the forward of a kernel-generation
     solution (`ModelNew`, a solution's `Model`, a leaderboard `custom_kernel`), which the task's
-    harness times; a sync in a helper is reported where it is written. Also in
+    harness times; a sync in a helper is reported where it is written. A call of an inline
+    extension (`load_inline`) whose C++ host function waits (`cudaDeviceSynchronize()`, a
+    blocking `cudaMemcpy`, `.item<float>()`, `.cpu()`, or a helper that does) is a sync too,
+    reported at the C++ line that waits, with the line of the call. Also in
     same-module helpers that are harness work: handed a result the region computed
     (`check_nan(out)` after `out = fn(x)`) or called beside the GPU work the region launches
     (`fn(x); check(x)`). A helper that is the region's only work (`attention(q, k, v)`,
