@@ -51,7 +51,7 @@ ONE_TIME = re.compile(
     r"|profile_run|_?dummy_run|\w*calibrat\w*|\w*amax\w*|_?export\w*|_?initiali[sz]e\w*|_?setup\w*|_?compile\w*"
     r"|_?determine_available_memory|_?allocate\w*|_?build_model\w*|_?rearrange\w*|_?rebalanc\w*)$")
 # Code for another platform than CUDA GPUs: Apple's Metal and MLX, TPUs, Neuron, Gaudi, Ascend.
-OTHER_PLATFORM = re.compile(r"(^|/)_?(metal|mlx|mps|tpu|xla|neuron|hpu|gaudi|npu|ascend)(/|_[^/]*\.py$|\.py$)")
+OTHER_PLATFORM = re.compile(r"(^|/)_?(metal|mlx|mps|tpu|xla|neuron|hpu|gaudi|npu|ascend|xpu)(/|_[^/]*\.py$|\.py$)")
 # Not serving steps: tests, benchmarks, examples, scripts; and input processing, which runs once per
 # request (tokenizers, multimodal processors), usually on the CPU.
 TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")

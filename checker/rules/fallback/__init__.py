@@ -229,9 +229,10 @@ NOT_KERNEL_MODULE = re.compile(r"^(triton|tilelang|cutlass|cuda|torch|numba|cupy
 KERNEL_LOADERS = {"load_inline": "load_inline", "load": "cpp_extension.load", "load_library": "ops.load_library",
                   "load_jit": "load_jit",
                   "get_kernel": "get_kernel"}  # last name -> what the qualified name must end with
-# Announcements a user sees at default log levels.
-WARNING_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
-                   "critical"}
+# Announcements a user sees at the serving engines' default log level, INFO (vLLM's
+# VLLM_LOGGING_LEVEL and SGLang's --log-level default to it): anything above debug.
+VISIBLE_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
+                   "critical", "info", "info_once", "print_info_once"}
 
 
 def kernel_module(name: str) -> bool:
@@ -294,7 +295,7 @@ def kernel_import_gate(summary) -> bool:
 
 
 def warns(model, nodes: list[cst.CSTNode]) -> bool:
-    """Whether ``nodes`` announce themselves at a level a user sees (warning and above, or print)."""
+    """Whether ``nodes`` announce themselves at a level a user sees (info and above, or print)."""
     for root in nodes:
         for node in _walk(root):
             if type(node) is not cst.Call:
@@ -304,7 +305,7 @@ def warns(model, nodes: list[cst.CSTNode]) -> bool:
                 return True
             if (model.call_name(node) or "") == "warnings.warn":
                 return True
-            if type(func) is cst.Attribute and func.attr.value in WARNING_METHODS:
+            if type(func) is cst.Attribute and func.attr.value in VISIBLE_METHODS:
                 return True
             if configured_announcer(model, model.call_name(node) or ""):
                 return True

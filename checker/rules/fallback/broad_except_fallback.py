@@ -194,7 +194,8 @@ def moe(x, w):
                 body = statements(handler.body)
                 if caught and not _reraises(handler) and not warns(
                     model, body
-                ) and not _keeps_error(model, handler) and not _returns_reason(handler):
+                ) and not _keeps_error(model, handler) and not _returns_reason(handler) \
+                        and not _nothing_to_fall_back_to(model, node, handler):
                     self.report(handler, handler=caught, kernel=what)
 
 
@@ -272,6 +273,84 @@ def _returns_reason(handler: cst.ExceptHandler) -> bool:
     return any(type(n) is cst.Return and type(n.value) is cst.Tuple
                and any(type(e.value) in strings for e in n.value.elements)
                for s in statements(handler.body) for n in _walk(s))
+
+
+def _nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
+    """Whether a failed import leaves no slower path behind, so there is nothing silent to report:
+    what it imports keeps a stub bound before the ``try`` that raises when called
+    (``gptq_repack = _unavailable`` then ``try: from .ops import gptq_repack``), or is used only
+    as a type (``isinstance(m, TEModule)``), or every use of the flag the handler sets refuses
+    (``assert HAVE_TE``, ``if not HAVE_TE: raise ...``)."""
+    imported = _imported_names(node)
+    flags = {t.value for s in statements(handler.body) if type(s) is cst.SimpleStatementLine
+             for small in s.body if type(small) is cst.Assign for t in (x.target for x in small.targets)
+             if type(t) is cst.Name}
+    module_level = model.parent(node) is model.module
+    if imported and module_level and all(_stub_before(model, node, name) for name in imported):
+        return True
+    uses = [n for n in walk(model.module) if type(n) is cst.Name and n.value in imported | flags
+            and model.parent(n) is not None and not _inside(model, n, node)]  # (import names have no parent)
+    if not uses:
+        return False
+    return all(n.value in imported and _as_type(model, n) or n.value in flags and _refuses(model, n) for n in uses)
+
+
+def _imported_names(node: cst.Try) -> set[str]:
+    out = set()
+    for s in statements(node.body):
+        for small in (s.body if type(s) is cst.SimpleStatementLine else ()):
+            if type(small) is cst.ImportFrom and type(small.names) is not cst.ImportStar:
+                out.update((a.asname.name if a.asname else a.name).value for a in small.names
+                           if type(a.asname.name if a.asname else a.name) is cst.Name)
+    return out
+
+
+def _stub_before(model, node: cst.Try, name: str) -> bool:
+    """``name`` is bound at module level above the ``try`` to a function whose body only raises."""
+    body = list(model.module.body)
+    for stmt in reversed(body[:body.index(node)] if node in body else []):
+        for small in (stmt.body if type(stmt) is cst.SimpleStatementLine else ()):
+            if type(small) is cst.Assign and any(type(t.target) is cst.Name and t.target.value == name
+                                                for t in small.targets):
+                value = small.value
+                stubs = model.functions.get(value.value, []) if type(value) is cst.Name else []
+                return bool(stubs) and all(_only_raises(fn) for fn in stubs)
+    return False
+
+
+def _only_raises(fn: cst.FunctionDef) -> bool:
+    body = [s for s in statements(fn.body) if not (type(s) is cst.SimpleStatementLine and all(
+        type(x) is cst.Expr and type(x.value) in (cst.SimpleString, cst.ConcatenatedString) for x in s.body))]
+    return len(body) == 1 and type(body[0]) is cst.SimpleStatementLine and type(body[0].body[0]) is cst.Raise
+
+
+def _inside(model, n: cst.CSTNode, root: cst.CSTNode) -> bool:
+    return any(a is root for a in model.ancestors(n))
+
+
+def _as_type(model, n: cst.Name) -> bool:
+    """``n`` is a class tested against (``isinstance(m, n)``, ``issubclass(c, (n, M))``) or an annotation."""
+    for anc in model.ancestors(n):
+        if type(anc) is cst.Annotation:
+            return True
+        if type(anc) is cst.Call:
+            return type(anc.func) is cst.Name and anc.func.value in ("isinstance", "issubclass") \
+                and len(anc.args) == 2 and _inside(model, n, anc.args[1])
+    return False
+
+
+def _refuses(model, n: cst.Name) -> bool:
+    """``n`` is read by an ``assert`` or by the test of an ``if`` whose body raises."""
+    for anc in model.ancestors(n):
+        if type(anc) is cst.Assert:
+            return True
+        if type(anc) is cst.If:
+            first = statements(anc.body)[:1]
+            return _inside(model, n, anc.test) and bool(first) and type(first[0]) is cst.SimpleStatementLine \
+                and type(first[0].body[0]) is cst.Raise
+        if type(anc) in (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef):
+            return False  # read by a plain statement, or the name bound by a definition
+    return False
 
 
 def _keeps_error(model, handler: cst.ExceptHandler) -> bool:
