@@ -6,6 +6,7 @@ import re
 import libcst as cst
 
 from kcheck.gate import NESTED_SCOPES, ast_identifiers, dotted
+from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     DTYPE_NAMES, QUANTIZED, TOLERANCE_COMPARES, TOLERANCE_LIMITS, Scope, arg, calls, dtypes_in, gate_facts, is_compare,
@@ -267,6 +268,8 @@ def test_softmax():
                 if type(row) in (cst.Tuple, cst.List):
                     items = [e.value for e in row.elements]
                 elif type(row) is cst.Call and last_name(self.model, row) == "param":
+                    if _skipped(self.model, row):
+                        continue  # ``pytest.param(..., marks=pytest.mark.skip)``: the row never runs
                     items = [a.value for a in row.args if a.keyword is None]
                 if items is None or at >= len(items):
                     continue
@@ -452,3 +455,15 @@ def _limit_floor(facts, summary, f, floor: float) -> float:
         if dtype in found:
             return max(min(TOLERANCE_LIMITS[dtype]), floor)
     return floor
+
+
+def _skipped(model, row: cst.Call) -> bool:
+    """A ``pytest.param`` row whose marks skip it unconditionally (``pytest.mark.skip``, not ``skipif``)."""
+    marks = next((a.value for a in row.args if a.keyword is not None and a.keyword.value == "marks"), None)
+    if marks is None:
+        return False
+    for node in walk(marks):
+        target = node.func if type(node) is cst.Call else node
+        if type(target) is cst.Attribute and target.attr.value == "skip" and (model.dotted(target.value) or "").endswith("mark"):
+            return True
+    return False
