@@ -80,12 +80,14 @@ def _preview_flag() -> tuple[str, ...]:
     return ("--preview",) if "--preview" in help_text else ()
 
 
-def kcheck_findings(folder: Path, jobs: int) -> list[dict]:
-    """Every finding kcheck reports in ``folder`` (paths relative to it), every rule on."""
+def kcheck_findings(folder: Path, jobs: int, include: tuple[str, ...] = ()) -> list[dict]:
+    """Every finding kcheck reports in ``folder`` (paths relative to it), every rule on; ``include``:
+    the tree's ``extend_include`` globs (files holding Python under another name)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "findings.json"
         cmd = [*KCHECK, "check", ".", "-q", "--exit-zero", "--select", "ALL",
-               "-j", str(jobs), "-o", f"json:{out}", *_preview_flag()]
+               "-j", str(jobs), "-o", f"json:{out}", *_preview_flag(),
+               *(arg for glob in include for arg in ("--extend-include", glob))]
         proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
         if proc.returncode not in (0, 1) or not out.exists():
             raise SystemExit(f"evaluate: kcheck failed on {folder.name} (exit {proc.returncode}): "
@@ -106,7 +108,7 @@ def scan_split(dest: Path, split: str, jobs: int) -> dict[str, list[dict]]:
         if not folder.is_dir():
             print(f"evaluate: {t['name']} is not fetched in {dest}; run benchmarks/corpus.py fetch", file=sys.stderr)
             continue
-        found[t["name"]] = kcheck_findings(folder, jobs)
+        found[t["name"]] = kcheck_findings(folder, jobs, tuple(t.get("extend_include", ())))
     if split == "test" and (dest / "fixes").is_dir():  # fixes are test by rule (benchmarks/README.md)
         found["fixes"] = kcheck_findings(dest / "fixes", jobs)
     return found

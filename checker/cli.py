@@ -101,6 +101,8 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...] | None:
 @click.option("--max-file-size", type=click.IntRange(min=1), metavar="BYTES",
               help="Largest file checked (default 4 MiB); larger files are reported as not checked.")
 @click.option("--stdin-filename", help="Read the source from stdin and report it under this file name.")
+@click.option("--extend-include", multiple=True, metavar="GLOB",
+              help="Also read files matching GLOB as Python (e.g. '*.py.txt'); repeatable, on top of the config's.")
 @click.option("--force-exclude", is_flag=True,
               help="Apply exclude patterns to files named on the command line (and --stdin-filename) too.")
 @click.option("--statistics", is_flag=True,
@@ -117,8 +119,8 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...] | None:
               help="Which rules the SARIF output describes: every rule, or only those with findings.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on stderr but errors, and no summary line.")
 def check(paths, formats, select, extend_select, ignore, preview, config_file, fail_level, exit_zero, jobs, no_cache,
-          cache_dir, no_shortcuts, max_file_size, stdin_filename, force_exclude, statistics, diff_base, filter_mode,
-          baseline_file, sarif_rules, quiet) -> None:
+          cache_dir, no_shortcuts, max_file_size, stdin_filename, extend_include, force_exclude, statistics, diff_base,
+          filter_mode, baseline_file, sarif_rules, quiet) -> None:
     """Check PATHS (files or folders; '-' reads stdin) for serving-kernel mistakes."""
     from kcheck import config as config_module
     from kcheck.config import ConfigError, unknown_selector_errors
@@ -155,7 +157,7 @@ def check(paths, formats, select, extend_select, ignore, preview, config_file, f
                 sys.exit(EXIT_CLEAN)  # excluded: nothing to check, as ruff does
             jobs_list = [job]
         else:
-            jobs_list, problems = discover(list(paths), config_file, force_exclude)
+            jobs_list, problems = discover(list(paths), config_file, force_exclude, tuple(extend_include))
             for p in problems:
                 click.echo(f"kcheck: {p}", err=True)
             if problems and not jobs_list:
@@ -304,6 +306,8 @@ def _statistics(findings, fmt: str) -> str:
               show_default=True, help="The baseline file to write.")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Use this configuration file instead of the nearest one.")
+@click.option("--extend-include", multiple=True, metavar="GLOB",
+              help="Also read files matching GLOB as Python (e.g. '*.py.txt'); repeatable, on top of the config's.")
 @click.option("--force-exclude", is_flag=True, help="Apply exclude patterns to files named on the command line too.")
 def baseline_cmd(paths, output, config_file, force_exclude) -> None:
     """Record today's findings in PATHS so that `kcheck check --baseline FILE` shows only new ones.
@@ -316,7 +320,7 @@ def baseline_cmd(paths, output, config_file, force_exclude) -> None:
     from kcheck.reporters import OutputError, write_atomic
 
     try:
-        jobs_list, problems = discover(list(paths), config_file, force_exclude)
+        jobs_list, problems = discover(list(paths), config_file, force_exclude, tuple(extend_include))
     except ConfigError as exc:
         _fail(str(exc))
     for p in problems:

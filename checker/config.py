@@ -62,6 +62,7 @@ class Config:
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     extend_exclude: tuple[str, ...] = ()
+    extend_include: tuple[str, ...] = ()  # globs of files read as Python beside the source suffixes
     severity: tuple[tuple[str, str], ...] = ()
     fail_level: str = "info"
     kernel_paths: tuple[str, ...] = ()

@@ -68,19 +68,35 @@ class Job:
 # -- discovery ---------------------------------------------------------------------------------
 
 
-def _git_files(folder: Path) -> list[Path] | None:
-    """Python files under ``folder`` that git tracks or would track (ignored ones left out)."""
+def _git_files(folder: Path, include=None) -> list[Path] | None:
+    """Python files under ``folder`` that git tracks or would track (ignored ones left out), and
+    those ``include`` (:func:`_includer`) matches."""
+    specs = ["*.py", "*.pyi", "*.ipynb"] if include is None else []  # with extra globs: every file, filtered here
     try:
         out = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.py", "*.pyi", "*.ipynb"],
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *specs],
             cwd=folder, capture_output=True, timeout=60, check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return [folder / p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+    names = [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+    if include is not None:
+        names = [p for p in names if p.endswith(SOURCE_SUFFIXES) or include(p)]
+    return [folder / p for p in names]
 
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")  # notebooks are checked cell by cell (kcheck.notebook)
+
+
+def _includer(patterns: tuple[str, ...]):
+    """A test of a path (relative, with ``/``) against ``extend-include`` globs, gitignore-style;
+    None when there are none."""
+    if not patterns:
+        return None
+    import pathspec
+
+    spec = pathspec.GitIgnoreSpec.from_lines(patterns)
+    return lambda rel: spec.match_file(rel)
 
 
 def _gitignore(folder: str):
@@ -106,7 +122,7 @@ def _ignored(specs: list, path: str, is_dir: bool) -> bool:
     return False
 
 
-def _walk(folder: Path, config: Config, root: Path) -> list[Path]:
+def _walk(folder: Path, config: Config, root: Path, include=None) -> list[Path]:
     """Source files under ``folder`` outside git: exclude patterns and ``.gitignore`` files (those
     between the project root and ``folder`` too) are honoured, as ``git ls-files`` would."""
     found: list[Path] = []
@@ -136,8 +152,9 @@ def _walk(folder: Path, config: Config, root: Path) -> list[Path]:
                 rels[os.path.join(dirpath, d)] = rel
                 specs[os.path.join(dirpath, d)] = active
         dirnames[:] = kept
-        found.extend(here / f for f in sorted(filenames) if f.endswith(SOURCE_SUFFIXES)
-                     and not (active and _ignored(active, os.path.join(dirpath, f), False)))
+        found.extend(here / f for f in sorted(filenames) if (
+            f.endswith(SOURCE_SUFFIXES) or include is not None and include(f"{prefix}/{f}" if prefix else f))
+            and not (active and _ignored(active, os.path.join(dirpath, f), False)))
     return found
 
 
@@ -178,8 +195,10 @@ def _loops(path: Path) -> bool:
     return False
 
 
-def discover(paths: list[str], explicit_config: Path | None = None, force_exclude: bool = False) -> tuple[list[Job], list[str]]:
-    """The files to scan with their settings, and messages about paths that do not exist."""
+def discover(paths: list[str], explicit_config: Path | None = None, force_exclude: bool = False,
+             extend_include: tuple[str, ...] = ()) -> tuple[list[Job], list[str]]:
+    """The files to scan with their settings, and messages about paths that do not exist.
+    ``extend_include`` (``--extend-include``) adds globs to the configuration's ``extend-include``."""
     jobs: list[Job] = []
     problems: list[str] = []
     seen: set[str] = set()
@@ -197,9 +216,11 @@ def discover(paths: list[str], explicit_config: Path | None = None, force_exclud
         given_rel: dict[Path, str] = {}  # ``path`` relative to each configuration's folder
         if path.is_dir():
             in_git = (root / ".git").exists()
-            files = (_git_files(path) if in_git else None)
+            here = config_for(folder.resolve(), explicit_config)
+            include = _includer(tuple(here.extend_include) + tuple(extend_include))
+            files = (_git_files(path, include) if in_git else None)
             if files is None:
-                files = _walk(path, config_for(folder.resolve(), explicit_config), root)
+                files = _walk(path, here, root, include)
             explicit = False
         else:
             files, explicit = [path], True

@@ -16,8 +16,8 @@ from kcheck.engine import discover, scan
 
 
 
-def _rels(paths: list[str]) -> list[str]:
-    jobs, problems = discover(paths)
+def _rels(paths: list[str], **options) -> list[str]:
+    jobs, problems = discover(paths, **options)
     assert not problems, problems
     return sorted(j.rel for j in jobs)
 
@@ -67,6 +67,21 @@ def test_in_a_git_repository_ignored_files_are_skipped_and_untracked_ones_scanne
                       "scratch.py": "", "generated/out.py": ""})
     subprocess.run(["git", "add", "tracked.py", ".gitignore"], check=True)
     assert _rels(["."]) == ["tracked.py", "untracked.py"]
+
+
+@pytest.mark.parametrize("in_git", [False, True])
+def test_extend_include_reads_other_names_as_python(tmp_path, monkeypatch, run_kcheck, in_git):
+    monkeypatch.chdir(tmp_path)
+    if in_git:
+        if shutil.which("git") is None:
+            pytest.skip("needs git")
+        subprocess.run(["git", "init", "-q"], check=True)
+    _write(tmp_path, {"pyproject.toml": '[tool.kcheck]\nroot = true\nextend-include = ["solutions/*.py.txt"]\n',
+                      "a.py": "", "solutions/s1.py.txt": BENCH, "solutions/notes.txt": "", "other/s2.py.txt": BENCH})
+    assert _rels(["."]) == ["a.py", "solutions/s1.py.txt"]  # other/ is outside the glob, notes.txt too
+    assert _rels(["."], extend_include=("*.py.txt",)) == ["a.py", "other/s2.py.txt", "solutions/s1.py.txt"]
+    _, out, _ = run_kcheck("check", "--no-cache", "--extend-include", "other/*.txt", ".")
+    assert "other/s2.py.txt" in out and "solutions/s1.py.txt" in out and "KC201" in out
 
 
 # -- results ------------------------------------------------------------------------------------
