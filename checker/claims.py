@@ -41,6 +41,11 @@ LIBRARY_OPS: dict[str, str] = {
     "torch.nn.functional.scaled_dot_product_attention": "attention", "torch.nn.MultiheadAttention": "attention",
     "torch.nn.functional.multi_head_attention_forward": "attention",
     "flash_attn.*": "attention", "flash_attn": "attention", "flashinfer.*": "attention",
+    "xformers.ops.memory_efficient_attention*": "attention", "xformers.ops.fmha.*": "attention",
+    # third-party kernel libraries: a claim whose work is their kernel hands it to the library
+    "aiter.*gemm*": "gemm", "aiter.*mha*": "attention", "aiter.mla.*": "attention", "aiter.*attention*": "attention",
+    "deep_gemm.*": "gemm",
+    "flash_mla.*": "attention", "aiter.*": "kernel-library",
     "torch.conv*": "conv", "torch.nn.functional.conv*": "conv", "torch.nn.Conv*": "conv",
     "torch.nn.ConvTranspose*": "conv",
     "torch.softmax": "softmax", "torch.log_softmax": "softmax", "torch.nn.functional.softmax": "softmax",

@@ -22,7 +22,7 @@ CLAIM_NAMES = {"ModelNew", "custom_kernel", "forward_cuda", "custom_op", "regist
                "direct_register_custom_op", "register_custom_op"}
 
 # Kernel libraries (not torch): a registered op that calls one integrates a real kernel.
-EXTERNAL_KERNELS = re.compile(r"^(flashinfer|flash_attn)(\.|$)")
+EXTERNAL_KERNELS = re.compile(r"^(flashinfer|flash_attn|xformers|aiter|deep_gemm|flash_mla)(\.|$)")
 # A reference solution by its file name (ref.py, reference.py, matmul_ref.py).
 REFERENCE_FILE = re.compile(r"^(ref|reference|torch|naive|baseline)(_|$)|_(ref|reference)$", re.I)
 # A docstring that opens by calling the function a reference ("Reference kernel for AG-GEMM").

@@ -15,8 +15,11 @@ class LibraryDispatchAsKernel(ClaimRule):
     (`torch.library.custom_op`, `Library.impl`, `direct_register_custom_op`), a leaderboard
     `custom_kernel`, a function under a configured `kernel-paths` folder — whose work goes only
     to library ops: `torch.matmul`/`mm`/`bmm`/`@`, `F.linear`, `F.scaled_dot_product_attention`,
-    convolutions, softmax, `torch.ops.aten.*`, flash-attn, flashinfer, an `nn.Linear`/`nn.Conv2d`
-    module or `torch.compile` around these, with no kernel launch of its own. When the baseline
+    convolutions, softmax, `torch.ops.aten.*`, flash-attn, flashinfer, xformers attention, a
+    third-party kernel library's op (AITER, DeepGEMM, FlashMLA), an `nn.Linear`/`nn.Conv2d`
+    module or `torch.compile` around these, with no kernel launch of its own. A registered op
+    around a third-party kernel (FlashAttention, FlashInfer, AITER, ...) binds that kernel for
+    `torch.compile`: an integration point, not a claim, and not reported. When the baseline
     (`Model.forward`) is in the same file, only library ops the baseline also calls count. An
     inline extension with no kernel of its own whose C++ calls cuBLAS, cuDNN or ATen is reported
     at the C++ line of that call, with the line that enters it.
