@@ -761,6 +761,9 @@ def _layer_kind(model, call: cst.Call, attrs: dict[str, tuple]) -> tuple | None:
     if type(func) is cst.Subscript:
         func = func.value
     if type(func) is cst.Name:  # ``for block in self.blocks: x = block(x)``
+        cls = _instance_of(model, call, func.value)
+        if cls is not None:  # ``m = TriMul(dim).to(x.device)`` then ``m(x)``
+            return ("module", cls)
         for anc in model.ancestors(call):
             if type(anc) is not cst.For:
                 continue
@@ -779,6 +782,25 @@ def _layer_kind(model, call: cst.Call, attrs: dict[str, tuple]) -> tuple | None:
         kind = attrs.get(func.attr.value)
         if kind is not None and kind[0] in ("module", "container"):
             return kind
+    return None
+
+
+def _instance_of(model, call: cst.Call, name: str) -> str | None:
+    """The module class of this file that ``name`` is bound to in the function around ``call``
+    (``m = Cls(...)``, also through ``.to(...)``/``.cuda()``/``.eval()``), or None."""
+    fn = model.enclosing_function(call)
+    if fn is None:
+        return None
+    for node in _walk(fn.body):
+        if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name \
+                or node.targets[0].target.value != name:
+            continue
+        value = node.value
+        while type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value in (
+                "to", "cuda", "eval", "half", "float", "bfloat16", "requires_grad_"):
+            value = value.func.value
+        if type(value) is cst.Call and type(value.func) is cst.Name and _method(model.classes.get(value.func.value), "forward"):
+            return value.func.value
     return None
 
 

@@ -392,6 +392,9 @@ def library_gate(summary, config, heavy: bool = False) -> bool:
     if path & facts.matmul:
         return True
     functions = by_name(summary)
+    if any(f.names & summary.class_names for n in path for f in functions[n]) and (
+            _names_library_op(summary.all_names, aliases, heavy) or facts.matmul):
+        return True  # a module class of the file built and called on the path (claims._instance_of)
     return any(_names_library_op(f.names, aliases, heavy) for n in path for f in functions[n])
 
 
