@@ -133,12 +133,11 @@ class FileFacts:
     # "f" or "Cls.m" -> (call text, positional arguments, keywords given a value that may be true)
     # for each call with arguments in its body
     passes: dict[str, list[tuple[str, int, tuple[str, ...]]]] = field(default_factory=dict)
-    # "f" or "Cls.m" -> its parameters by positional index (-1 for keyword-only ones)
-    params: dict[str, dict[str, int]] = field(default_factory=dict)
-    # "f" or "Cls.m" -> (call text, positions and keywords whose argument is spelled as a host
-    # array, or None for a call that spreads ``*args``/``**kwargs``) for each call with arguments
-    hosts: dict[str, list[tuple[str, tuple[int, ...], tuple[str, ...]] | tuple[str, None, None]]] = \
-        field(default_factory=dict)
+    # "f" or "Cls.m" -> its parameters' names, positional ones in order, then keyword-only ones as "*name"
+    params: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> {index of the call in ``passes[f]``: (positions, keywords)} for the calls that
+    # pass an argument spelled as a host array there (the others pass none)
+    hosts: dict[str, dict[int, tuple[tuple[int, ...], tuple[str, ...]]]] = field(default_factory=dict)
 
 
 def module_name(path: str) -> str:
@@ -205,10 +204,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                     count = 99 if any(type(a) is ast.Starred for a in node.args) else len(node.args)
                     facts.passes.setdefault(owner, []).append((facts.calls[owner][-1], count, tuple(
                         kw.arg or "**" for kw in node.keywords if not _off_value(kw.value, kw.arg))))
-                    facts.hosts.setdefault(owner, []).append(
-                        (facts.calls[owner][-1], None, None) if count == 99 or any(kw.arg is None for kw in node.keywords)
-                        else (facts.calls[owner][-1], tuple(i for i, a in enumerate(node.args) if host_spelled(a)),
-                              tuple(kw.arg for kw in node.keywords if host_spelled(kw.value))))
+                    positions = tuple(i for i, a in enumerate(node.args) if host_spelled(a))
+                    keywords = tuple(kw.arg for kw in node.keywords if kw.arg and host_spelled(kw.value))
+                    if positions or keywords:
+                        facts.hosts.setdefault(owner, {})[len(facts.passes[owner]) - 1] = (positions, keywords)
         if kind is ast.ExceptHandler:
             continue  # an error path, not the step (a handler that re-raises or logs)
         if kind is ast.If and type(node.test) is ast.Constant and not node.test.value:
@@ -265,11 +264,9 @@ def _options(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
     return out
 
 
-def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
-    """A function's parameters with their positional index (-1: keyword-only)."""
-    out = {a.arg: i for i, a in enumerate([*fn.args.posonlyargs, *fn.args.args])}
-    out.update((a.arg, -1) for a in fn.args.kwonlyargs)
-    return out
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+    """A function's parameters: positional ones in order, then keyword-only ones as ``*name``."""
+    return (*(a.arg for a in [*fn.args.posonlyargs, *fn.args.args]), *(f"*{a.arg}" for a in fn.args.kwonlyargs))
 
 
 def host_spelled(expr: ast.expr) -> bool:
@@ -298,18 +295,23 @@ def host_params(files: dict[str, FileFacts], resolve: Resolver | None = None) ->
     resolve = resolve or Resolver(files)
     seen: dict[tuple[str, str], dict[str, bool]] = {}  # (path, function) -> parameter -> host at every call
     for path, facts in files.items():
-        for name, calls in facts.hosts.items():
-            for text, positions, keywords in calls:
+        for name, passes in facts.passes.items():
+            marks = facts.hosts.get(name, {})
+            for i, (text, count, keywords) in enumerate(passes):
                 hit = resolve(path, name, text)
                 if hit is None or hit[1] not in files[hit[0]].params:
                     continue
                 params = files[hit[0]].params[hit[1]]
                 offset = 1 if "." in hit[1] else 0  # a method's first parameter is bound (``self.m(x)``)
-                state = seen.setdefault(hit, {p: True for p, i in params.items() if i >= offset or i < 0})
-                for param in state:
-                    index = params[param]
-                    state[param] = state[param] and positions is not None and (
-                        param in keywords or index >= offset and index - offset in positions)
+                state = seen.setdefault(hit, {p.lstrip("*"): True for j, p in enumerate(params)
+                                              if j >= offset or p.startswith("*")})
+                spread = count == 99 or "**" in keywords
+                positions, named = marks.get(i, ((), ()))
+                for j, p in enumerate(params):
+                    param = p.lstrip("*")
+                    if param in state and state[param]:
+                        state[param] = not spread and (param in named or not p.startswith("*") and (
+                            j >= offset and j - offset in positions))
     out: dict[str, list[tuple[str, str]]] = {}
     for (path, name), state in seen.items():
         out.setdefault(path, []).extend((name, p) for p, host in state.items() if host)
@@ -683,8 +685,12 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         facts.once_after.update(part.once_after)
         facts.constants.update(part.constants)
         facts.options.update(part.options)
+        facts.params.update(part.params)
         for name, passes in part.passes.items():
-            facts.passes.setdefault(name, []).extend(passes)
+            before = facts.passes.setdefault(name, [])
+            for i, mark in part.hosts.get(name, {}).items():
+                facts.hosts.setdefault(name, {})[len(before) + i] = mark
+            before.extend(passes)
     return facts
 
 
@@ -693,28 +699,69 @@ def _facts_chunk(items: list[tuple[str, str]]) -> list[FileFacts | None]:
 
 
 class FactsCache:
-    """Each file's facts keyed on (size, mtime), one file per kcheck code version in the cache
-    folder: a one-file run reads the rest of the project's call graph from here."""
+    """Each file's facts keyed on (size, mtime), one pair of files per kcheck code version in the
+    cache folder: a one-file run reads the rest of the project's call graph from here.
+
+    The index (``facts-<fingerprint>.pickle``) holds, per file, its stamp, path, the stamp at which
+    its facts last changed and its lazy-initialiser guards, and the last walk; the facts themselves
+    (``.data.pickle``) are read only when a run needs them: a warm run whose files and walk are
+    unchanged never does."""
 
     def __init__(self, cache_root: str, fingerprint: str) -> None:
         self.path = os.path.join(cache_root, f"facts-{fingerprint}.pickle")
+        self.data_path = os.path.join(cache_root, f"facts-{fingerprint}.data.pickle")
         try:
             with open(self.path, "rb") as fh:
                 self.entries, self.walk = pickle.load(fh)
         except (OSError, pickle.PickleError, EOFError, AttributeError, ValueError, TypeError):
+            # key -> (stamp, rel, since, once: the lazy initialisers' guards, or None for a file with no facts)
             self.entries: dict[str, tuple] = {}
             self.walk: tuple = ("", {})  # (digest of the facts and entry points it was made from, per_step's answer)
-        self.dirty = False
+        self._facts: dict[str, FileFacts] | None = None
+        self.dirty = self.data_dirty = False
+
+    @property
+    def facts(self) -> dict[str, FileFacts]:
+        """Key -> facts, read from disk on first use."""
+        if self._facts is None:
+            try:
+                with open(self.data_path, "rb") as fh:
+                    self._facts = pickle.load(fh)
+            except (OSError, pickle.PickleError, EOFError, AttributeError, ValueError, TypeError):
+                self._facts = {}
+        return self._facts
+
+    def put(self, key: str, stamp, rel: str, facts: FileFacts | None, since) -> None:
+        once = tuple(sorted(facts.once_after.items())) if facts is not None else None
+        self.entries[key] = (stamp, rel, since, once)
+        if facts is None:
+            self.facts.pop(key, None)
+        else:
+            self.facts[key] = facts
+        self.dirty = self.data_dirty = True
+
+    def drop(self, key: str) -> None:
+        del self.entries[key]
+        if self._facts is not None:
+            self._facts.pop(key, None)
+            self.data_dirty = True
+        self.dirty = True
 
     def save(self) -> None:
-        if not self.dirty:
-            return
-        tmp = f"{self.path}.{os.getpid()}.tmp"
+        """The facts first, then the index that points into them."""
+        if self.data_dirty:
+            self._write(self.data_path, self.facts)
+        if self.dirty:
+            self._write(self.path, (self.entries, self.walk))
+
+    @staticmethod
+    def _write(path: str, value) -> None:
+        tmp = f"{path}.{os.getpid()}.tmp"
         try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "wb") as fh:
-                pickle.dump((self.entries, self.walk), fh, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, self.path)
+                pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
         except OSError:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
@@ -739,6 +786,8 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         return jobs
     cache = FactsCache(cache_root, fingerprint) if cache_root else None
     files: dict[str, FileFacts] = {}
+    pending: dict[str, str] = {}  # rel -> cache key of facts still on disk (read when the walk is redone)
+    once_of: dict[str, tuple] = {}  # rel -> its lazy initialisers' guards
     todo: list[tuple[str, str]] = []
     stamps: dict[str, tuple | None] = {}
     for job in jobs:
@@ -746,8 +795,8 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         stamps[key] = _stamp(job.path)
         hit = cache.entries.get(key) if cache is not None else None
         if hit is not None and hit[0] == stamps[key] and hit[1] == job.rel:
-            if hit[2] is not None:
-                files[job.rel] = hit[2]
+            if hit[3] is not None:
+                pending[job.rel], once_of[job.rel] = key, hit[3]
         elif stamps[key] is not None and stamps[key][0] <= job.config.max_file_size and job.path.endswith((".py", ".pyi")):
             todo.append((job.path, job.rel))  # what the engine skips (special or oversized files) has no facts
     if workers > 1 and len(todo) >= 256:
@@ -760,33 +809,39 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
     for (path, rel), facts in zip(todo, results):
         if facts is not None:
             files[rel] = facts
+            once_of[rel] = tuple(sorted(facts.once_after.items()))
         if cache is not None:
             key = os.path.abspath(path)
             old = cache.entries.get(key)
+            same = old is not None and old[1] == rel and cache.facts.get(key) == facts
             # when the facts did not change (an edited comment or body line), the walk's digest does not either
-            since = old[3] if old is not None and old[1] == rel and old[2] == facts else stamps[key]
-            cache.entries[key] = (stamps[key], rel, facts, since)
-            cache.dirty = True
+            cache.put(key, stamps[key], rel, facts, old[2] if same else stamps[key])
     if cache is not None:
         scanned = {os.path.abspath(job.path) for job in jobs}
-        for key, (stamp, rel, facts, _since) in list(cache.entries.items()):
-            if key in scanned or facts is None or rel in files:
+        for key, (stamp, rel, _since, once) in list(cache.entries.items()):
+            if key in scanned or once is None or rel in files or rel in pending:
                 continue
             if _stamp(key) == stamp:
-                files[rel] = facts
+                pending[rel] = key
             else:  # changed or gone since: its facts are stale
-                del cache.entries[key]
-                cache.dirty = True
+                cache.drop(key)
     config = jobs[0].config
     steps = timing = constants = off = hosts = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
-        digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, _, since) in cache.entries.items()),
+        digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, _) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
             steps, timing, constants, off, hosts = cache.walk[1]
     if steps is None:
+        for rel, key in pending.items():  # the walk is redone: it needs every file's facts
+            facts = cache.facts.get(key)
+            if facts is None:  # the facts file lost it (an interrupted save): read the file again
+                facts = _facts_of(key, rel)
+                cache.put(key, cache.entries[key][0], rel, facts, cache.entries[key][2])
+            if facts is not None:
+                files[rel] = facts
         resolve = Resolver(files)
         steps, timing = per_step(files, config.hot_path_functions, resolve), timing_calls(files, resolve)
         constants, off = imported_constants(files, resolve), options_off(files, resolve)
@@ -800,9 +855,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
     for job in jobs:
         mine = tuple(sorted((name, why) for name, why in steps.get(job.rel, {}).items()
                             if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name)))
-        facts = files.get(job.rel)
-        once = tuple(sorted(facts.once_after.items())) if facts is not None else ()
-        known = {"per_step": mine, "once_after": once, "measuring": timing.get(job.rel, ()),
+        known = {"per_step": mine, "once_after": once_of.get(job.rel, ()), "measuring": timing.get(job.rel, ()),
                  "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
                  "host_params": hosts.get(job.rel, ())}
         if any(getattr(job.config, key) != value for key, value in known.items()):

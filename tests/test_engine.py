@@ -193,7 +193,8 @@ def test_worker_processes_answer_from_the_content_cache_when_only_time_stamps_ch
     cold = scan(jobs, 2)
     assert cold.cached == 0 and len(cold.findings) == 8
     stored = sorted(p.name.split("-")[0] for p in (tmp_path / ".kcheck_cache").rglob("*") if p.is_file())
-    assert stored == [".gitignore", "content", "facts", "index"]  # one file per store, not one per checked file
+    # one file per store (the project facts: an index and the facts it points into), not one per checked file
+    assert stored == [".gitignore", "content", "facts", "facts", "index"]
     for path in tmp_path.glob("m*.py"):
         os.utime(path, ns=(1, 1))  # a checkout rewrites every file: same bytes, new time stamps
     touched = scan(jobs, 2)

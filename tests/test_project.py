@@ -117,6 +117,26 @@ def test_a_one_file_run_reads_the_rest_of_the_project_from_the_cache(tmp_path):
     assert [f for f in scan(jobs, 1, cache_dir=cache).findings if f.code == "KC203"] == []
 
 
+
+def test_a_warm_run_needs_no_facts_and_lost_facts_are_read_again(tmp_path):
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/layers/sampler.py": MODEL,
+                      "pkg/ops/sampling.py": SAMPLING, "pkg/ops/norms.py": NORMS})
+    cache = tmp_path / "cache"
+    alone, _ = discover([str(tmp_path / "pkg" / "ops" / "sampling.py")])
+    jobs, _ = discover([str(tmp_path / "pkg")])
+    scan(jobs, 1, cache_dir=cache)
+    (data,) = cache.rglob("facts-*.data.pickle")
+    data.unlink()  # a warm run with the walk unchanged never reads the facts
+    found = [f for f in scan(alone, 1, cache_dir=cache).findings if f.code == "KC203"]
+    assert [(f.path, f.line) for f in found] == [("pkg/ops/sampling.py", 6)]
+    assert not data.exists()
+    # a changed file redoes the walk: the facts the data file lost are read from the files again
+    (tmp_path / "pkg" / "ops" / "norms.py").write_text(NORMS + "\n\ndef extra(x):\n    return x\n")
+    found = [f for f in scan(alone, 1, cache_dir=cache).findings if f.code == "KC203"]
+    assert [(f.path, f.line) for f in found] == [("pkg/ops/sampling.py", 6)]
+    assert data.exists()
+
+
 LAZY = """
     _workspace = None
 
