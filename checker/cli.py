@@ -309,7 +309,7 @@ def _statistics(findings, fmt: str) -> str:
 @click.option("--extend-include", multiple=True, metavar="GLOB",
               help="Also read files matching GLOB as Python (e.g. '*.py.txt'); repeatable, on top of the config's.")
 @click.option("--force-exclude", is_flag=True, help="Apply exclude patterns to files named on the command line too.")
-def baseline_cmd(paths, output, config_file, force_exclude) -> None:
+def baseline_cmd(paths, output, config_file, extend_include, force_exclude) -> None:
     """Record today's findings in PATHS so that `kcheck check --baseline FILE` shows only new ones.
 
     Entries are keyed on path, rule, enclosing function and the normalised source line, not on
