@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.model import walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import TIMED, region_reaches, report_calls
+from kcheck.rules.timed_path import TIMED, first_in_statement, region_calls, region_reaches, through
 
 
 class CompilationInTimedRegion(Rule):
@@ -19,8 +19,12 @@ class CompilationInTimedRegion(Rule):
 
     ## Why is this bad?
     Compilation takes seconds; inside a timed region it swamps the kernel's microseconds, and a
-    warm-up that ran a different callable does not help. In a `forward` it rebuilds the
-    compiled wrapper on every call, so the cache lookup or the compile runs every step.
+    warm-up that ran a different callable does not help. In a `forward`, `torch.compile(fn)` does
+    not compile again on every step (Dynamo keeps what it compiled with the function's code, so a
+    new wrapper of the same function, or of a new closure over it, reuses it), but it builds a new
+    wrapper and checks its guards on every call: host work each step that compiling once and keeping
+    the result avoids. `load_inline`/`cpp_extension.load` and `triton.compile` do their build or
+    load work on every call.
 
     ## Example
     ```python
@@ -82,8 +86,20 @@ class Block(torch.nn.Module):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        report_calls(self, TIMED + ("hot-path",), lambda c: None if _cached(model, c) else model.compile_kind(c),
-                     self.MESSAGE)
+        seen: set[int] = set()  # statements already reported (first_in_statement)
+        for region, call, via in region_calls(model, TIMED + ("hot-path",)):
+            what = None if _cached(model, call) else model.compile_kind(call)
+            if not what or not first_in_statement(model, call, seen):
+                continue
+            rewraps = region.kind == "hot-path" and (model.call_name(call) or "") in DYNAMO
+            self.report(call, (REWRAP_MESSAGE if rewraps else self.MESSAGE).format(
+                what=what, helper=through(model, call, via), region=region.label))
+
+
+# Dynamo's entry points: a new wrapper per call reuses what was compiled for the same code.
+DYNAMO = {"torch.compile", "torch._dynamo.optimize"}
+REWRAP_MESSAGE = ("{what}{helper} in {region}: builds a new compiled wrapper and checks its guards on every call "
+                  "(Dynamo compiles once for the same code); compile once and keep the result")
 
 
 def _cached(model, call: cst.Call) -> bool:
