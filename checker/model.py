@@ -139,6 +139,21 @@ class ModuleModel:
             yield current
             current = self.parents.get(id(current))
 
+    def inside(self, node: cst.CSTNode, root: cst.CSTNode) -> bool:
+        """Whether ``node`` is ``root`` or lies under it."""
+        return node is root or any(a is root for a in self.ancestors(node))
+
+    def names_of(self, value: str) -> list[cst.Name]:
+        """Every ``Name`` node spelled ``value`` in the module's code (import targets, which have
+        no parent, left out), from an index built on first use."""
+        index = self.__dict__.get("_names_index")
+        if index is None:
+            index = self.__dict__["_names_index"] = {}
+            for n in walk(self.module):
+                if type(n) is cst.Name and id(n) in self.parents:
+                    index.setdefault(n.value, []).append(n)
+        return index.get(value, [])
+
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         for anc in self.ancestors(node):
             if type(anc) is cst.FunctionDef:

@@ -288,8 +288,7 @@ def _nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) -
     module_level = model.parent(node) is model.module
     if imported and module_level and all(_stub_before(model, node, name) for name in imported):
         return True
-    uses = [n for n in walk(model.module) if type(n) is cst.Name and n.value in imported | flags
-            and model.parent(n) is not None and not _inside(model, n, node)]  # (import names have no parent)
+    uses = [n for name in imported | flags for n in model.names_of(name) if not model.inside(n, node)]
     if not uses:
         return False
     return all(n.value in imported and _as_type(model, n) or n.value in flags and _refuses(model, n) for n in uses)
@@ -324,10 +323,6 @@ def _only_raises(fn: cst.FunctionDef) -> bool:
     return len(body) == 1 and type(body[0]) is cst.SimpleStatementLine and type(body[0].body[0]) is cst.Raise
 
 
-def _inside(model, n: cst.CSTNode, root: cst.CSTNode) -> bool:
-    return any(a is root for a in model.ancestors(n))
-
-
 def _as_type(model, n: cst.Name) -> bool:
     """``n`` is a class tested against (``isinstance(m, n)``, ``issubclass(c, (n, M))``) or an annotation."""
     for anc in model.ancestors(n):
@@ -335,7 +330,7 @@ def _as_type(model, n: cst.Name) -> bool:
             return True
         if type(anc) is cst.Call:
             return type(anc.func) is cst.Name and anc.func.value in ("isinstance", "issubclass") \
-                and len(anc.args) == 2 and _inside(model, n, anc.args[1])
+                and len(anc.args) == 2 and model.inside(n, anc.args[1])
     return False
 
 
@@ -346,7 +341,7 @@ def _refuses(model, n: cst.Name) -> bool:
             return True
         if type(anc) is cst.If:
             first = statements(anc.body)[:1]
-            return _inside(model, n, anc.test) and bool(first) and type(first[0]) is cst.SimpleStatementLine \
+            return model.inside(n, anc.test) and bool(first) and type(first[0]) is cst.SimpleStatementLine \
                 and type(first[0].body[0]) is cst.Raise
         if type(anc) in (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef):
             return False  # read by a plain statement, or the name bound by a definition

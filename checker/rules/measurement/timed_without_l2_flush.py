@@ -204,7 +204,7 @@ def bench(fn, x, iters=100):
             times = "repeatedly inside the timed window"
             if loop is None:
                 loop = next((a for a in model.ancestors(region.nodes[0]) if type(a) in (cst.For, cst.While)
-                             and _inside(model, a, root)), None)
+                             and model.inside(a, root)), None)
                 times = "once per timed iteration"
             if loop is None:
                 continue
@@ -372,10 +372,6 @@ def _int_of(node, values: dict[str, int]) -> int | None:
         if type(node.operator) is cst.Power and b < 64:
             return a ** b
     return None
-
-
-def _inside(model, node: cst.CSTNode, root: cst.CSTNode) -> bool:
-    return node is root or any(a is root for a in model.ancestors(node))
 
 
 def _targets(loop: cst.CSTNode) -> set[str]:

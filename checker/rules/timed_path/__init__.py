@@ -460,15 +460,17 @@ def region_calls(model, kinds: tuple[str, ...], follow: Callable | None = None
                 yield region, call, via
 
 
-def report_calls(rule, kinds: tuple[str, ...], classify: Callable, template: str) -> None:
-    """Report each call in ``kinds`` regions that ``classify(call)`` names, where it is written (see ``through``)."""
+def report_calls(rule, kinds: tuple[str, ...], classify: Callable, template: str | Callable) -> None:
+    """Report each call in ``kinds`` regions that ``classify(call)`` names, where it is written (see
+    ``through``); ``template`` is the message, or a function of (region, call) that picks it."""
     model = rule.model
     seen: set[int] = set()
     for region, call, via in region_calls(model, kinds):
         what = classify(call)
         if not what or not first_in_statement(model, call, seen):
             continue
-        rule.report(call, template.format(what=what, helper=through(model, call, via), region=region.label),
+        text = template(region, call) if callable(template) else template
+        rule.report(call, text.format(what=what, helper=through(model, call, via), region=region.label),
                     line=native_wait_line(rule, call))
 
 

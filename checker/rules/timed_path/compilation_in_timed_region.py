@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.model import walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import TIMED, first_in_statement, region_calls, region_reaches, through
+from kcheck.rules.timed_path import TIMED, region_reaches, report_calls
 
 
 class CompilationInTimedRegion(Rule):
@@ -86,14 +86,9 @@ class Block(torch.nn.Module):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        seen: set[int] = set()  # statements already reported (first_in_statement)
-        for region, call, via in region_calls(model, TIMED + ("hot-path",)):
-            what = None if _cached(model, call) else model.compile_kind(call)
-            if not what or not first_in_statement(model, call, seen):
-                continue
-            rewraps = region.kind == "hot-path" and (model.call_name(call) or "") in DYNAMO
-            self.report(call, (REWRAP_MESSAGE if rewraps else self.MESSAGE).format(
-                what=what, helper=through(model, call, via), region=region.label))
+        report_calls(self, TIMED + ("hot-path",), lambda c: None if _cached(model, c) else model.compile_kind(c),
+                     lambda region, call: REWRAP_MESSAGE if region.kind == "hot-path"
+                     and (model.call_name(call) or "") in DYNAMO else self.MESSAGE)
 
 
 # Dynamo's entry points: a new wrapper per call reuses what was compiled for the same code.
