@@ -95,7 +95,9 @@ def kcheck_findings(folder: Path, jobs: int, include: tuple[str, ...] = ()) -> l
         data = json.loads(out.read_text())
     rows = data if isinstance(data, list) else data.get("findings", [])
     return [{"code": f["code"], "path": f["filename"], "line": f["location"]["row"],
-             "end_line": f["end_location"]["row"], "message": f["message"]} for f in rows]
+             "end_line": f["end_location"]["row"], "message": f["message"],
+             "related": [(r["location"]["row"], r["end_location"]["row"]) for r in f.get("related", ())]}
+            for f in rows]
 
 
 def scan_split(dest: Path, split: str, jobs: int) -> dict[str, list[dict]]:
@@ -140,7 +142,8 @@ def load_labels(split_of: dict[str, str]) -> tuple[list[dict], list[dict]]:
 def _hits(lab: dict, findings: list[dict], by_rule: bool) -> list[dict]:
     lo, hi = lab["lines"]
     want = lab.get("rule") if by_rule else lab["family"]
-    return [f for f in findings if f["path"] == lab["path"] and f["line"] <= hi and lo <= f["end_line"]
+    return [f for f in findings if f["path"] == lab["path"]
+            and any(a <= hi and lo <= b for a, b in [(f["line"], f["end_line"]), *f.get("related", ())])
             and (f["code"] == want if by_rule else family(f["code"]) == want)]
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from kcheck import __version__, chunks
 from kcheck.config import DEFAULT_MAX_FILE_SIZE, Config, config_for, project_root
-from kcheck.finding import Finding, rule_url
+from kcheck.finding import Finding, Related, rule_url
 
 MAX_FILE_BYTES = DEFAULT_MAX_FILE_SIZE  # the default of ``max-file-size``
 CACHE_DIR = ".kcheck_cache"
@@ -389,7 +389,9 @@ def _check_in_chunks(source: str, rel: str, config: Config, rules, result: FileR
             line, end_line = f.line + shift, f.end_line + shift
             if first_line <= line < end:  # not the header's lines
                 raw.append(replace(f, line=line, end_line=end_line,
-                                   source_line=lines[line - 1].strip() if line <= len(lines) else ""))
+                                   source_line=lines[line - 1].strip() if line <= len(lines) else "",
+                                   related=tuple(replace(r, line=r.line + shift, end_line=r.end_line + shift)
+                                                 for r in f.related)))
 
     if chunks.each(source, one, chunks.RULE_CHUNK_BYTES) is None:
         return None
@@ -479,7 +481,7 @@ def _check_module(source, rel, config, rules, lines, result, tree, module) -> tu
     reports = [r for v in visitors for r in v.reports]
     if not reports:
         return [], None
-    nodes = [r.node for r in reports]
+    nodes = [r.node for r in reports] + [node for r in reports for node, _ in r.related]
     spans = (positions.resolve(module, tree, source, nodes) if tree is not None else None) or \
         positions.resolve_with_libcst(module, nodes)
     out: list[Finding] = []
@@ -498,12 +500,14 @@ def _check_module(source, rel, config, rules, lines, result, tree, module) -> tu
             continue
         seen.add(key)
         rule = rep.rule
+        related = tuple(Related(p.line, p.column + 1, p.end_line, p.end_column + 1, note)
+                        for node, note in rep.related if (p := spans.get(id(node))) is not None)
         out.append(Finding(
             code=rule.CODE, name=rule.NAME, message=rep.message,
             severity=config.severity_of(rule.CODE, rule.NAME, rule.SEVERITY), path=rel,
             line=pos.line, column=pos.column + 1, end_line=pos.end_line, end_column=pos.end_column + 1,
             knowledge=tuple(rule.KNOWLEDGE), url=rule_url(rule.NAME, config.docs_url), context=rep.context,
-            source_line=lines[pos.line - 1].strip() if pos.line <= len(lines) else "",
+            source_line=lines[pos.line - 1].strip() if pos.line <= len(lines) else "", related=related,
         ))
     return out, None
 

@@ -24,6 +24,18 @@ def entry_url(entry_id: str, base_url: str = DEFAULT_DOCS_URL) -> str:
 
 
 @dataclass(frozen=True)
+class Related:
+    """Another place a finding points at: where the work it describes really happens (the library
+    op inside the helper a claim calls), with a note on what is there. SARIF's ``relatedLocations``."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    message: str
+
+
+@dataclass(frozen=True)
 class Finding:
     """One problem kcheck reports at a place in a file.
 
@@ -50,6 +62,7 @@ class Finding:
     suppressed: str | None = None  # the justification, when an in-source suppression hid it
     fingerprint: str = field(default="")
     cell: int = 0  # in a notebook: the cell (1-based, all cells counted); ``line`` is then within it
+    related: tuple[Related, ...] = ()  # other places the finding points at (same file)
 
     @property
     def where(self) -> str:
@@ -68,12 +81,14 @@ class Finding:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["knowledge"] = list(self.knowledge)
+        data["related"] = list(data["related"])  # asdict made each a dict
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Finding":
         data = dict(data)
         data["knowledge"] = tuple(data.get("knowledge", ()))
+        data["related"] = tuple(Related(**r) for r in data.get("related", ()))
         return cls(**data)
 
     @property

@@ -134,6 +134,7 @@ class Report:
     context: str = ""
     extra: dict = field(default_factory=dict)
     line: int | None = None  # a line of the file to report at instead of the node's (inside a string it holds)
+    related: tuple = ()  # (node, note) pairs: other places the finding points at (Finding.related)
 
 
 class Rule(cst.BatchableCSTVisitor):
@@ -183,13 +184,16 @@ class Rule(cst.BatchableCSTVisitor):
 
     # -- reporting ------------------------------------------------------------------------------
 
-    def report(self, node: cst.CSTNode, message: str | None = None, *, line: int | None = None, **fmt: object) -> None:
+    def report(self, node: cst.CSTNode, message: str | None = None, *, line: int | None = None,
+               related: tuple = (), **fmt: object) -> None:
         """Report ``node`` (or, with ``line``, that line of the file: C++ source inside a string
-        that ``node`` enters) with ``message`` or the rule's ``MESSAGE`` formatted with ``fmt``."""
+        that ``node`` enters) with ``message`` or the rule's ``MESSAGE`` formatted with ``fmt``;
+        ``related``: (node, note) pairs for the other places the finding points at."""
         text = message if message is not None else self.MESSAGE
         if fmt:
             text = text.format(**fmt)
-        self.reports.append(Report(type(self), node, text, self.model.context_of(node), line=line))
+        self.reports.append(Report(type(self), node, text, self.model.context_of(node), line=line,
+                                   related=tuple(related)))
 
     # -- documentation --------------------------------------------------------------------------
 

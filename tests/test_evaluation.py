@@ -194,3 +194,12 @@ def test_preview_flags_follow_the_committed_test_measurement():
             continue  # meta rules judge suppressions, not code
         status = measured.get(rule.CODE, {}).get("status", "preview")  # never measured: preview
         assert rule.PREVIEW == (status == "preview"), f"{rule.CODE}: measured {status}, PREVIEW={rule.PREVIEW}"
+
+
+def test_a_related_location_on_the_labelled_line_counts():
+    """A claim reported at its call, whose related location is the library op inside the helper the
+    label names, meets the label; a label elsewhere does not."""
+    found = {"t": [dict(_finding("KC101", "a.py", 40), related=[(11, 11)])]}
+    label = {"tree": "t", "path": "a.py", "lines": [11, 11], "family": "KC1", "verdict": True}
+    assert evaluate.measure(found, [label], [], {"t"})["families"]["KC1"]["recall"]["k"] == 1
+    assert evaluate.measure(found, [dict(label, lines=[20, 21])], [], {"t"})["families"]["KC1"]["recall"]["k"] == 0

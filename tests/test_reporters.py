@@ -297,3 +297,47 @@ def test_comment_rejects_a_bad_results_file(tmp_path, run_kcheck):
     (tmp_path / "r.json").write_text("[{]")
     code, _, err = run_kcheck("comment", str(tmp_path / "r.json"))
     assert code == 2 and "r.json:1: not valid JSON" in err
+
+
+CLAIM_THROUGH_A_FUNCTION = '''import torch
+import torch.nn as nn
+
+
+class MatMul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return torch.matmul(a, b)
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return MatMul.apply(a, b)
+'''
+
+
+def test_related_locations_point_at_the_work_in_every_format(tmp_path):
+    """KC101 through an autograd Function: reported at the claim's call, with the library op inside
+    the Function as a related location in JSON (round trip), SARIF (schema-valid) and the full text."""
+    from kcheck.reporters.json import load
+
+    (tmp_path / "pyproject.toml").write_text('[tool.kcheck]\nselect = ["KC101"]\n')
+    findings, ctx = scan_project(tmp_path, {"solution.py": CLAIM_THROUGH_A_FUNCTION})
+    [f] = findings
+    assert (f.code, f.line) == ("KC101", 18)
+    [r] = f.related
+    assert (r.line, r.column) == (8, 16) and "torch.matmul()" in r.message
+    items = json.loads(render("json", findings, ctx))
+    assert items[0]["related"] == [{"location": {"row": 8, "column": 16}, "end_location": {"row": 8, "column": 34},
+                                    "message": r.message}]
+    assert load(render("json", findings, ctx))[0] == findings
+    doc = json.loads(render("sarif", findings, ctx))
+    assert not list(validator(SCHEMAS / "sarif-schema-2.1.0.json").iter_errors(doc))
+    [loc] = doc["runs"][0]["results"][0]["relatedLocations"]
+    assert loc["physicalLocation"]["region"]["startLine"] == 8
+    ctx.format = "full"
+    assert "note: line 8: torch.matmul() does the work here" in render("full", findings, ctx)

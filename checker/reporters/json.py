@@ -1,5 +1,6 @@
 """``json`` (a list) and ``json-lines`` (one object a line): ruff's fields, plus ``severity``,
-``fingerprint`` and the catalog ids. ``cell`` is null except in a Jupyter notebook, where it is the
+``fingerprint``, the catalog ids and ``related`` (other places the finding points at, each with a
+note: SARIF's related locations). ``cell`` is null except in a Jupyter notebook, where it is the
 cell's number (1-based, all cells counted) and ``location``/``end_location`` count within that
 cell, as ruff reports notebooks.
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from kcheck.finding import Finding, entry_url
+from kcheck.finding import Finding, Related, entry_url
 
 
 def as_object(f: Finding, ctx) -> dict:
@@ -32,6 +33,9 @@ def as_object(f: Finding, ctx) -> dict:
         "context": f.context,
         "source_line": f.source_line,
         "fingerprint": f.fingerprint,
+        "related": [{"location": {"row": r.line, "column": r.column},
+                     "end_location": {"row": r.end_line, "column": r.end_column}, "message": r.message}
+                    for r in f.related],
     }
 
 
@@ -58,6 +62,8 @@ def from_object(item: dict) -> Finding:
         knowledge=tuple(k["id"] if isinstance(k, dict) else k for k in item.get("knowledge", ())),
         url=item.get("url", ""), context=item.get("context", ""), source_line=item.get("source_line", ""),
         fingerprint=item.get("fingerprint", ""), cell=item.get("cell") or 0,
+        related=tuple(Related(r["location"]["row"], r["location"]["column"], r["end_location"]["row"],
+                              r["end_location"]["column"], r.get("message", "")) for r in item.get("related", ())),
     )
 
 

@@ -104,6 +104,13 @@ def result(f: Finding, index: int | None, ctx, occurrence: int = 1) -> dict:
         out["ruleIndex"] = index
     if f.context:
         out["locations"][0]["logicalLocations"] = [{"fullyQualifiedName": f.context}]
+    if f.related and not f.cell:
+        artifact = physical["artifactLocation"]
+        out["relatedLocations"] = [
+            {"id": i, "message": {"text": r.message},
+             "physicalLocation": {"artifactLocation": artifact, "region": {
+                 "startLine": r.line, "startColumn": r.column, "endLine": r.end_line, "endColumn": r.end_column}}}
+            for i, r in enumerate(f.related, 1)]
     if f.suppressed is not None:
         out["suppressions"] = [{"kind": "inSource", "justification": f.suppressed}]
     return out

@@ -33,6 +33,8 @@ def render(findings: list[Finding], ctx) -> str:
             for n in range(max(1, f.line - 1), min(len(lines), f.end_line) + 1):
                 marker = ">" if f.line <= n <= f.end_line else " "
                 body.append(f" {marker} {n:>5} | {lines[n - 1]}")
+            for r in f.related:  # where the work really happens (a helper's library op)
+                body.append(f"   note: line {r.line}: {r.message}")
             body.append(f"   docs: {f.url}")
             for entry in f.knowledge:
                 body.append(f"   see:  {entry_url(entry, ctx.docs_url)}")

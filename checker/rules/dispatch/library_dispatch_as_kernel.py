@@ -152,7 +152,9 @@ def custom_kernel(data):
             launch = self.model.launch_sites.get(id(use.node)) if use.via is None else None
             line = line_of(self.context.source, launch.name.split(".")[-1], launch.library + "(") \
                 if launch is not None and launch.library else None  # the C++ line that calls the library
-            self.report(where, claim=found.claim.label, op=_shown(use.name), helper=helper, whose=whose, line=line)
+            related = ((use.node, f"{_shown(use.name)} does the work here"),) if use.via is not None else ()
+            self.report(where, claim=found.claim.label, op=_shown(use.name), helper=helper, whose=whose, line=line,
+                        related=related)
 
 
 def _shown(name: str) -> str:
