@@ -626,6 +626,26 @@ def _statements_holding(model: ModuleModel, node: cst.CSTNode) -> Iterator[tuple
         child = anc
 
 
+def _pairs_by_name(model: ModuleModel, stmts: list, ordered: list[int]) -> list[tuple[int, int]]:
+    """Windows paired by what the timers bind: ``t0 = perf_counter()`` opens one, the next
+    statement that reads ``t0`` (``elapsed = perf_counter() - t0``) closes it. For an odd count of
+    timer statements in a block, where one statement holds a window of its own (a loop with both
+    timers) and pairing in order would run a window across it."""
+    pairs: list[tuple[int, int]] = []
+    opened: tuple[int, set[str]] | None = None
+    for i in ordered:
+        stmt = stmts[i]
+        if opened is not None and any(type(n) is cst.Name and n.value in opened[1] for n in walk(stmt)):
+            pairs.append((opened[0], i))
+            opened = None
+            continue
+        body = stmt.body if type(stmt) is cst.SimpleStatementLine else ()
+        names = {n.value for a in body if type(a) is cst.Assign and type(a.value) is cst.Call
+                 and _is_host_timer(model, a.value) for t in a.targets for n in walk(t.target) if type(n) is cst.Name}
+        opened = (i, names) if names else None
+    return pairs
+
+
 def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
     config = model.config
     records: dict[int, dict[int, int]] = {}  # block -> statement index -> record calls it holds
@@ -669,7 +689,8 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
         ordered = sorted(i for i, n in indices.items() if n % 2)
         if not ordered:
             continue
-        pairs = list(zip(ordered[::2], ordered[1::2])) if len(ordered) % 2 == 0 else [(ordered[0], ordered[-1])]
+        pairs = list(zip(ordered[::2], ordered[1::2])) if len(ordered) % 2 == 0 else \
+            _pairs_by_name(model, list(blocks[key].body), ordered) or [(ordered[0], ordered[-1])]
         for start, stop in pairs:
             if stop - start <= 1 or not model.in_measurement_code(blocks[key]) or _times_a_job(
                     model, list(blocks[key].body)[start + 1:stop]):
