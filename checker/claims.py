@@ -824,6 +824,25 @@ def _visit_layer(model, kind: tuple, call: cst.Call, via, depth: int, seen: set[
         uses.append(Use("unknown", call, via, kind[1] if len(kind) > 1 else "an extension"))
 
 
+def unlaunched_builds(model) -> list[tuple[cst.CSTNode, str]]:
+    """(statement, name) of each inline extension the module builds at its top level
+    (``ext = load_inline(...)``) and never launches anywhere in the file: a kernel written and left
+    beside the library ops that do the work."""
+    launched = {launch.name.split(".")[0] for launch in model.launch_sites.values()}
+    module = getattr(model, "_claim_module", None)
+    out = []
+    for stmt in module.body if module is not None else ():
+        if type(stmt) is not cst.SimpleStatementLine:
+            continue
+        for small in stmt.body:
+            if type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name \
+                    and type(small.value) is cst.Call and _is_extension_build(model, small.value):
+                name = small.targets[0].target.value
+                if name not in launched:
+                    out.append((stmt, name))
+    return out
+
+
 def _extensions(model) -> dict:
     return getattr(model, "_claim_extensions", {})
 

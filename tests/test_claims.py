@@ -241,3 +241,11 @@ def test_importing_kcheck_claims_imports_no_torch_or_triton():
            "print(any(m.split('.')[0] in ('torch', 'triton') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_kernel_built_and_never_launched_is_a_related_location():
+    """KC101 on a claim whose file builds an inline extension it never launches points at the build."""
+    text = (REPO / "tests" / "fixtures" / "dispatch" / "inline_kernel_unused.py").read_text()
+    [f] = [f for f in findings_for(text, "solution.py") if f.code == "KC101"]
+    build = next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith("ext = load_inline("))
+    assert [(r.line, r.message) for r in f.related] == [(build, "the extension ext is built here and never launched")]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kcheck.claims import HEAVY_FAMILIES
+from kcheck.claims import HEAVY_FAMILIES, unlaunched_builds
 from kcheck.native import line_of
 from kcheck.rules.dispatch import ClaimRule, analyse, library_gate
 
@@ -153,6 +153,8 @@ def custom_kernel(data):
             line = line_of(self.context.source, launch.name.split(".")[-1], launch.library + "(") \
                 if launch is not None and launch.library else None  # the C++ line that calls the library
             related = ((use.node, f"{_shown(use.name)} does the work here"),) if use.via is not None else ()
+            related += tuple((stmt, f"the extension {name} is built here and never launched")
+                             for stmt, name in unlaunched_builds(self.model))
             self.report(where, claim=found.claim.label, op=_shown(use.name), helper=helper, whose=whose, line=line,
                         related=related)
 
