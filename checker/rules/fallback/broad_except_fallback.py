@@ -291,17 +291,56 @@ def _nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) -
     uses = [n for name in imported | flags for n in model.names_of(name) if not model.inside(n, node)]
     if not uses:
         return False
-    return all(n.value in imported and _as_type(model, n) or n.value in flags and _refuses(model, n) for n in uses)
+    if all(n.value in imported and _as_type(model, n) or n.value in flags and _refuses(model, n) for n in uses):
+        return True
+    return _used_unguarded(model, handler, imported, flags, uses)
+
+
+def _used_unguarded(model, handler: cst.ExceptHandler, imported: set[str], flags: set[str], uses: list) -> bool:
+    """Whether the module uses what it imports as if the import had worked: no flag the handler sets
+    is read, the handler binds no replacement, and no use is tested for or guarded (``import awq_ext``
+    then ``self.linear = awq_ext.gemm_forward_cuda``). A failed import then fails loudly at the first
+    use (a NameError), with no slower path to fall into silently."""
+    if any(n.value not in imported for n in uses):
+        return False  # a flag is read: the code chooses on it
+    for s in statements(handler.body):
+        for n in _walk(s):
+            if type(n) in (cst.Import, cst.ImportFrom):
+                return False  # the handler imports a replacement
+            if type(n) is cst.Assign and type(n.value) is not cst.Name and any(
+                    type(t.target) is cst.Name and t.target.value in imported for t in n.targets):
+                return False  # a replacement bound to the imported name (``gemm = slow_gemm``)
+    names = imported | flags
+    for n in uses:
+        for anc in model.ancestors(n):
+            test = getattr(anc, "test", None)
+            if type(anc) in (cst.If, cst.IfExp, cst.While) and any(
+                    type(m) is cst.Name and m.value in names for m in _walk(test)):
+                return False  # used under a test of the import: a choice, judged by the rest of the rule
+            if type(anc) in (cst.Try, cst.BooleanOperation):
+                return False
+            if type(anc) in (cst.FunctionDef, cst.ClassDef) and model.parent(anc) is model.module:
+                break
+    return True
 
 
 def _imported_names(node: cst.Try) -> set[str]:
     out = set()
     for s in statements(node.body):
         for small in (s.body if type(s) is cst.SimpleStatementLine else ()):
+            if type(small) is cst.Import:  # ``import awq_ext`` binds awq_ext; ``import a.b`` binds a
+                out.update(a.asname.name.value if a.asname and type(a.asname.name) is cst.Name
+                           else (_root_name(a.name)) for a in small.names)
             if type(small) is cst.ImportFrom and type(small.names) is not cst.ImportStar:
                 out.update((a.asname.name if a.asname else a.name).value for a in small.names
                            if type(a.asname.name if a.asname else a.name) is cst.Name)
     return out
+
+
+def _root_name(name: cst.CSTNode) -> str:
+    while type(name) is cst.Attribute:
+        name = name.value
+    return name.value if type(name) is cst.Name else ""
 
 
 def _stub_before(model, node: cst.Try, name: str) -> bool:
