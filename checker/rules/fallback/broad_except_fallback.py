@@ -187,7 +187,8 @@ def moe(x, w):
             if what is None:
                 continue
             probe = model.enclosing_function(node)
-            if probe is not None and PROBE_NAME.search(probe.name.value) and _announced_by_callers(model, probe):
+            if probe is not None and (PROBE_NAME.search(probe.name.value) or any(
+                    _answers_no(h) for h in node.handlers)) and _announced_by_callers(model, probe):
                 continue  # a capability probe whose callers say what they chose
             for handler in node.handlers:
                 caught = _broad(model, handler)
@@ -264,6 +265,14 @@ def _announced_by_callers(model, probe: cst.FunctionDef) -> bool:
             if type(anc) in (cst.FunctionDef, cst.IndentedBlock):
                 break
     return False
+
+
+def _answers_no(handler: cst.ExceptHandler) -> bool:
+    """The handler only answers ``return False`` (or None): the function is a capability probe,
+    whatever its name (``aiter_has_dense_mxscale()``)."""
+    body = statements(handler.body)
+    return len(body) == 1 and type(body[0]) is cst.SimpleStatementLine and type(body[0].body[0]) is cst.Return \
+        and type(body[0].body[0].value) is cst.Name and body[0].body[0].value.value in ("False", "None")
 
 
 def _returns_reason(handler: cst.ExceptHandler) -> bool:
