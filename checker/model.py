@@ -248,7 +248,7 @@ class ModuleModel:
                 repeats = next((a.value for a in call.args if a.keyword and a.keyword.value == "repeats"),
                                call.args[1].value if len(call.args) > 1 and not call.args[1].keyword else None)
                 if any(a.keyword and a.keyword.value == "output_size" for a in call.args) or (
-                        repeats is not None and _host_scalar(self, repeats)):
+                        repeats is not None and self._on_host(repeats)):
                     return None  # the output's size is known on the host: input size times an int
                 what = "torch.repeat_interleave() without output_size"
             else:
@@ -627,16 +627,6 @@ def _statements_holding(model: ModuleModel, node: cst.CSTNode) -> Iterator[tuple
                     yield anc, i
                     break
         child = anc
-
-
-def _host_scalar(model: ModuleModel, node: cst.CSTNode) -> bool:
-    """A value on the host: a literal, arithmetic of host values, or what the values model places
-    there (``repeats: int``, ``n_heads // n_kv_heads``, a CPU tensor)."""
-    if type(node) in (cst.Integer, cst.Float):
-        return True
-    if type(node) is cst.BinaryOperation:
-        return _host_scalar(model, node.left) and _host_scalar(model, node.right)
-    return model.places.place(node) == HOST
 
 
 def _pairs_by_name(model: ModuleModel, stmts: list, ordered: list[int]) -> list[tuple[int, int]]:

@@ -141,6 +141,8 @@ def custom_kernel(data):
         return library_gate(summary, config)
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        unlaunched = tuple((stmt, f"the extension {name} is built here and never launched")
+                           for stmt, name in unlaunched_builds(self.model))
         for found in analyse(self.model):
             if not found.library or found.launches or found.unknown:
                 continue
@@ -153,8 +155,7 @@ def custom_kernel(data):
             line = line_of(self.context.source, launch.name.split(".")[-1], launch.library + "(") \
                 if launch is not None and launch.library else None  # the C++ line that calls the library
             related = ((use.node, f"{_shown(use.name)} does the work here"),) if use.via is not None else ()
-            related += tuple((stmt, f"the extension {name} is built here and never launched")
-                             for stmt, name in unlaunched_builds(self.model))
+            related += unlaunched
             self.report(where, claim=found.claim.label, op=_shown(use.name), helper=helper, whose=whose, line=line,
                         related=related)
 

@@ -290,7 +290,7 @@ def _nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) -
     (``gptq_repack = _unavailable`` then ``try: from .ops import gptq_repack``), or is used only
     as a type (``isinstance(m, TEModule)``), or every use of the flag the handler sets refuses
     (``assert HAVE_TE``, ``if not HAVE_TE: raise ...``)."""
-    imported = _imported_names(node)
+    imported = _imported_names(model, node)
     flags = {t.value for s in statements(handler.body) if type(s) is cst.SimpleStatementLine
              for small in s.body if type(small) is cst.Assign for t in (x.target for x in small.targets)
              if type(t) is cst.Name}
@@ -333,23 +333,17 @@ def _used_unguarded(model, handler: cst.ExceptHandler, imported: set[str], flags
     return True
 
 
-def _imported_names(node: cst.Try) -> set[str]:
+def _imported_names(model, node: cst.Try) -> set[str]:
     out = set()
     for s in statements(node.body):
         for small in (s.body if type(s) is cst.SimpleStatementLine else ()):
             if type(small) is cst.Import:  # ``import awq_ext`` binds awq_ext; ``import a.b`` binds a
                 out.update(a.asname.name.value if a.asname and type(a.asname.name) is cst.Name
-                           else (_root_name(a.name)) for a in small.names)
+                           else (model.dotted(a.name) or "").split(".")[0] for a in small.names)
             if type(small) is cst.ImportFrom and type(small.names) is not cst.ImportStar:
                 out.update((a.asname.name if a.asname else a.name).value for a in small.names
                            if type(a.asname.name if a.asname else a.name) is cst.Name)
     return out
-
-
-def _root_name(name: cst.CSTNode) -> str:
-    while type(name) is cst.Attribute:
-        name = name.value
-    return name.value if type(name) is cst.Name else ""
 
 
 def _stub_before(model, node: cst.Try, name: str) -> bool:
