@@ -80,12 +80,13 @@ def _preview_flag() -> tuple[str, ...]:
     return ("--preview",) if "--preview" in help_text else ()
 
 
-def kcheck_findings(folder: Path, jobs: int, include: tuple[str, ...] = ()) -> list[dict]:
-    """Every finding kcheck reports in ``folder`` (paths relative to it), every rule on; ``include``:
-    the tree's ``extend_include`` globs (files holding Python under another name)."""
+def kcheck_findings(folder: Path, jobs: int, include: tuple[str, ...] = (), select: str = "ALL") -> list[dict]:
+    """Every finding kcheck reports in ``folder`` (paths relative to it), every rule on (or those of
+    ``select``); ``include``: the tree's ``extend_include`` globs (files holding Python under another
+    name)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "findings.json"
-        cmd = [*KCHECK, "check", ".", "-q", "--exit-zero", "--select", "ALL",
+        cmd = [*KCHECK, "check", ".", "-q", "--exit-zero", "--select", select,
                "-j", str(jobs), "-o", f"json:{out}", *_preview_flag(),
                *(arg for glob in include for arg in ("--extend-include", glob))]
         proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
@@ -100,17 +101,19 @@ def kcheck_findings(folder: Path, jobs: int, include: tuple[str, ...] = ()) -> l
             for f in rows]
 
 
-def scan_split(dest: Path, split: str, jobs: int) -> dict[str, list[dict]]:
-    """tree name -> findings, for the split's trees present in ``dest``; fixes under 'fixes/<id>/...'."""
+def scan_split(dest: Path, split: str, jobs: int, only: set[str] | None = None,
+               select: str = "ALL") -> dict[str, list[dict]]:
+    """tree name -> findings, for the split's trees present in ``dest`` (those in ``only`` when given);
+    fixes under 'fixes/<id>/...'."""
     found: dict[str, list[dict]] = {}
     for t in load_manifest():
-        if t["split"] != split:
+        if t["split"] != split or (only and t["name"] not in only):
             continue
         folder = dest / t["name"]
         if not folder.is_dir():
             print(f"evaluate: {t['name']} is not fetched in {dest}; run benchmarks/corpus.py fetch", file=sys.stderr)
             continue
-        found[t["name"]] = kcheck_findings(folder, jobs, tuple(t.get("extend_include", ())))
+        found[t["name"]] = kcheck_findings(folder, jobs, tuple(t.get("extend_include", ())), select)
     if split == "test" and (dest / "fixes").is_dir():  # fixes are test by rule (benchmarks/README.md)
         found["fixes"] = kcheck_findings(dest / "fixes", jobs)
     return found
@@ -228,7 +231,8 @@ def pct(r: dict) -> str:
 
 def render(split: str, m: dict, meta: dict) -> str:
     out = [f"# kcheck on the {split} split", "",
-           f"kcheck {meta['commit']}, {meta['date']}, Python {meta['python']}, trees: {', '.join(meta['trees'])}", "",
+           f"kcheck {meta['commit']}, {meta['date']}, Python {meta['python']}, trees: {', '.join(meta['trees'])}"
+           + (f" (partial: {meta['partial']})" if meta.get("partial") else ""), "",
            "Intervals: Wilson 95 %. Precision from judged findings (`labels/precision/`); recall from "
            "positive labels (`labels/recall/`, and the pre-fix side of `labels/fixes.yaml` on the test split); "
            "false alarms: findings inside negative labels.", "",
@@ -297,19 +301,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kcheck", help="the command that runs kcheck (default: this Python's -m kcheck); "
                                      "for measuring another commit, installed elsewhere")
     ap.add_argument("--commit", help="the commit --kcheck runs, for the record (default: this checkout's)")
+    ap.add_argument("--tree", action="append", default=[], help="dev split only: measure just this tree "
+                    "(repeatable), for quick tuning; the report says it is partial")
+    ap.add_argument("--select", default="ALL", help="dev split only: the rules kcheck runs (its --select), "
+                    "for quick tuning; families with no selected rule are left out of the report")
     args = ap.parse_args(argv)
+    partial = bool(args.tree) or args.select != "ALL"
+    if partial and args.split == "test":
+        ap.error("--tree and --select are for tuning on the dev split; the test split is measured whole")
     if args.kcheck:
         KCHECK[:] = args.kcheck.split()
     manifest = load_manifest()
     split_of = {t["name"]: t["split"] for t in manifest}
-    trees = {n for n, s in split_of.items() if s == args.split and (args.dest / n).is_dir()}
+    trees = {n for n, s in split_of.items() if s == args.split and (args.dest / n).is_dir()
+             and (not args.tree or n in args.tree)}
     if args.split == "test":
         trees.add("fixes")
-    found = scan_split(args.dest, args.split, args.jobs)
+    found = scan_split(args.dest, args.split, args.jobs, set(args.tree), args.select)
     recall, precision = load_labels(split_of)
+    if args.select != "ALL":
+        codes = [c.strip() for c in args.select.split(",")]
+        wanted = {family(c) for c in codes}
+        recall = [lab for lab in recall if lab["family"] in wanted]
+        precision = [lab for lab in precision if any(lab["rule"].startswith(c) for c in codes)]
     m = measure(found, recall, precision, trees)
     meta = {"commit": args.commit or _commit(), "date": datetime.date.today().isoformat(),
             "python": sys.version.split()[0], "trees": sorted(t for t in trees if t in found)}
+    if partial:
+        meta["partial"] = f"--select {args.select}" + "".join(f" --tree {t}" for t in args.tree)
     text = render(args.split, m, meta)
     print(text)
     if args.out:
