@@ -75,9 +75,10 @@ KCHECK = [sys.executable, "-m", "kcheck"]
 
 @functools.lru_cache(maxsize=1)
 def _preview_flag() -> tuple[str, ...]:
-    """``--preview`` where the measured kcheck has it (a commit from before preview rules has not)."""
+    """``--preview`` where the measured kcheck has it (a commit from before preview rules has not),
+    and ``--no-group``: labels judge each place, so every place is measured on its own."""
     help_text = subprocess.run([*KCHECK, "check", "--help"], capture_output=True, text=True).stdout
-    return ("--preview",) if "--preview" in help_text else ()
+    return tuple(flag for flag in ("--preview", "--no-group") if flag in help_text)
 
 
 def kcheck_findings(folder: Path, jobs: int, include: tuple[str, ...] = (), select: str = "ALL") -> list[dict]:

@@ -682,6 +682,9 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
         if name.split(".")[0] in ("torch", "math", "numpy") or name in BUILTINS:
             return ("neutral",)
         return ("unknown", name)
+    if type(value) is cst.Attribute and value.attr.value == "apply" and type(value.value) is cst.Name \
+            and _method(model.classes.get(value.value.value), "forward") is not None:
+        return module_kind(model, value.value.value)  # ``self.conv = ConvFunction.apply``: its forward
     name = model.qualname(value) if type(value) in (cst.Name, cst.Attribute) else None
     if name:
         family = library_family(name, model.config)

@@ -117,10 +117,13 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...] | None:
               help="Hide the findings recorded in this baseline file (written by `kcheck baseline`).")
 @click.option("--sarif-rules", type=click.Choice(["all", "fired"]), default="all", show_default=True,
               help="Which rules the SARIF output describes: every rule, or only those with findings.")
+@click.option("--group/--no-group", default=True, show_default=True,
+              help="One finding per rule and function, listing the function's other places as related "
+                   "locations; --no-group reports every place on its own.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on stderr but errors, and no summary line.")
 def check(paths, formats, select, extend_select, ignore, preview, config_file, fail_level, exit_zero, jobs, no_cache,
           cache_dir, no_shortcuts, max_file_size, stdin_filename, extend_include, force_exclude, statistics, diff_base,
-          filter_mode, baseline_file, sarif_rules, quiet) -> None:
+          filter_mode, baseline_file, sarif_rules, group, quiet) -> None:
     """Check PATHS (files or folders; '-' reads stdin) for serving-kernel mistakes."""
     from kcheck import config as config_module
     from kcheck.config import ConfigError, unknown_selector_errors
@@ -193,7 +196,11 @@ def check(paths, formats, select, extend_select, ignore, preview, config_file, f
     if not quiet:
         for path, why in result.skipped:
             click.echo(f"kcheck: {path}: skipped: {why}", err=True)
-    active = [f for f in findings if f.suppressed is None]
+    active = [f for f in findings if f.suppressed is None]  # every place: what --statistics counts
+    if group:
+        from kcheck.finding import group_by_context
+
+        findings = group_by_context(findings)
     from kcheck.registry import all_rules
 
     ctx = ReportContext(root=root, docs_url=config.docs_url, files=result.files, hidden=hidden, quiet=quiet,

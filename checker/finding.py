@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 SEVERITIES = ("info", "warning", "error")
 DEFAULT_DOCS_URL = "https://kcheck.github.io/kcheck/"
@@ -95,3 +95,44 @@ class Finding:
     def family(self) -> str:
         """``KC2`` for KC201: the hundreds digit names the family."""
         return self.code[:3]
+
+
+def group_by_context(findings: list[Finding]) -> list[Finding]:
+    """One finding per rule and function (or class): the first occurrence, its message ending with
+    how many more places in that function have the same problem, and each of them as a related
+    location with its own message. Module-level findings, suppressed ones and the meta rules
+    (KC9xx, one per suppression comment or file) stay one per place."""
+    groups: dict[tuple, list[Finding]] = {}
+    out: list[Finding] = []
+    for f in sorted(findings, key=lambda f: f.sort_key):
+        if not f.context or f.suppressed is not None or f.code.startswith("KC9"):
+            out.append(f)
+            continue
+        key = (f.path, f.cell, f.code, f.context)
+        if key not in groups:
+            groups[key] = []
+            out.append(f)
+        groups[key].append(f)
+    merged = {}
+    for group in groups.values():
+        first, rest = group[0], group[1:]
+        if not rest:
+            continue
+        lines = sorted({g.line for g in rest})
+        shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
+        more = f" ({len(rest)} more in {first.context}: line{'s' if len(lines) > 1 else ''} {shown})"
+        related = first.related + tuple(
+            Related(g.line, g.column, g.end_line, g.end_column, _what_differs(g.message, first.message)) for g in rest)
+        merged[id(first)] = replace(first, message=first.message + more, related=related)
+    return [merged.get(id(f), f) for f in out]
+
+
+def _what_differs(message: str, first: str) -> str:
+    """``message`` without the words it ends with in common with ``first`` (what a related note
+    needs: "row * mlp_hidden", not the rule's advice again); "the same" when nothing differs."""
+    words, other = message.split(" "), first.split(" ")
+    n = 0
+    while n < min(len(words), len(other)) and words[-1 - n] == other[-1 - n]:
+        n += 1
+    kept = " ".join(words[:len(words) - n]) if n else message
+    return kept or "the same"

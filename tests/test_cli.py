@@ -149,3 +149,38 @@ def test_a_clean_run_says_which_preview_rules_did_not_run(tmp_path, run_kcheck, 
     clear_caches()
     code, out, _ = run_kcheck("check", "m.py", "--no-cache")
     assert code == 0 and "preview rule" not in out
+
+
+TWO_SYNCS = """import torch
+def bench(fn, x):
+    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    fn(x)
+    start.record()
+    fn(x).item()
+    fn(x).tolist()
+    end.record()
+def other(fn, x):
+    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    fn(x)
+    start.record()
+    fn(x).item()  # kcheck: ignore[KC201] -- the sync is what this window measures
+    fn(x).item()
+    end.record()
+"""
+
+
+def test_one_finding_per_rule_and_function(tmp_path, run_kcheck, monkeypatch):
+    """Two syncs in one window are one finding with the second as a related place; another
+    function's stays apart (its other place is suppressed); --no-group reports every place."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.py").write_text(TWO_SYNCS)
+    _, out, _ = run_kcheck("check", "-o", "json", "--select", "KC201", "bench.py")
+    items = json.loads(out)
+    assert [(i["location"]["row"], i["message"].endswith("(1 more in bench: line 7)")) for i in items] == [
+        (6, True), (14, False)]
+    assert [r["location"]["row"] for r in items[0]["related"]] == [7]
+    assert ".tolist()" in items[0]["related"][0]["message"]
+    _, out, _ = run_kcheck("check", "-o", "json", "--select", "KC201", "--no-group", "bench.py")
+    assert [i["location"]["row"] for i in json.loads(out)] == [6, 7, 14]
+    _, out, _ = run_kcheck("check", "--statistics", "--select", "KC201", "bench.py")
+    assert out.split()[:2] == ["3", "KC201"]  # the statistics count places, grouped or not

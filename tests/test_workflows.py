@@ -402,7 +402,7 @@ def test_sarif_uris_fingerprints_and_fired_rules(tmp_path, run_kcheck, monkeypat
     monkeypatch.chdir(tmp_path)
     twice = BENCH + "    start.record()\n    fn(x).item()\n    end.record()\n"
     (tmp_path / "my bench#1.py").write_text(twice)
-    run = json.loads(run_kcheck("check", "--no-cache", "-o", "sarif", "my bench#1.py")[1])["runs"][0]
+    run = json.loads(run_kcheck("check", "--no-cache", "--no-group", "-o", "sarif", "my bench#1.py")[1])["runs"][0]
     uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run["results"]}
     assert uris == {"my%20bench%231.py"}
     prints = [next(iter(r["partialFingerprints"].values())) for r in run["results"]]
