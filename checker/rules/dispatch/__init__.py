@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+import libcst as cst
+
 from kcheck.claims import (
     BROAD_FAMILIES, CUDA_LIBRARY, BUILTINS, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
     is_reference_name, library_family,
@@ -123,6 +125,21 @@ class Analysis:
     unknown: list[Use]  # calls this file cannot see into: they may be the real kernel
 
 
+# A registered op's name that presents it as a kernel of its own ("fused_qkv", "fast_topk").
+PRESENTED_AS_KERNEL = re.compile(r"(^|[_:.])(fused|fuse|fast|kernel|optimi[sz]ed)([_:.]|$)", re.I)
+
+
+def _presented_as_kernel(fn: cst.FunctionDef) -> bool:
+    """Whether a registered op says it is a kernel: by its function's name or the op name its
+    registering decorator gives (``@custom_op("demo::fused_qkv")``)."""
+    names = [fn.name.value]
+    for dec in fn.decorators:
+        if type(dec.decorator) is cst.Call:
+            names += [a.value.evaluated_value for a in dec.decorator.args
+                      if type(a.value) is cst.SimpleString and isinstance(a.value.evaluated_value, str)]
+    return any(PRESENTED_AS_KERNEL.search(n) for n in names)
+
+
 def analyse(model) -> list[Analysis]:
     """Each kernel claim with what its compute path hands work to (cached on the model)."""
     cached = getattr(model, "_dispatch_analysis", None)
@@ -136,9 +153,13 @@ def analyse(model) -> list[Analysis]:
         model._dispatch_analysis = out
         return out  # a leaderboard problem's template or harness case, not a contestant's claim
     submission = bool(SUBMISSION_FILE.search(model.path))
+    solution = submission or "ModelNew" in model.classes or is_solution_file(model.path, False) or (
+        bool(model.config.kernel_paths) and model.config.is_kernel_path(model.path))
     for claim in model.kernel_claims:
         if claim.kind == "custom-op-class":
             continue  # a CustomOp's forward_cuda is the CUDA slot of a layer, not a kernel submission
+        if claim.kind == "custom-op" and not solution and not _presented_as_kernel(claim.function):
+            continue  # a library's registered op binds work for torch.compile, sharding or fakes
         if not submission and REFERENCE_DOC.search(claim.function.get_docstring() or ""):
             continue  # "Reference kernel for ...": a problem's sample submission says what it is
         uses = compute_uses(model, claim.function, claim.attrs)

@@ -31,7 +31,11 @@ class LibraryDispatchAsKernel(ClaimRule):
     `torch.autograd.Function`, and an inline extension with no `__global__` kernel whose source
     calls `cublasSgemm`, cuDNN or ATen's `at::matmul` (the library op under another name).
 
-    Not claims: the `forward_cuda` of a `CustomOp`-style layer (the layer's CUDA slot, where a
+    Not claims: a registered op in a library's own code (not a solution, submission, `ModelNew` file
+    or configured kernel path) whose name does not present it as a kernel (`fused_*`, `fast_*`,
+    `*kernel*`, `optimized`): libraries register ops to bind a vendor kernel (PyTorch's flash
+    attention, cuBLAS's scaled GEMM), to attach sharding rules or fake tensors, or to keep a torch
+    computation whole under `torch.compile`; the `forward_cuda` of a `CustomOp`-style layer (the layer's CUDA slot, where a
     library op such as cuDNN's convolution is often the deliberate choice), a registered op whose
     library call goes to FlashInfer or flash-attn (it exposes a real kernel to `torch.compile`),
     a reference solution by its file name (`ref.py`, `reference.py`, `*_ref.py`) or by its
@@ -122,7 +126,7 @@ class ModelNew(nn.Module):
 """,
         """
 import torch
-@torch.library.custom_op("mylib::attention", mutates_args=())
+@torch.library.custom_op("mylib::fused_attention", mutates_args=())
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 """,
