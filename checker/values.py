@@ -189,10 +189,17 @@ class Places:
         function = self.model.enclosing_function(node)
         if function is not None:
             names = self._function_names(function)
-            if node.value in names:
+            if node.value in names and node.value not in _nonlocals(function):
                 if names[node.value] is None and self._rebound_to_host(function, node):
                     return HOST  # ``x = x.cpu()`` above this use: the host's copy from here on
                 return names[node.value]
+            outer = self.model.enclosing_function(function)
+            if outer is not None:  # a closure's free (or nonlocal) name: the enclosing function's
+                found = self._function_names(outer).get(node.value)
+                if found is None and self._rebound_to_host(outer, node, before=_first_call(outer, function)):
+                    return HOST  # ``x = torch.tensor(...)`` above the first call of the nested function
+                if found is not None:
+                    return found
         if DEVICE_NAME.search(node.value):
             return DEVICE
         if node.value in self.constants():
@@ -222,14 +229,16 @@ class Places:
             self._constants = found | set(self.model.config.constants)
         return self._constants
 
-    def _rebound_to_host(self, function: cst.FunctionDef, use: cst.Name) -> bool:
-        """Whether the last assignment to the name written above ``use`` in its function binds a
-        host value (the names' places are joined over the whole function; this is the one
-        flow-sensitive question: a tensor copied to the host and read after the copy)."""
+    def _rebound_to_host(self, function: cst.FunctionDef, use: cst.Name, before: cst.CSTNode | None = None) -> bool:
+        """Whether the last assignment to the name written above ``use`` (or above ``before``: the
+        nested function that reads it as a closure) in ``function`` binds a host value (the names'
+        places are joined over the whole function; this is the one flow-sensitive question: a
+        tensor copied to the host and read after the copy)."""
         index = self.model.index
-        if index is None or id(use) not in index.at:
+        where = before if before is not None else use
+        if index is None or id(where) not in index.at:
             return False
-        here = index.at[id(use)]
+        here = index.at[id(where)]
         last = None
         for statement, value in self._bindings(function).get(use.value, ()):
             at = index.at.get(id(statement), -1)
@@ -428,6 +437,23 @@ class Places:
         for attr, places in values.items():
             found[attr] = join(places)
         return found
+
+
+def _first_call(outer: cst.FunctionDef, nested: cst.FunctionDef) -> cst.CSTNode:
+    """The first statement of ``outer`` that calls ``nested`` by name (when a closure reads the
+    names it shares), or its definition when ``outer`` does not call it."""
+    for stmt in walk(outer.body, into_scopes=False):
+        if isinstance(stmt, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and stmt is not nested and any(
+                type(n) is cst.Call and type(n.func) is cst.Name and n.func.value == nested.name.value
+                for n in walk(stmt, into_scopes=False)):
+            return stmt
+    return nested
+
+
+def _nonlocals(function: cst.FunctionDef) -> set[str]:
+    """The names a nested function declares ``nonlocal``: bound in the function around it."""
+    return {n.name.value for stmt in walk(function.body, into_scopes=False) if type(stmt) is cst.Nonlocal
+            for n in stmt.names}
 
 
 def _self_attribute(node: cst.CSTNode) -> bool:
