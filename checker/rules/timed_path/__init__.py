@@ -462,14 +462,17 @@ def region_calls(model, kinds: tuple[str, ...], follow: Callable | None = None
 
 def report_calls(rule, kinds: tuple[str, ...], classify: Callable, template: str | Callable) -> None:
     """Report each call in ``kinds`` regions that ``classify(call)`` names, where it is written (see
-    ``through``); ``template`` is the message, or a function of (region, call) that picks it."""
+    ``through``); ``template`` is the message, or a function of (region, call) that picks it (None:
+    not a finding in that region)."""
     model = rule.model
     seen: set[int] = set()
     for region, call, via in region_calls(model, kinds):
         what = classify(call)
-        if not what or not first_in_statement(model, call, seen):
+        if not what:
             continue
         text = template(region, call) if callable(template) else template
+        if text is None or not first_in_statement(model, call, seen):
+            continue
         rule.report(call, text.format(what=what, helper=through(model, call, via), region=region.label),
                     line=native_wait_line(rule, call))
 
