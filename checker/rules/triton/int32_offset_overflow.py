@@ -69,11 +69,13 @@ class Int32OffsetOverflow(Rule):
     - a large tensor's name on the pointer the product offsets, on the stride or size, or on
       what the module's launches of the kernel pass for them (`logits.stride(0)`, `vocab_size`,
       `kv_cache`, `k_buffer`, `hidden_states`, `hidden_size`, `embed`);
-    - a product of two runtime sizes (`b * max_len * hidden_dim`), or a row index over a
+    - a product of two runtime sizes (`b * max_len * hidden_dim`, also when the program id
+      side holds one: `(off_bh * n) * d`), or a row index over a
       batch of sequences times a row stride (`base = batch * seq_len + t`, then
       `base * row_stride`; not `bid * block_size + row`, rows of a small draft block);
     - a batch stride beside a sequence stride and a head stride (`stride_vb`, `stride_vt`,
-      `stride_vh`): each batch entry holds a sequence of per-head vectors;
+      `stride_vh`; `stride_b` beside `stride_s`; attention's `stride_qz` beside `stride_qm`
+      and `stride_qh`): each batch entry holds a sequence of per-head vectors;
     - a normalisation kernel (`norm` in its name) that loads a per-feature weight
       (`tl.load(W + cols)`): its rows are hidden vectors, tokens x hidden in all, unless the
       file shows they are a model's low-rank latent (the launches pass a `kv_lora_rank`-like
@@ -274,14 +276,7 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
             """``stride_vb`` beside ``stride_vt`` and ``stride_vh``, or ``stride_x_batch`` beside
             ``stride_x_seqlen`` and ``stride_x_head``: each batch entry holds a whole sequence of
             per-head vectors, so the batch stride is tokens x heads x features."""
-            m = re.fullmatch(r"stride_([a-z0-9]+?)_?(b|batch)", stride, re.IGNORECASE)
-            if not m:
-                return False
-            stem = "stride_" + m.group(1)
-            sibs = {p[len(stem):].lstrip("_").lower() for p in params if p.startswith(stem) and p != stride}
-            seq = any(re.fullmatch(r"t|s|l|seq|seqlen|seq_len|len|tok|tokens?", s) for s in sibs)
-            head = any(s[:1] == "h" for s in sibs)
-            return seq and head
+            return _gate_sequence_batch(stride, params)
 
         def small_buffer(n) -> bool:
             """The product offsets a partial-sum, scratch or lock buffer sized by blocks."""
@@ -323,8 +318,9 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                 words |= launched.get(name, set())
             if any(LARGE_TENSOR.search(w) and not SMALL_TENSOR.search(w) for w in words):
                 return "name:" + ",".join(sorted(w for w in words if LARGE_TENSOR.search(w)))
-            sizes = {x for x in names_in(other) & runtime if not (SMALL.search(x) or META_PARAM.search(x)
-                                                                  or re.search(r"_1$|col", x, re.IGNORECASE))}
+            # sizes over the whole product: (off_bh * n) * d multiplies two sizes as pid * (n * d) does
+            sizes = {x for x in (names_in(other) | names_in(pid_side)) & runtime - ever_pids
+                     if not (SMALL.search(x) or META_PARAM.search(x) or re.search(r"_1$|col", x, re.IGNORECASE))}
             if len(sizes) >= 2 or (names_in(pid_side) & scaled and sizes):
                 return "dims"  # pid * seq_len * stride, (b * T + t) * row_stride: two sizes multiplied
             if any(sequence_batch(x) for x in big):
@@ -503,13 +499,17 @@ def _gate_is_pid(view, expr: ast.AST, pids: set[str]) -> bool:
 
 
 def _gate_sequence_batch(stride: str, params) -> bool:
-    """``sequence_batch`` (in ``Int32OffsetOverflow._check``) over a kernel's parameter names."""
-    m = re.fullmatch(r"stride_([a-z0-9]+?)_?(b|batch)", stride, re.IGNORECASE)
+    """``stride_vb`` beside ``stride_vt`` and ``stride_vh`` (also ``stride_x_batch`` beside
+    ``stride_x_seqlen``, ``stride_b`` beside ``stride_s``, and the attention naming where the batch
+    is ``z`` and the query and key rows are ``m`` and ``n``: ``stride_qz``, ``stride_qh``,
+    ``stride_qm``): each batch entry holds a whole sequence of per-head vectors, so the batch
+    stride is tokens x heads x features. The rule and its gate read it the same way."""
+    m = re.fullmatch(r"stride_([a-z0-9]*?)_?(b|batch|z)", stride, re.IGNORECASE)
     if not m:
         return False
     stem = "stride_" + m.group(1)
     sibs = {p[len(stem):].lstrip("_").lower() for p in params if p.startswith(stem) and p != stride}
-    return any(re.fullmatch(r"t|s|l|seq|seqlen|seq_len|len|tok|tokens?", s) for s in sibs) and \
+    return any(re.fullmatch(r"t|s|l|m|n|seq|seqlen|seq_len|len|tok|tokens?", s) for s in sibs) and \
         any(s[:1] == "h" for s in sibs)
 
 
@@ -572,7 +572,7 @@ class _GateKernel:
                 pid_names = _gate_names(pid_side)
                 if any(SMALL.search(x) for x in pid_names) or not _gate_is_pid(self.view, pid_side, self.pids):
                     continue
-                if self.evidence(pid_names, big, ptrs):
+                if self.evidence(pid_names, big | (pid_names & self.runtime - self.pids), ptrs):
                     return True
         return False
 
