@@ -41,7 +41,9 @@ class LowPrecisionAccumulation(Rule):
     fp32. Values cast to 16 bits explicitly (`(x * x).to(tl.bfloat16)`: a kernel that
     reproduces a BF16 reference on purpose) do not count, nor a 16-bit accumulator every term
     of which is cast to 16 bits first, nor a kernel whose docstring or comments say it models
-    16-bit rounding on purpose (bit-exact with, or mirroring, bf16 atomics). Values that meet
+    16-bit rounding on purpose (bit-exact with, or mirroring, bf16 atomics), nor a 16-bit zero
+    tile created in a block that returns after it (written out for an empty causal block: the
+    name's later updates belong to a new accumulator). Values that meet
     an FP32 accumulator or running maximum (`tl.zeros(..., dtype=tl.float32)`, a Python float
     carried through a loop) are FP32 by promotion, and a sum masked by an equality
     (`tl.sum(tl.where(offs == j, x, 0))`) selects one element and is exact. `tl.dot` without
@@ -207,9 +209,11 @@ def k(a, b):
                 index = 1 if tl_op(self.model, value) == "zeros" else 2
                 if self._low_dtype(arg(value, index, "dtype")):
                     created[name] = value
+        reach = {name: _returning_block(self.model, call) for name, call in created.items()}
         updates: dict[str, list] = {}
         for name, value, stmt in k.assigns:
-            if name in created and self._updates(name, value, stmt, k):
+            if name in created and self._updates(name, value, stmt, k) and (
+                    reach[name] is None or any(a is reach[name] for a in self.model.ancestors(stmt))):
                 updates.setdefault(name, []).append((self._addend(name, value, stmt, k), stmt))
         selectors = _selector_names(k)
         for name, addends in updates.items():
@@ -289,6 +293,19 @@ def k(a, b):
                     if type(stmt) is cst.Assign and len(stmt.targets) == 1 and type(stmt.targets[0].target) is cst.Name \
                             and _equality(stmt.value):
                         selectors.add(stmt.targets[0].target.value)
+
+
+def _returning_block(model, node) -> cst.IndentedBlock | None:
+    """The block holding ``node``'s statement when that block returns after it (``if n_blocks <= 0:
+    acc = tl.zeros(...); tl.store(out, acc); return``): the value is dead past the block, so a
+    later ``acc += ...`` updates another accumulator of the same name."""
+    stmt = next((a for a in model.ancestors(node) if type(a) is cst.SimpleStatementLine), None)
+    block = model.parent(stmt) if stmt is not None else None
+    if type(block) is not cst.IndentedBlock:
+        return None
+    after = block.body[[id(b) for b in block.body].index(id(stmt)) + 1:]
+    returns = any(type(b) is cst.SimpleStatementLine and any(type(x) is cst.Return for x in b.body) for b in after)
+    return block if returns else None
 
 
 def _selector_names(k) -> set[str]:
