@@ -13,7 +13,9 @@ A small abstract interpretation over one kernel, in source order. Each value get
 - ``BOOL`` (comparisons) or None (unknown: a pointer argument, a literal, a call the model does not
   know).
 
-Pointer element types come from the launch site first: every launch of the kernel in the module
+A pointer cast to a typed pointer (``tl.load(p).to(tl.pointer_type(tl.int64))``, a table of
+addresses) reads that type, through the local names it is built from. Otherwise pointer element
+types come from the launch site first: every launch of the kernel in the module
 passes a tensor the host allocates with a known dtype (``torch.empty(..., dtype=torch.float32)``,
 ``.float()``, ``torch.empty_like`` of such a tensor), directly, through a parameter of the launching
 function its same-module callers fill that way, or through ``self.<attr>`` its class sets up. Then
@@ -400,6 +402,9 @@ class KernelValues:
     def _load(self, pointer, call: cst.Call | None, env: dict) -> str | None:
         if pointer is None:
             return None
+        cast = self._pointer_cast(pointer)
+        if cast is not None:  # tl.load(p.to(tl.pointer_type(tl.int64))): the cast names the element type
+            return LOADED if cast == LOW else cast
         bases = _names(pointer) & set(self.params)
         buffers = self.buffers(pointer)
         known = {self.elements[b] for b in buffers if b in self.elements}
@@ -416,6 +421,26 @@ class KernelValues:
         if any(F32_POINTER.search(n) and not SIZE_NAME.search(n) for n in buffers - bases):
             return F32  # row = state_ptr + slot * stride; tl.load(row + d): the buffer is named
         return INT if any(INT_POINTER.search(n) for n in bases) else LOADED
+
+    def _pointer_cast(self, pointer) -> str | None:
+        """The element type a pointer expression is cast to (``x.to(tl.pointer_type(tl.int64))``,
+        ``tl.cast(x, tl.pointer_type(T))``), directly or through the local names it is built from."""
+        seen: set[str] = set()
+        todo = [pointer]
+        while todo:
+            node = todo.pop()
+            if type(node) is cst.Call:
+                target = arg(node, 0, "dtype") if type(node.func) is cst.Attribute and node.func.attr.value == "to" \
+                    else arg(node, 1, "dtype") if _tl_name(self.model, node.func) == "cast" else None
+                if type(target) is cst.Call and _tl_name(self.model, target.func) == "pointer_type" and target.args:
+                    return tl_dtype(self.model, target.args[0].value)
+                if _tl_name(self.model, node.func) == "load":
+                    continue  # an index loaded from a table is not the pointer
+            if type(node) is cst.Name and node.value not in seen and node.value in self.assigned and len(seen) < 16:
+                seen.add(node.value)
+                todo.extend(self.assigned[node.value])
+            todo.extend(children(node))
+        return None
 
     def _pointer_type(self, param: str) -> str | None:
         """The element type of a pointer parameter: from the launches, else by its name."""
