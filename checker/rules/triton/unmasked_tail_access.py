@@ -29,7 +29,10 @@ class UnmaskedTailAccess(Rule):
     number of blocks: the same kernel compares offsets of that block with a runtime size
     (`mask = offs < n` used on another access, `tl.where(cols < N, ...)`: the unmasked access is
     inconsistent with it), or a launch in the module passes the block as
-    `triton.next_power_of_2(n)` or divides a runtime size by it in the grid (`triton.cdiv(n, BLOCK)`).
+    `triton.next_power_of_2(n)` or divides a runtime size by it in the grid (`triton.cdiv(n, BLOCK)`;
+    also `n // BLOCK` when the module never checks `n % BLOCK`: the grid drops the partial last
+    block, and the access would run past the end on a rounded-up grid). A grid passed by name is
+    read through what the launching function assigns to it (`grid = (n // BLOCK,)`).
     Inside a loop, the comparison must be in the same loop: a loop over full blocks whose
     ragged tail is peeled off and masked outside it (`full_end = start + n // BLOCK * BLOCK`)
     is whole. Without such evidence an unmasked access is taken to rely on a launcher guarantee (whole tiles
@@ -230,6 +233,7 @@ def fill(out, val, n):
             doc = k.fn.get_docstring() or ""
             if not (DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name)):
                 self._exact = self._checked_bounds(k, original_node)
+                self._dropped: set[str] = set()  # blocks whose grid floor-divides the size
                 self._ragged = self._launched_ragged(k)
                 self._report = False
                 self._ragged_in: dict[str, set] = {}  # bound -> innermost loops holding a ragged comparison
@@ -245,12 +249,17 @@ def fill(out, val, n):
             func = site.call.func
             if not (type(func) is cst.Subscript and self.model.dotted(func.value) == k.name):
                 continue
-            grid = cst.Module([]).code_for_node(func.slice[0].slice) if func.slice else ""
+            grid = self._grid_text(site.call)
             for a in site.call.args:
                 if a.keyword is None:
                     continue
                 kw = a.keyword.value
                 value = cst.Module([]).code_for_node(a.value)
+                dotted_value = self.model.dotted(a.value) or value
+                for m in re.finditer(r"([\w.()\[\]]+)\s*//\s*([\w.]+)", grid):
+                    if m.group(2) == value and not m.group(1).isdigit() and dotted_value not in self._divisors:
+                        ragged.add(kw)  # size // BLOCK programs, size never checked: the tail block is dropped
+                        self._dropped.add(kw)
                 if type(a.value) is cst.Call and (self.model.dotted(a.value.func) or "").endswith("next_power_of_2") \
                         and not all(type(x.value) is cst.Integer for x in a.value.args):
                     ragged.add(kw)
@@ -259,6 +268,22 @@ def fill(out, val, n):
                         if not m.group(1).strip().isdigit():
                             ragged.add(kw)
         return ragged
+
+    def _grid_text(self, call: cst.Call) -> str:
+        """The source of a launch's grid, followed by what the launching function assigns to the
+        names in it (``grid = (n // BLOCK,)``, then ``k[grid](...)``)."""
+        if not call.func.slice:
+            return ""
+        grid = call.func.slice[0].slice
+        text = cst.Module([]).code_for_node(grid)
+        fn = self.model.enclosing_function(call)
+        names = {n.value for n in nodes_under(grid) if type(n) is cst.Name}
+        if fn is not None and names:
+            for node in nodes_under(fn.body):
+                if type(node) is cst.Assign and any(type(t.target) is cst.Name and t.target.value in names
+                                                     for t in node.targets):
+                    text += " " + cst.Module([]).code_for_node(node.value)
+        return text
 
     def _note_ragged(self, node: cst.CSTNode, k, tainted: dict[str, str]) -> None:
         """``offs < n`` with offs carrying a BLOCK bound and n a runtime value: the kernel itself
@@ -422,7 +447,10 @@ def fill(out, val, n):
                           if b in self._ragged or (loop is None and b in self._ragged_in)
                           or loop in self._ragged_in.get(b, ())), None)
         if bound is not None and not self._guarded(call, k):
-            self.report(call, op=op, bound=bound, what="reads" if op == "load" else "writes")
+            what = "reads" if op == "load" else "writes"
+            if bound in self._dropped:
+                what = f"is never launched (the grid floor-divides the size) and, launched, {what}"
+            self.report(call, op=op, bound=bound, what=what)
 
     def _scratch(self, pointer: cst.CSTNode, k) -> bool:
         """A scratch buffer the launcher allocates in whole blocks (``ts_partial_ptr``, ``Mp``,
@@ -669,8 +697,27 @@ def _gate_launched_ragged(summary, k, accessed: set[str]) -> set[str]:
         out |= {kw for kw, value in passed.items()
                 if isinstance(value, ast.Call) and (dotted(value.func) or "").endswith("next_power_of_2")}
         grid = func.slice
+        if _gate_grid_divides(summary, grid):
+            out |= passed.keys()
         if grid.lineno != grid.end_lineno or any(
                 "cdiv" in (n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else "")
                 or any("cdiv" in name for name in ast_identifiers(n)) for n in ast.walk(grid)):
             out |= passed.keys()
     return out
+
+
+def _gate_grid_divides(summary, grid: ast.AST) -> bool:
+    """The grid may floor-divide a size (``n // BLOCK``), in itself or in what any function of the
+    module assigns to a name in it (``_grid_text`` reads the launching function's): looser than
+    the rule, which also wants the divisor to be the block passed and the module not to check it."""
+    if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.FloorDiv) for n in ast.walk(grid)):
+        return True
+    names = {n.id for n in ast.walk(grid) if isinstance(n, ast.Name)}
+    if not names:
+        return False
+    if summary.tree is None:
+        return True
+    return any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets)
+               and any(isinstance(m, ast.BinOp) and isinstance(m.op, ast.FloorDiv) or
+                       any("cdiv" in x for x in ast_identifiers(m)) for m in ast.walk(n.value))
+               for n in ast.walk(summary.tree))
