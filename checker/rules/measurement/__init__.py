@@ -524,3 +524,34 @@ def reads_back(region) -> bool:
     return any(type(a) is cst.AugAssign and any(
         type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "item"
         for n in nodes_under(a.value)) for node in region.nodes for a in nodes_under(node))
+
+
+# Timers that a file may call to measure: host clocks, CUDA events' elapsed_time, benchmark timers,
+# and torch.utils.benchmark / timeit.
+TIMING_LASTS = {"elapsed_time", "blocked_autorange", "adaptive_autorange"}
+
+
+def measures(model) -> bool:
+    """Whether the file takes a time itself: a timed window the model found (CUDA events, a host
+    timer, a callable given to ``do_bench``), a call of a host clock, a benchmark timer or
+    ``elapsed_time``, or a call of a project function that times (the project index's
+    ``Config.measuring``), or of a function named for timing that is not the module's own
+    (``bench_kineto``, ``timeit(fn, x)``: its body is elsewhere). A file that does none of these (a summary over stored results, a
+    leaderboard builder, a prompt template) reports figures measured elsewhere."""
+    from kcheck.project import BENCH_TIMERS, HOST_TIMERS
+    if any(r.kind in ("event-window", "bench-callable", "host-timer") for r in model.timed_regions):
+        return True
+    if model.config.measuring:
+        return True
+    for call in model.calls:
+        name = model.call_name(call) or ""
+        lst = last(name)
+        if name in HOST_TIMERS or lst in BENCH_TIMERS or lst in TIMING_LASTS or name.startswith(
+                ("timeit.", "torch.utils.benchmark.")):
+            return True
+        if model.callee(call) is None and TIMING_CALL.match(lst):
+            return True  # a timing function from elsewhere (``bench_kineto``, ``timeit(fn, x)``)
+    return False
+
+
+TIMING_CALL = re.compile(r"^_?(bench|benchmark|timeit|timed|timing|measure|profile)(_|$)", re.IGNORECASE)

@@ -8,7 +8,7 @@ import libcst as cst
 from kcheck.gate import ast_children, dotted
 from kcheck.model import LOG_METHODS, MEASUREMENT_FUNCTION, children, walk
 from kcheck.rule import Rule
-from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, nodes_under, timing
+from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, measures, nodes_under, timing
 
 SPEEDUP = re.compile(r"speed[- _]?up|\d?x faster|faster than|times faster", re.IGNORECASE)
 CHECKERS = ("assert", "verify", "check", "validate", "compare", "test_")
@@ -31,7 +31,12 @@ class SpeedupWithoutCheck(Rule):
     no call to a `verify*`/`check*`/`assert*`/`compare*` function or one with `check`, `verify`,
     `validate`, `correctness` or `sanity` among the words of its name (`sanity_check_outputs`),
     and no `assert` on values (asserts on shapes, dtypes, devices and availability do not count).
-    A check whose outcome only warns still counts: it is there and runs. Comparisons that are
+    A same-module function is judged by its body, not its name (a `test_*_perf()` that only
+    times is no check), and an `assert` that tests no computed value (`assert cfg is not None`,
+    `assert False, "..."`, `isinstance`) is none either. Only a file that takes a time itself
+    (a timed window, a host clock, a benchmark timer, or a project or library function that
+    times) is judged: a summary over a harness's stored results reports speed-ups measured, and
+    checked or not, elsewhere. A check whose outcome only warns still counts: it is there and runs. Comparisons that are
     only printed (`print(torch.allclose(a, b))`) decide nothing; the report then says so.
 
     Comparisons written by hand count too, in the code the script runs (its own `__main__` or
@@ -141,6 +146,8 @@ def benchmark(fn, baseline, x):
         return _gate_claim(summary.tree, whole)
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        if not measures(self.model):
+            return  # a summary over results measured elsewhere: the check belongs where they are measured
         checked = self._checks_output(original_node)
         if checked is True:
             return
@@ -200,16 +207,46 @@ def benchmark(fn, baseline, x):
         for n in nodes_under(module, nested=True):
             if type(n) is cst.Call:
                 name = last(model.dotted(n.func)).lower()
-                checks = is_compare(model, n, COMPARES) or name.startswith(CHECKERS) or _check_name(name)
+                # a same-module function is judged by its body (walked here too), not by its name
+                named = model.callee(n) is None and (name.startswith(CHECKERS) or _check_name(name))
+                checks = is_compare(model, n, COMPARES) or named
                 if checks and not any(type(a) is cst.Call and model.log_kind(a) for a in model.ancestors(n)):
                     return True
                 printed = printed or checks  # a comparison that is only printed decides nothing
-            elif type(n) is cst.Assert:
+            elif type(n) is cst.Assert and not _no_value_test(n.test):
                 words = {x.value for x in nodes_under(n.test) if type(x) is cst.Name}
                 words |= {x.attr.value for x in nodes_under(n.test) if type(x) is cst.Attribute}
                 if not any(w.startswith(NOT_OUTPUT_CHECKS) for w in words):
                     return True
         return "printed" if printed else False
+
+
+def _no_value_test(test: cst.BaseExpression) -> bool:
+    """An ``assert`` that tests no computed value: a literal (``assert False, "use autotune"``), a
+    test against ``None`` (``assert config is not None``) or of a type or attribute."""
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        test = test.expression
+    if type(test) is cst.Name and test.value in ("True", "False", "None") or type(test) in LITERALS:
+        return True
+    if type(test) is cst.Comparison:
+        return all(type(c.operator) in (cst.Is, cst.IsNot) and type(c.comparator) is cst.Name
+                   and c.comparator.value == "None" for c in test.comparisons)
+    return type(test) is cst.Call and type(test.func) is cst.Name and test.func.value in TYPE_TESTS
+
+
+TYPE_TESTS = {"isinstance", "issubclass", "hasattr", "callable"}
+
+
+def _ast_no_value_test(test: ast.expr) -> bool:
+    """``_no_value_test`` on the ast."""
+    if type(test) is ast.UnaryOp and type(test.op) is ast.Not:
+        test = test.operand
+    if type(test) is ast.Constant:
+        return True
+    if type(test) is ast.Compare:
+        return all(type(op) in (ast.Is, ast.IsNot) and type(c) is ast.Constant and c.value is None
+                   for op, c in zip(test.ops, test.comparators))
+    return type(test) is ast.Call and type(test.func) is ast.Name and test.func.id in TYPE_TESTS
 
 
 def _check_name(name: str) -> bool:
@@ -616,13 +653,15 @@ def _gate_checks(facts) -> bool:
     for call, _ in facts.summary.calls:
         if id(call) not in logged and (timing.last(call.func) in LOG_LASTS or not lasts(call).isdisjoint(LOG_LASTS)):
             logged.update(id(n) for n in ast.walk(call) if n is not call)
+    local = {f.name for f in facts.summary.functions}
     for call, _ in facts.summary.calls:
         if id(call) in logged:
             continue
         if lasts(call) <= COMPARES or (
-                dotted(call.func) is not None and timing.last(call.func).lower().startswith(CHECKERS)):
+                dotted(call.func) is not None and timing.last(call.func).lower().startswith(CHECKERS)
+                and timing.last(call.func) not in local):
             return True
-    return any(type(s) is ast.Assert and not any(
+    return any(type(s) is ast.Assert and not _ast_no_value_test(s.test) and not any(
         w.startswith(NOT_OUTPUT_CHECKS) for w in timing.identifiers(s.test, nested=True)) for s in facts.statements)
 
 
