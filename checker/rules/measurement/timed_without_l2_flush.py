@@ -29,8 +29,11 @@ class TimedWithoutL2Flush(Rule):
     ## What it does
     In test and benchmark code, finds CUDA-event and host-timer windows that time the same
     call repeatedly — a loop inside the window, or a window inside a loop — when the inputs do
-    not rotate with the loop variable (`xs[i % n]`) and nothing in the function or its
-    same-module helpers flushes L2 (a name with `flush`, `l2` or `clear_cache` in it). Inputs
+    not rotate with the loop variable (`xs[i % n]`) and nothing in that loop or the same-module
+    helpers it calls flushes L2 (a name with `flush`, `l2` or `clear_cache` in it; a function that
+    flushes in one loop measures there, and its other windows only size the run). A flush before
+    the loop (a cache buffer zeroed once, then warm-up and the timed loop) leaves every timed
+    iteration after the first on a warm L2, and is reported. Inputs
     that the loop body takes from the loop variable (`x, y = data_sets[i % n]`,
     `inputs_for(idx)`) rotate too. Collectives (`all_reduce`, `all_to_all`, dispatch/combine)
     are not reported: their cost is the interconnect. Only code that measures to report a number
@@ -46,7 +49,8 @@ class TimedWithoutL2Flush(Rule):
     shapes it spells out: literal dimensions, or names whose value the file gives (an argparse
     `default=`, a parameter default, a constant), as in `torch.randn(args.num_rows,
     args.num_cols, dtype=torch.float32)` with defaults 1024 and 131072 (512 MB), or expert
-    weights of `local_experts x 2 * intermediate x hidden`. An unknown dimension counts as 1, a
+    weights of `local_experts x 2 * intermediate x hidden` (not one under `if option:` with the
+    option a parameter defaulting to False, an opt-in path). An unknown dimension counts as 1, a
     name given several values as its smallest and a `dtype=` the file does not spell out as 2
     bytes, so the estimate is a lower bound for 16-bit data. Whole-model steps
     (`model_runner.decode(...)`, an inference engine's or benchmarker's `run`) stream every
@@ -89,7 +93,7 @@ class TimedWithoutL2Flush(Rule):
 
     CODE = "KC409"
     NAME = "timed-without-l2-flush"
-    MESSAGE = ("{call}() runs {times} on the same inputs with L2 never flushed: small inputs stay in L2 and the "
+    MESSAGE = ("{call}() runs {times} on the same inputs with L2 {flushed}: small inputs stay in L2 and the "
                "number is optimistic (flush L2 or rotate inputs)")
     SEVERITY = "info"
     PREVIEW = True
@@ -145,9 +149,7 @@ def bench(fn, x, iters=100):
     def gate(cls, summary, config) -> bool:
         """Necessary: a window that may be a benchmark's and time the device
         (``timing.benchmark_device_windows``: a GPU import, two ``record()`` calls, or two host-timer
-        calls and a call that may sync, in one function of benchmark code) in a function whose own
-        code names nothing with ``flush``, ``l2``, ``clear_cache`` or ``cache_clear`` in it
-        (``_flushes`` passes every window of a function that does), and there a window as the
+        calls and a call that may sync, in one function of benchmark code), and there a window as the
         model pairs it (``TimingFacts.paired_windows``) that may time the device, holds a loop or
         sits in one of the function's loops, with a call that may be timed work (one not named for
         measuring: ``MEASUREMENT_CALLS``), that reads nothing back (``reads_back``) and whose calls do not
@@ -156,9 +158,6 @@ def bench(fn, x, iters=100):
         cannot mirror, always pass."""
         facts = timing.timing_facts(summary)
         for fn in timing.benchmark_device_windows(summary):
-            names = facts.names_in(fn, "own")
-            if names is not None and any(w in n.lower() for n in names for w in FLUSH_WORDS):
-                continue
             windows = facts.paired_windows(fn)
             if windows is None:
                 return True
@@ -197,8 +196,7 @@ def bench(fn, x, iters=100):
             fn = region.function
             if type(fn) is cst.FunctionDef and HOST_OVERHEAD.search(fn.get_docstring() or ""):
                 continue  # a timing function documented as measuring host overhead
-            if id(root) in reported or not benchmark_code(model, region) or reads_back(region) \
-                    or self._flushes(root):
+            if id(root) in reported or not benchmark_code(model, region) or reads_back(region):
                 continue
             loop = next((s for s in region.nodes if type(s) in (cst.For, cst.While)), None)
             times = "repeatedly inside the timed window"
@@ -206,8 +204,11 @@ def bench(fn, x, iters=100):
                 loop = next((a for a in model.ancestors(region.nodes[0]) if type(a) in (cst.For, cst.While)
                              and model.inside(a, root)), None)
                 times = "once per timed iteration"
-            if loop is None:
-                continue
+            buffers = self._flush_buffers(root)
+            if loop is None or any(self._flushes(other, buffers) for other in nodes_under(root)
+                                   if type(other) in (cst.For, cst.While)):
+                continue  # no repeated timing, or L2 is flushed on every iteration of a loop here
+                # (a window in another loop then only sizes the measurement)
             timed = work_calls(model, region.nodes)
             if not timed:
                 continue
@@ -220,7 +221,8 @@ def bench(fn, x, iters=100):
             if self._large_inputs(region, timed):
                 continue  # expert weights or vocabulary logits: far larger than L2 already
             reported.add(id(root))
-            self.report(timed[0], call=model.dotted(timed[0].func) or "the timed call", times=times)
+            flushed = "flushed only outside the timed loop" if self._flushes(root) else "never flushed"
+            self.report(timed[0], call=model.dotted(timed[0].func) or "the timed call", times=times, flushed=flushed)
 
     def _large_inputs(self, region, timed) -> bool:
         """The timed inputs are named for tensors far larger than L2 (MoE expert weights ``w1``/``w2``,
@@ -256,6 +258,8 @@ def bench(fn, x, iters=100):
             name = self.model.qualname(call.func) or self.model.dotted(call.func) or ""
             if not name.startswith("torch.") or name.rsplit(".", 1)[-1] not in ALLOCATORS:
                 continue
+            if self._opt_in(call):
+                continue  # under ``if option:`` with the option off by default: not what runs
             dims = [a.value for a in call.args if a.keyword is None and not a.star]
             if name.endswith(("full", "normal")) or (dims and type(dims[0]) in (cst.Tuple, cst.List)):
                 dims = [e.value for e in dims[0].elements] if dims and type(dims[0]) in (cst.Tuple, cst.List) \
@@ -277,7 +281,29 @@ def bench(fn, x, iters=100):
             best = max(best, size * width)
         return best
 
-    def _flushes(self, root: cst.CSTNode) -> bool:
+    def _opt_in(self, node: cst.CSTNode) -> bool:
+        """``node`` runs only under ``if option:`` where ``option`` is a parameter of the function
+        around it that defaults to False (``high_precision=False``): an opt-in path."""
+        model = self.model
+        fn = model.enclosing_function(node)
+        if fn is None:
+            return False
+        off = {p.name.value for p in [*fn.params.params, *fn.params.kwonly_params]
+               if type(p.default) is cst.Name and p.default.value == "False"}
+        return any(type(a) is cst.If and type(a.test) is cst.Name and a.test.value in off
+                   for a in model.ancestors(node) if model.inside(a, fn))
+
+    def _flush_buffers(self, root: cst.CSTNode) -> set[str]:
+        """Names ``root`` binds to a value named for flushing (``buffer = torch.empty(flush_size)``)."""
+        out = set()
+        for n in nodes_under(root):
+            if type(n) is cst.Assign and any(
+                    any(w in (x.value if type(x) is cst.Name else x.attr.value).lower() for w in FLUSH_WORDS)
+                    for x in nodes_under(n.value) if type(x) in (cst.Name, cst.Attribute)):
+                out |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
+        return out
+
+    def _flushes(self, root: cst.CSTNode, buffers: frozenset | set = frozenset()) -> bool:
         roots = [root] + [c for c, _ in self.model.calls_in([root])]
         for r in roots:
             target = self.model.callee(r) if type(r) is cst.Call else r
@@ -285,8 +311,9 @@ def bench(fn, x, iters=100):
                 text = n.value if type(n) is cst.Name else (n.attr.value if type(n) is cst.Attribute else "")
                 if any(w in text.lower() for w in FLUSH_WORDS):
                     return True
-                if type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "zero_" \
-                        and "cache" in (self.model.dotted(n.func.value) or "").lower():
+                if type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value in ("zero_", "fill_") \
+                        and ("cache" in (self.model.dotted(n.func.value) or "").lower()
+                             or self.model.dotted(n.func.value) in buffers):
                     return True
         return False
 
