@@ -18,7 +18,9 @@ addresses) reads that type, through the local names it is built from. Otherwise 
 types come from the launch site first: every launch of the kernel in the module
 passes a tensor the host allocates with a known dtype (``torch.empty(..., dtype=torch.float32)``,
 ``.float()``, ``torch.empty_like`` of such a tensor), directly, through a parameter of the launching
-function its same-module callers fill that way, or through ``self.<attr>`` its class sets up. Then
+function its same-module callers fill that way, or through ``self.<attr>`` its class sets up. A
+launch through a table the module registers the kernel in counts too (``k = _build();
+k.combine[grid](...)`` with ``types.SimpleNamespace(combine=_combine)``, ``KERNELS["norm"][grid]``). Then
 from the load itself (``other=-1`` is an integer sentinel) and the pointer's names (ids, counts and
 offsets are integers; partials, scratch, statistics and scales are kept in fp32).
 
@@ -482,23 +484,59 @@ def launch_dtypes(model, fn: cst.FunctionDef) -> dict[str, str]:
     order = [p.name.value for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]]
     seen: dict[str, list[str | None]] = {}
     host = _Host(model)
-    for site in model.launch_sites.values():
-        func = site.call.func
-        if not (type(func) is cst.Subscript and model.dotted(func.value) == name):
+    aliases = _registered_as(model, name)
+    for call in model.calls:  # every ``kernel[grid](...)``, also one through a table of kernels
+        func = call.func
+        if not (type(func) is cst.Subscript and _launches(model, func.value, name, aliases)):
             continue
-        where = model.enclosing_function(site.call)
+        where = model.enclosing_function(call)
         passed, positional = {}, []
-        for a in site.call.args:
+        for a in call.args:
             if a.star:
                 break  # ``*x.stride()``: the positions after it are unknown
             if a.keyword is None:
                 positional.append(a.value)
         passed.update(zip(order, positional))
-        passed.update({a.keyword.value: a.value for a in site.call.args if a.keyword is not None})
+        passed.update({a.keyword.value: a.value for a in call.args if a.keyword is not None})
         for p in order:
             value = passed.get(p)
             seen.setdefault(p, []).append(host.dtype(value, where, 2, frozenset()) if value is not None else None)
     return {p: ts[0] for p, ts in seen.items() if ts and ts[0] is not None and all(t == ts[0] for t in ts)}
+
+
+def _registered_as(model, name: str) -> set[str]:
+    """The names the module registers kernel ``name`` under: a keyword of a call
+    (``types.SimpleNamespace(combine=_combine)``, ``dict(combine=_combine)``) or a string key of a
+    dict literal (``{"combine": _combine}``), a table of kernels the launches look up."""
+    table = model.__dict__.get("_triton_registry")
+    if table is None:
+        table = model.__dict__["_triton_registry"] = {}
+        for node in walk(model.module) if model.module is not None else ():
+            if type(node) is cst.Call:
+                pairs = [(a.keyword.value, a.value) for a in node.args if a.keyword is not None]
+            elif type(node) is cst.Dict:
+                pairs = [(el.key.evaluated_value, el.value) for el in node.elements
+                         if type(el) is cst.DictElement and type(el.key) is cst.SimpleString]
+            else:
+                continue
+            for alias, value in pairs:
+                if type(value) is cst.Name and isinstance(alias, str):
+                    table.setdefault(value.value, set()).add(alias)
+    return table.get(name, set())
+
+
+def _launches(model, launched, name: str, aliases: set[str]) -> bool:
+    """``name[grid](...)``, or a launch through the table the kernel is registered in
+    (``k.combine[grid](...)``, ``KERNELS["combine"][grid](...)``)."""
+    if model.dotted(launched) == name:
+        return True
+    if type(launched) is cst.Attribute:
+        return launched.attr.value in aliases
+    if type(launched) is cst.Subscript and len(launched.slice) == 1:
+        key = launched.slice[0].slice
+        return type(key) is cst.Index and type(key.value) is cst.SimpleString \
+            and key.value.evaluated_value in aliases
+    return False
 
 
 class _Host:

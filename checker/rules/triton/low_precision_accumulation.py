@@ -32,7 +32,8 @@ class LowPrecisionAccumulation(Rule):
     handles FP16/BF16 data. What each value holds comes from the Triton value model
     (`kcheck.triton_values`): a load's element type is what every launch of the kernel in the
     module passes (`torch.empty(..., dtype=torch.float32)`, `.float()`, directly, through a
-    helper's parameter or through an attribute its class sets up), else integers by the load
+    helper's parameter or through an attribute its class sets up; launched by name or through a
+    table of kernels, `k.combine[grid](...)` beside `SimpleNamespace(combine=_combine)`), else integers by the load
     (`other=-1`) or the pointer's names (ids, counts, offsets), fp32 by the names of buffers
     kernels keep in FP32 (partials, scratch, sums, maxima, statistics, scales, also through a
     local row pointer such as `row = state_ptr + slot * stride`). The type survives reshapes
