@@ -25,8 +25,13 @@ class AssertOrRaiseWhereFallbackBelongs(Rule):
     with a constant: a supported set, a size limit, an alignment. Checks that compare two
     arguments with each other (`a.dtype == b.dtype`), checks on output buffers and on index
     dtypes (`int64`, `uint8`), and dtype checks that accept fp32, fp16 and bf16 alike are contract
-    checks and are left alone. A claim is reported once,
-    at its first such check, with the number of checks.
+    checks and are left alone. A check whose way out lies elsewhere is left alone too: one in a
+    branch of an `if` on the function's own flag whose both branches check the input
+    (`if allow_fp32: assert ... else: assert ...`: the caller picks the contract), and a device check in a function registered with torch's
+    dispatcher for a dispatch key (`lib.impl("aten::mean.dim", fn, "CUDA")`, `@torch.library.impl`:
+    the dispatcher sends other devices' tensors to other implementations) or in a helper whose
+    every same-module caller is so registered or tests the device first. A claim is reported
+    once, at its first such check, with the number of checks.
 
     Low-level op wrappers outside such a claim (including ops registered with
     `direct_register_custom_op` or `torch.library` so that `torch.compile` can trace them,
@@ -146,6 +151,7 @@ class PagedAttention:
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
+        registered = _registered_impls(model)
         for disp in dispatchers(model):
             found = []  # (node to report, "assert"/"raise", kinds)
             for node in _walk(disp.function.body):
@@ -160,7 +166,10 @@ class PagedAttention:
                 else:
                     continue
                 kinds = support_checks(model, test)
-                if kinds and disp.before_last_site(node) and not _in_handler(model, node):
+                if "device" in kinds and _device_settled(model, disp.function, registered):
+                    kinds = kinds - {"device"}  # the dispatcher or every caller settled the device first
+                if kinds and disp.before_last_site(node) and not _in_handler(model, node) \
+                        and not _caller_chooses(model, node, disp.function):
                     found.append((where, stmt, kinds))
             if not found:
                 continue
@@ -174,3 +183,70 @@ class PagedAttention:
 
 def _in_handler(model, node) -> bool:
     return any(type(a) is cst.ExceptHandler for a in model.ancestors(node))
+
+
+def _caller_chooses(model, node, function: cst.FunctionDef) -> bool:
+    """Whether the check lies in a branch of an ``if`` on one of the function's own parameters
+    whose both branches check the input (``if allow_fp32: assert ... else: assert ...``): the
+    caller picks the contract with that flag. A flag that picks another algorithm, with a check on
+    one side only (``if sparse: raise ...``), still owes a fallback."""
+    params = function.params
+    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    for a in model.ancestors(node):
+        if a is function:
+            return False
+        if type(a) is cst.If:
+            test = a.test.expression if type(a.test) is cst.UnaryOperation and type(a.test.operator) is cst.Not \
+                else a.test
+            if type(test) is cst.Name and test.value in names and a.orelse is not None \
+                    and _checks(a.body) and _checks(a.orelse.body):
+                return True  # the flag switches between two checked contracts
+    return False
+
+
+def _checks(block) -> bool:
+    return any(type(n) in (cst.Assert, cst.Raise) for n in _walk(block))
+
+
+REGISTRARS = {"impl", "register_kernel"}
+
+
+def _device_settled(model, function: cst.FunctionDef, registered: set[str]) -> bool:
+    """Whether the device is settled before ``function`` runs: it is registered for a dispatch key
+    (the dispatcher routes by device), or it is a helper whose every same-module caller is so
+    registered or tests the device itself before the call (an assert, a raise, a branch)."""
+    if function.name.value in registered:
+        return True
+    calls = [c for c in model.calls if model.callee(c) is function]
+    return bool(calls) and all(_settles_device(model, c, registered) for c in calls)
+
+
+def _settles_device(model, call: cst.Call, registered: set[str]) -> bool:
+    caller = model.enclosing_function(call)
+    if caller is None:
+        return False
+    if caller.name.value in registered:
+        return True
+    for node in _walk(caller.body):
+        if node is call:
+            return False
+        if type(node) in (cst.Assert, cst.If) and "device" in support_checks(model, node.test):
+            return True
+    return False
+
+
+def _registered_impls(model) -> set[str]:
+    """Names of the functions registered with torch's dispatcher for a dispatch key: passed to
+    ``lib.impl(op, fn, key)`` or ``register_kernel(op, key, fn)``, or decorated with
+    ``@torch.library.impl(op, key)`` / ``@op.register_kernel(key)``."""
+    out: set[str] = set()
+    for call in model.calls:
+        last = (model.dotted(call.func) or "").split(".")[-1]
+        if last in REGISTRARS and len(call.args) >= 3:
+            out.update(a.value.value for a in call.args[1:] if type(a.value) is cst.Name
+                       and a.value.value in model.functions)
+    for name, defs in model.functions.items():
+        for dec in (d.decorator for fn in defs for d in fn.decorators):
+            if type(dec) is cst.Call and (model.dotted(dec.func) or "").split(".")[-1] in REGISTRARS and dec.args:
+                out.add(name)
+    return out
