@@ -32,7 +32,8 @@ class UnmaskedTailAccess(Rule):
     `triton.next_power_of_2(n)` or divides a runtime size by it in the grid (`triton.cdiv(n, BLOCK)`;
     also `n // BLOCK` when the module never checks `n % BLOCK`: the grid drops the partial last
     block, and the access would run past the end on a rounded-up grid). A grid passed by name is
-    read through what the launching function assigns to it (`grid = (n // BLOCK,)`).
+    read through what the launching function assigns to it (`grid = (n // BLOCK,)`), and a grid name
+    that is a parameter of the launching function through what its callers pass (`launch(x, n // BLOCK)`).
     Inside a loop, the comparison must be in the same loop: a loop over full blocks whose
     ragged tail is peeled off and masked outside it (`full_end = start + n // BLOCK * BLOCK`)
     is whole. Without such evidence an unmasked access is taken to rely on a launcher guarantee (whole tiles
@@ -278,11 +279,22 @@ def fill(out, val, n):
         text = cst.Module([]).code_for_node(grid)
         fn = self.model.enclosing_function(call)
         names = {n.value for n in nodes_under(grid) if type(n) is cst.Name}
-        if fn is not None and names:
-            for node in nodes_under(fn.body):
-                if type(node) is cst.Assign and any(type(t.target) is cst.Name and t.target.value in names
-                                                     for t in node.targets):
-                    text += " " + cst.Module([]).code_for_node(node.value)
+        if fn is None or not names:
+            return text
+        extra, more = _assigned_text(fn, names)
+        text += extra
+        ps = fn.params
+        params = [p.name.value for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]]
+        for name in (names | more) & set(params):  # ``def launch(x, n_blocks): k[(n_blocks,)](...)``
+            index = params.index(name) - (1 if params[0] in ("self", "cls") else 0)
+            for caller in self.model.callers(fn):
+                value = arg(caller, index, name)
+                if value is None:
+                    continue
+                text += " " + cst.Module([]).code_for_node(value)
+                outer = self.model.enclosing_function(caller)
+                if outer is not None:  # ``n_blocks = x.numel() // BLOCK; launch(x, n_blocks)``
+                    text += _assigned_text(outer, {n.value for n in nodes_under(value) if type(n) is cst.Name})[0]
         return text
 
     def _note_ragged(self, node: cst.CSTNode, k, tainted: dict[str, str]) -> None:
@@ -590,6 +602,17 @@ def fill(out, val, n):
             if type(anc) in (cst.If, cst.IfExp) and names_in(anc.test) & fixed:
                 return True
         return False
+
+
+def _assigned_text(fn: cst.FunctionDef, names: set[str]) -> tuple[str, set[str]]:
+    """The source of what ``fn`` assigns to ``names``, and the names those values read."""
+    text, read = "", set()
+    for node in nodes_under(fn.body):
+        if type(node) is cst.Assign and any(type(t.target) is cst.Name and t.target.value in names
+                                             for t in node.targets):
+            text += " " + cst.Module([]).code_for_node(node.value)
+            read |= {n.value for n in nodes_under(node.value) if type(n) is cst.Name}
+    return text, read
 
 
 def _gate_unmasked(call: ast.Call, op: str) -> bool:
