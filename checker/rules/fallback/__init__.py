@@ -18,11 +18,15 @@ import libcst as cst
 
 from kcheck.claims import BUILTINS, _walk, in_kernel_module, is_reference_name
 from kcheck.gate import ast_children, by_name, reachable
+from kcheck.model import walk
 from kcheck.project import OTHER_PLATFORM, TEST_PATH
 from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
 
 # Text every file with a launch or dispatch site contains (a Triton launch ends in ``](``).
-DISPATCH_TEXT = r"\]\s*\(|torch\.ops\.|_custom_ops|sgl_kernel|cpp_extension|\b_C\b"
+# and every name :func:`kernel_module` takes for a kernel module, whose functions are entry points.
+DISPATCH_TEXT = (r"\]\s*\(|torch\.ops\.|_custom_ops|sgl_kernel|cpp_extension|\b_C\b|kernel|ops\b|ext|fused_|triton"
+                 r"|_cuda|_cu\b|csrc|aiter|flash|deep_|xformers|apex|transformer_engine|fbgemm|mamba|conv1d|cudnn"
+                 r"|quack|fla\b|bitsandbytes|gemlite")
 DTYPES = {"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "uint8", "int32",
           "int64", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "bool"}
 DEVICE_ATTRS = {"is_cuda", "is_xpu", "is_cpu", "is_mps", "device"}
@@ -71,8 +75,8 @@ def _launch_like(facts, call: ast.Call, function, kernels: set[str], extensions:
     if extensions and (parts[0] in extensions and len(parts) >= 2 and parts[0] not in facts.aliases
                        or parts[0] == "self" and len(parts) >= 2):
         return True  # ext.fn(...), self.ext.fn(...), self.fn(...) bound to an inline extension
-    return (dotted(func) or "").split(".")[0] in facts.aliases and not name.startswith("torch.") and \
-        in_kernel_module(name)
+    return (dotted(func) or "").split(".")[0] in facts.aliases and not name.startswith("torch.") and (
+        in_kernel_module(name) or imported_kernel(name))
 
 
 def _may_launch(summary) -> bool:
@@ -86,7 +90,7 @@ def _may_launch(summary) -> bool:
     ):
         return True
     return any(any(w in i for w in ("torch.ops", "_custom_ops", "sgl_kernel", "cpp_extension", "_C"))
-               or i.rsplit(".", 1)[-1] in TRITON_LAST for i in summary.imports)
+               or i.rsplit(".", 1)[-1] in TRITON_LAST or kernel_module(i) for i in summary.imports)
 
 
 def gate_dispatch(summary) -> GateDispatch:
@@ -146,7 +150,12 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
     if config.kernel_paths and config.is_kernel_path(summary.path):
         return None
     names = summary.function_names()
-    if "forward_cuda" not in names and ("forward" not in names or NO_FALLBACK_OWED.search(summary.path)):
+    patched = set() if NO_FALLBACK_OWED.search(summary.path) else {
+        stmt.value.id for stmt in ast.walk(summary.tree) if isinstance(stmt, ast.Assign)
+        and isinstance(stmt.value, ast.Name) and any(
+            isinstance(t, ast.Attribute) and t.attr in PATCHED_METHODS for t in stmt.targets)}
+    if "forward_cuda" not in names and not patched and (
+            "forward" not in names or NO_FALLBACK_OWED.search(summary.path)):
         return set()
     dispatching = gate_dispatch(summary).dispatchers
     if not dispatching:
@@ -160,6 +169,7 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
         if "forward" in methods and bases & ENTRY_BASES and cls.name not in SOLUTION_CLASSES \
                 and not NO_FALLBACK_OWED.search(summary.path):
             roots.add("forward")
+    roots |= patched
     return dispatching & reachable(summary, roots, 3, _skip) if roots else set()
 
 
@@ -217,7 +227,7 @@ def broad_except_gate(summary) -> bool:
 # (``aiter.init_custom_qr(...)``) sets them up or runs them.
 KERNEL_LIBRARY = re.compile(
     r"^(aiter|flash_attn|flashinfer|deep_gemm|deep_ep|sgl_kernel|flash_mla|xformers|apex|transformer_engine"
-    r"|fbgemm_gpu|mamba_ssm|causal_conv1d|cudnn|quack|liger_kernel|vllm_flash_attn|fla)(\.|$)")
+    r"|fbgemm_gpu|mamba_ssm|causal_conv1d|cudnn|quack|liger_kernel|vllm_flash_attn|fla|bitsandbytes|gemlite)(\.|$)")
 KERNEL_MODULE = re.compile(
     r"(^|\.)(_C|_?[a-z0-9_]*_?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
     r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu|fused_[a-z0-9_]+)(\.|$)|" + KERNEL_LIBRARY.pattern)
@@ -233,6 +243,36 @@ KERNEL_LOADERS = {"load_inline": "load_inline", "load": "cpp_extension.load", "l
 # VLLM_LOGGING_LEVEL and SGLang's --log-level default to it): anything above debug.
 VISIBLE_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
                    "critical", "info", "info_once", "print_info_once"}
+
+
+# Calls that import a module named by a string (``importlib.import_module(f"pkg.kernels.{device}")``).
+DYNAMIC_IMPORTS = {"import_module", "__import__"}
+
+
+def dynamic_import(arg) -> str | None:
+    """The module a dynamic import names (a string, or an f-string whose fields are left out, as
+    ``pkg.kernels.*``) when it is a kernel module, else None (libcst)."""
+    if type(arg) is cst.SimpleString:
+        text = str(arg.evaluated_value)
+    elif type(arg) is cst.FormattedString:
+        text = "".join(p.value if type(p) is cst.FormattedStringText else "*" for p in arg.parts)
+    else:
+        return None
+    return text if kernel_module(text.replace("*", "").rstrip(".") or "_") else None
+
+
+def imported_kernel(name: str) -> bool:
+    """Whether a qualified call name is a function imported from a kernel module or library
+    (``from .kernels.swiglu import run``; ``flash_attn.flash_attn_func``): an entry point of a
+    kernel written in another module. Classes, queries (``get_*``, ``is_*``) and dunders are not."""
+    module, _, last = name.rpartition(".")
+    if not module.strip(".") or not last or last[0].isupper() or last.startswith("__") or QUERY_NAME.match(last):
+        return False
+    return kernel_module(module)
+
+
+# A library call that asks rather than sets up: the chip (``get_gfx()``), a capability, a version.
+QUERY_NAME = re.compile(r"^_*(get|is|has|can|supports?|check|query)_")
 
 
 def kernel_module(name: str) -> bool:
@@ -271,10 +311,17 @@ def loads_kernel_ast(node: ast.AST, builders: set[str] = frozenset()) -> str | N
                     return alias.name
         elif isinstance(n, ast.ImportFrom):
             mod = "." * n.level + (n.module or "")
-            if kernel_module(mod) or (n.module is None and any(kernel_module(a.name) for a in n.names)):
+            if kernel_module(mod) or any(kernel_module(f"{mod}.{a.name}" if n.module else a.name) for a in n.names):
                 return mod or n.names[0].name
         elif isinstance(n, ast.Call) and ((dotted(n.func) or "").split(".")[-1] in KERNEL_LOADERS):
             return (dotted(n.func) or "") + "()"  # looser than the rule: any receiver
+        elif isinstance(n, ast.Call) and (dotted(n.func) or "").split(".")[-1] in DYNAMIC_IMPORTS and n.args:
+            arg = n.args[0]
+            text = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else "".join(
+                v.value for v in arg.values if isinstance(v, ast.Constant) and isinstance(v.value, str)
+            ) if isinstance(arg, ast.JoinedStr) else ""
+            if text and kernel_module(text.rstrip(".") or "_"):
+                return text  # looser than the rule: the f-string's text with its fields left out
     return None
 
 
@@ -402,6 +449,14 @@ def _all_dispatchers(model) -> list[Dispatcher]:
             continue
         entry = direct.setdefault(id(fn), (fn, [], launch.name))
         entry[1].append(launch.call)
+    for call in model.calls:  # calls of kernels imported from other modules
+        name = model.call_name(call) or ""
+        fn = model.enclosing_function(call)
+        if fn is None or fn in model.triton_kernels or id(call) in model.launch_sites or \
+                (model.dotted(call.func) or "").split(".")[0] not in model.imports or not imported_kernel(name):
+            continue
+        entry = direct.setdefault(id(fn), (fn, [], name))
+        entry[1].append(call)
     found = dict(direct)
     local_calls = [(c, t) for c in model.calls if (t := model.callee(c)) is not None]
     for _ in range(2):  # callers of dispatching helpers, two levels up
@@ -446,9 +501,15 @@ NO_FALLBACK_OWED = re.compile(
     r"|(^|/)(test_[^/]*|[^/]*_test|conftest|bench[^/]*)\.py$|" + OTHER_PLATFORM.pattern)
 
 
+# A function patched in as a class's method (``Qwen3MLP.forward = _mlp_forward_fused``) replaces
+# that class's forward for every model that uses it: an entry point as much as a written forward.
+PATCHED_METHODS = {"forward"}
+
+
 def entry_points(model) -> list[cst.FunctionDef]:
     """The ``forward`` methods of ``nn.Module`` and autograd ``Function`` classes that dispatch to a
-    specialised kernel (:data:`ENTRY_BASES`)."""
+    specialised kernel (:data:`ENTRY_BASES`), and the module's functions patched in as a class's
+    ``forward`` (:data:`PATCHED_METHODS`)."""
     if NO_FALLBACK_OWED.search(model.path):
         return []
     dispatching = {id(d.function) for d in dispatchers(model, claimed=False)}
@@ -461,6 +522,11 @@ def entry_points(model) -> list[cst.FunctionDef]:
         for stmt in cls.body.body:
             if type(stmt) is cst.FunctionDef and stmt.name.value == "forward" and id(stmt) in dispatching:
                 found.append(stmt)
+    for node in walk(model.module):
+        if type(node) is cst.Assign and type(node.value) is cst.Name and any(
+                type(t.target) is cst.Attribute and t.target.attr.value in PATCHED_METHODS for t in node.targets):
+            found += [fn for fn in model.functions.get(node.value.value, ())
+                      if id(fn) in dispatching and model.parent(fn) is model.module]
     return found
 
 

@@ -9,7 +9,7 @@ from kcheck.rule import Rule
 from kcheck.model import walk
 from kcheck.project import TEST_PATH
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, KERNEL_LIBRARY, KERNEL_LOADERS, PROBE_NAME, broad_except_gate, dispatchers, is_announcer, kernel_import_gate, kernel_module,
+    BROAD_EXCEPTIONS, DYNAMIC_IMPORTS, KERNEL_LIBRARY, KERNEL_LOADERS, PROBE_NAME, QUERY_NAME, broad_except_gate, dispatchers, dynamic_import, is_announcer, kernel_import_gate, kernel_module,
     statements, warns,
 )
 
@@ -172,13 +172,16 @@ def moe(x, w):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
+        reported: set[int] = set()
         for disp in dispatchers(model, claimed=False):
             for node in _walk(disp.function.body):
                 if type(node) is not cst.Try or not disp.dispatches(statements(node.body)):
                     continue
                 for handler in node.handlers:
                     caught = _broad(model, handler)
-                    if caught and not _reraises(handler) and _falls_back(model, handler, node):
+                    if caught and not _reraises(handler) and _falls_back(model, handler, node) \
+                            and id(handler) not in reported:
+                        reported.add(id(handler))
                         self.report(handler, handler=caught, kernel=disp.label)
         for node in () if TEST_PATH.search(model.path) else walk(original_node):  # a test's import guard skips tests
             if type(node) is not cst.Try:
@@ -193,7 +196,7 @@ def moe(x, w):
             for handler in node.handlers:
                 caught = _broad(model, handler)
                 body = statements(handler.body)
-                if caught and not _reraises(handler) and not warns(
+                if caught and id(handler) not in reported and not _reraises(handler) and not warns(
                     model, body
                 ) and not _keeps_error(model, handler) and not _returns_reason(handler) \
                         and not _nothing_to_fall_back_to(model, node, handler):
@@ -212,12 +215,19 @@ def _loads_kernel(model, body) -> str | None:
             elif type(node) is cst.ImportFrom:
                 mod = "." * len(node.relative) + (model.dotted(node.module) or "" if node.module is not None else "")
                 names = [] if type(node.names) is cst.ImportStar else [model.dotted(a.name) or "" for a in node.names]
-                if kernel_module(mod) or (node.module is None and any(kernel_module(n) for n in names)):
-                    return f"the import of `{mod or names[0]}`"
+                if kernel_module(mod):
+                    return f"the import of `{mod}`"
+                sub = next((n for n in names if kernel_module(f"{mod}.{n}" if node.module is not None else n)), None)
+                if sub is not None:  # ``from vllm import _custom_ops as ops``
+                    return f"the import of `{mod + '.' if node.module is not None else mod}{sub}`"
             elif type(node) is cst.Call:
                 name = model.call_name(node) or ""
                 if _loader(name):
                     return f"`{model.dotted(node.func)}()`"
+                dynamic = dynamic_import(node.args[0].value if node.args else None) \
+                    if name.split(".")[-1] in DYNAMIC_IMPORTS else None
+                if dynamic:
+                    return f"the import of `{dynamic}`"
                 if "." in name and KERNEL_LIBRARY.match(name) and not _own_package(model, name) \
                         and not QUERY_NAME.match(name.rsplit(".", 1)[-1]):
                     return f"`{name}()`"
@@ -226,8 +236,6 @@ def _loads_kernel(model, body) -> str | None:
     return None
 
 
-# A library call that asks rather than sets up: the chip (``get_gfx()``), a capability, a version.
-QUERY_NAME = re.compile(r"^_*(get|is|has|can|supports?|check|query)_")
 
 
 def _own_package(model, name: str) -> bool:
@@ -297,12 +305,40 @@ def _nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) -
     module_level = model.parent(node) is model.module
     if imported and module_level and all(_stub_before(model, node, name) for name in imported):
         return True
-    uses = [n for name in imported | flags for n in model.names_of(name) if not model.inside(n, node)]
+    scope = model.enclosing_function(node)
+    uses = [n for name in imported | flags for n in model.names_of(name)
+            if not model.inside(n, node) and _same_binding(model, n, scope)]
     if not uses:
         return False
     if all(n.value in imported and _as_type(model, n) or n.value in flags and _refuses(model, n) for n in uses):
         return True
+    if scope is not None and any(type(small) in (cst.Return, cst.Raise) for s in statements(handler.body)
+                                 if type(s) is cst.SimpleStatementLine for small in s.body):
+        return False  # the function's later uses run only when the import worked; the handler's answer is the fallback
     return _used_unguarded(model, handler, imported, flags, uses)
+
+
+def _same_binding(model, n: cst.Name, scope) -> bool:
+    """Whether a use of a name refers to what the ``try`` bound: inside the same function for a
+    ``try`` in a function; for one at module level, not in a function that binds the name itself
+    (``from aiter import f`` again inside a method is another binding)."""
+    if scope is not None:
+        return model.inside(n, scope)
+    fn = model.enclosing_function(n)
+    return fn is None or n.value not in _local_bindings(model, fn)
+
+
+def _local_bindings(model, fn: cst.FunctionDef) -> set[str]:
+    cache = model.__dict__.setdefault("_fallback_local_bindings", {})
+    found = cache.get(id(fn))
+    if found is None:
+        found = cache[id(fn)] = set()
+        for n in _walk(fn.body):
+            if type(n) in (cst.Import, cst.ImportFrom) and type(n.names) is not cst.ImportStar:
+                found.update((model.dotted(a.asname.name if a.asname else a.name) or "").split(".")[0] for a in n.names)
+            elif type(n) is cst.AssignTarget and type(n.target) is cst.Name:
+                found.add(n.target.value)
+    return found
 
 
 def _used_unguarded(model, handler: cst.ExceptHandler, imported: set[str], flags: set[str], uses: list) -> bool:
