@@ -221,8 +221,11 @@ def bench(fn, x, iters=100):
             if self._large_inputs(region, timed):
                 continue  # expert weights or vocabulary logits: far larger than L2 already
             reported.add(id(root))
-            flushed = "flushed only outside the timed loop" if self._flushes(root) else "never flushed"
-            self.report(timed[0], call=model.dotted(timed[0].func) or "the timed call", times=times, flushed=flushed)
+            site = self._flushes(root, buffers)
+            flushed = "flushed only outside the timed loop" if site is not None else "never flushed"
+            related = ((site, "L2 flushed here, outside the timed loop"),) if site is not None else ()
+            self.report(timed[0], call=model.dotted(timed[0].func) or "the timed call", times=times, flushed=flushed,
+                        related=related)
 
     def _large_inputs(self, region, timed) -> bool:
         """The timed inputs are named for tensors far larger than L2 (MoE expert weights ``w1``/``w2``,
@@ -303,19 +306,20 @@ def bench(fn, x, iters=100):
                 out |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
         return out
 
-    def _flushes(self, root: cst.CSTNode, buffers: frozenset | set = frozenset()) -> bool:
+    def _flushes(self, root: cst.CSTNode, buffers: frozenset | set = frozenset()) -> cst.CSTNode | None:
+        """The first node under ``root`` (or in the helpers it calls) that flushes L2, else None."""
         roots = [root] + [c for c, _ in self.model.calls_in([root])]
         for r in roots:
             target = self.model.callee(r) if type(r) is cst.Call else r
             for n in nodes_under(target if target is not None else r):
                 text = n.value if type(n) is cst.Name else (n.attr.value if type(n) is cst.Attribute else "")
                 if any(w in text.lower() for w in FLUSH_WORDS):
-                    return True
+                    return n
                 if type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value in ("zero_", "fill_") \
                         and ("cache" in (self.model.dotted(n.func.value) or "").lower()
                              or self.model.dotted(n.func.value) in buffers):
-                    return True
-        return False
+                    return n
+        return None
 
 
 def _may_work(call: ast.Call) -> bool:
