@@ -28,7 +28,7 @@ import libcst as cst
 
 from kcheck.claims import in_kernel_module
 from kcheck.gate import ast_nodes, dotted, import_bindings, reachable
-from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH
+from kcheck.model import BENCH_TIMERS, HOST_TIMERS, MEASUREMENT_FUNCTION, MEASUREMENT_PATH
 from kcheck.rules.triton import arg, nodes_under  # noqa: F401 - shared helpers, re-exported
 
 SCOPE_CALLS = {"assert_close", "allclose", "do_bench"}
@@ -536,9 +536,9 @@ def measures(model) -> bool:
     timer, a callable given to ``do_bench``), a call of a host clock, a benchmark timer or
     ``elapsed_time``, or a call of a project function that times (the project index's
     ``Config.measuring``), or of a function named for timing that is not the module's own
-    (``bench_kineto``, ``timeit(fn, x)``: its body is elsewhere). A file that does none of these (a summary over stored results, a
-    leaderboard builder, a prompt template) reports figures measured elsewhere."""
-    from kcheck.project import BENCH_TIMERS, HOST_TIMERS
+    (``bench_kineto``, ``time_variant``, ``timeit(fn, x)``: its body is elsewhere). A file that
+    does none of these (a summary over stored results, a leaderboard builder, a prompt template)
+    reports figures measured elsewhere."""
     if any(r.kind in ("event-window", "bench-callable", "host-timer") for r in model.timed_regions):
         return True
     if model.config.measuring:
@@ -554,4 +554,4 @@ def measures(model) -> bool:
     return False
 
 
-TIMING_CALL = re.compile(r"^_?(bench|benchmark|timeit|timed|timing|measure|profile)(_|$)", re.IGNORECASE)
+TIMING_CALL = re.compile(r"^_?(bench|benchmark|time|timeit|timed|timing|measure|profile)(_|$)", re.IGNORECASE)
