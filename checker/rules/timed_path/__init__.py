@@ -774,3 +774,28 @@ def _names_flag(test: cst.CSTNode) -> bool:
 
     return any(type(n) is cst.Name and DEBUG_FLAG.search(n.value) or type(n) is cst.Attribute
                and DEBUG_FLAG.search(n.attr.value) for n in walk(test))
+
+
+def cpu_device_branch(model, node: cst.CSTNode) -> bool:
+    """Whether ``node`` sits in the body of ``if device_type == "cpu":`` (any name or attribute
+    spelled with ``device``): code that runs only when the work is on the CPU."""
+    child = node
+    for anc in model.ancestors(node):
+        if type(anc) in (cst.FunctionDef, cst.Lambda):
+            return False
+        if type(anc) is cst.If and child is anc.body and _names_cpu_device(anc.test):
+            return True
+        child = anc
+    return False
+
+
+def _names_cpu_device(test: cst.CSTNode) -> bool:
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    left = test.left
+    name = left.value if type(left) is cst.Name else left.attr.value if type(left) is cst.Attribute else ""
+    if type(left) is cst.Attribute and name == "type" and type(left.value) in (cst.Name, cst.Attribute):
+        name = "device"  # ``x.device.type == "cpu"``
+    return "device" in name and type(target.operator) is cst.Equal and type(target.comparator) is cst.SimpleString \
+        and target.comparator.evaluated_value == "cpu"

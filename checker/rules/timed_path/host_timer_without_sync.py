@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import file_view, gpu_work
+from kcheck.rules.timed_path import cpu_device_branch, file_view, gpu_work
 
 # Text of a file that can put work on a GPU.
 GPU_TEXT = re.compile(r"cuda|gpu|device|accelerator|triton|xpu|\bhip\b|Event", re.I)
@@ -32,7 +32,8 @@ class HostTimerWithoutSync(Rule):
     that operation, syncs included. `do_bench`-style timers count everywhere. A file that never
     names a GPU (no `cuda`, `device`, `gpu`, `accelerator`, `triton`, `Event`) times CPU work,
     for which the host timer is the right clock, and is not checked (a timing helper in such a
-    file that other files hand GPU work to is missed).
+    file that other files hand GPU work to is missed); so is a window in the body of
+    `if device_type == "cpu":` (any name spelled with `device`, or `x.device.type == "cpu"`).
 
     ## Why is this bad?
     Kernel launches return as soon as the work is queued. Without a sync the timer measures how
@@ -121,5 +122,7 @@ def bench(x, w):
         for region in model.timed_regions:
             if region.kind != "host-timer" or region.synced_before_stop:
                 continue
+            if cpu_device_branch(model, region.stop):
+                continue  # ``if device_type == "cpu":``: the host timer is the right clock for CPU work
             if any(gpu_work(model, call) for call, _ in model.calls_in(region.nodes, depth=0)):
                 self.report(region.stop)
