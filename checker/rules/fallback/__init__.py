@@ -750,8 +750,26 @@ def is_guard(model, test: cst.CSTNode) -> bool:
     config flag, a rank-based case split or a comparison between arguments)."""
     if support_checks(model, test) or "layout" in mentioned_props(model, test):
         return True
-    return any(type(n) in (cst.Name, cst.Attribute) and SUPPORT_NAME.search(
-        n.value if type(n) is cst.Name else n.attr.value) for n in _walk(test))
+    if any(type(n) in (cst.Name, cst.Attribute) and SUPPORT_NAME.search(
+            n.value if type(n) is cst.Name else n.attr.value) for n in _walk(test)):
+        return True
+    return any(support_checks(model, value) for value in _local_flags(model, test))
+
+
+def _local_flags(model, test: cst.CSTNode) -> list[cst.CSTNode]:
+    """The values of the local names a test reads that its function binds once to a boolean
+    expression (``use_fast = x.dtype == torch.bfloat16 and ...`` then ``if not use_fast:``)."""
+    fn = model.enclosing_function(test)
+    names = {n.value for n in _walk(test) if type(n) is cst.Name}
+    if fn is None or not names:
+        return []
+    found: dict[str, list[cst.CSTNode]] = {}
+    for n in _walk(fn.body):
+        if type(n) is cst.Assign and len(n.targets) == 1 and type(n.targets[0].target) is cst.Name \
+                and n.targets[0].target.value in names:
+            found.setdefault(n.targets[0].target.value, []).append(n.value)
+    return [values[0] for values in found.values()
+            if len(values) == 1 and type(values[0]) in (cst.BooleanOperation, cst.Comparison, cst.UnaryOperation)]
 
 
 # -- announcing ------------------------------------------------------------------------------------

@@ -18,13 +18,14 @@ class BroadExceptFallback(Rule):
     """A fallback reached by a bare or broad `except` around a kernel launch, import or build.
 
     ## What it does
-    Finds `try` blocks whose body launches a specialised kernel (directly or through a
-    same-module helper) with a handler that catches everything — a bare `except:`,
+    Finds `try` blocks whose body launches a specialised kernel (directly, through a
+    same-module helper, or by calling a function imported from a kernel module or library) with a handler that catches everything — a bare `except:`,
     `except Exception` or `except BaseException` — and computes a replacement result instead of
     re-raising. Also `try` blocks, at import or in a function, that import a kernel module (the
     project's extension, `_C`, `ops`, `kernels`, `fused_*` or Triton-kernel modules, and third-party
     kernel libraries such as AITER, FlashAttention, FlashInfer, DeepGEMM, Apex or Transformer
-    Engine; not the compilers themselves), set one up (a call into such a library from outside
+    Engine, bitsandbytes, GemLite; not the compilers themselves; also `from vendor import _custom_ops`
+    and `importlib.import_module(f"pkg.kernels.{device}")`), set one up (a call into such a library from outside
     it, `aiter.init_custom_qr(...)`, not a query such as `get_gfx()`), or build or fetch one
     (`load_inline`, `cpp_extension.load`, `torch.ops.load_library`, `get_kernel`, `load_jit`, or a
     function of the module whose body calls one of these), whose broad handler neither
@@ -32,7 +33,9 @@ class BroadExceptFallback(Rule):
     every later call silently takes the slower path. Tests,
     which guard imports of what they test, are left alone, and so is a capability probe (`is_*`,
     `has_*`, `*_available`) whose caller in the module tests its answer and announces the choice;
-    a probe whose False nobody announces is reported. A module whose name starts with `cuda` is a
+    a probe whose False nobody announces is reported. Names a probe imports inside a function are
+    its own: a method that imports the same kernel again is another binding, and the probe's use
+    after the `try` runs only when the import worked. A module whose name starts with `cuda` is a
     binding or helper, not a kernel.
 
     ## Why is this bad?

@@ -15,8 +15,10 @@ class SilentFallback(Rule):
     Finds input guards on the compute path of a kernel claim that replaces a library path (the
     `forward_cuda` of a `CustomOp`-style class beside its `forward_native`, a function under a
     configured `kernel-paths` entry, an entry point a model reaches — the `forward` of an
-    `nn.Module` or autograd `Function`, as KC301 — and the same-module helpers they call) that launches a
-    specialised kernel — an `if` on the dtype, device, shape, head size or layout, or on a
+    `nn.Module` or autograd `Function`, as KC301, or a module function patched in as a class's
+    `forward` (`Qwen3MLP.forward = _mlp_forward_fused`) — and the same-module helpers they call) that
+    launches a specialised kernel (written here, or a function imported from a kernel module or
+    library such as `from .kernels.swiglu import run`) — an `if` on the dtype, device, shape, head size or layout, or on a
     `supported`/`can_use`-style check — where one side launches the kernel and the other computes
     the result some other way (a reference, a library op) without logging or warning, directly or
     in a same-module helper. At an entry point a device test is dispatch by device (a CPU tensor
