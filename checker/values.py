@@ -130,6 +130,7 @@ class Places:
         self._busy: set[int] = set()
         self._returning: set[int] = set()  # functions whose result is being computed (recursion)
         self._binds: dict[int, dict] = {}  # id(function) -> name -> [(target, value)] (assignments)
+        self._closures: dict[int, tuple] = {}  # id(nested function) -> (its nonlocal names, first call)
         self._kept: set[str] | None = None
         self._constants: set[str] | None = None
 
@@ -189,14 +190,15 @@ class Places:
         function = self.model.enclosing_function(node)
         if function is not None:
             names = self._function_names(function)
-            if node.value in names and node.value not in _nonlocals(function):
+            outer = self.model.enclosing_function(function)
+            nonlocals, first_call = self._closure(function, outer)
+            if node.value in names and node.value not in nonlocals:
                 if names[node.value] is None and self._rebound_to_host(function, node):
                     return HOST  # ``x = x.cpu()`` above this use: the host's copy from here on
                 return names[node.value]
-            outer = self.model.enclosing_function(function)
             if outer is not None:  # a closure's free (or nonlocal) name: the enclosing function's
                 found = self._function_names(outer).get(node.value)
-                if found is None and self._rebound_to_host(outer, node, before=_first_call(outer, function)):
+                if found is None and self._rebound_to_host(outer, node, before=first_call):
                     return HOST  # ``x = torch.tensor(...)`` above the first call of the nested function
                 if found is not None:
                     return found
@@ -205,6 +207,16 @@ class Places:
         if node.value in self.constants():
             return HOST
         return None
+
+    def _closure(self, function: cst.FunctionDef, outer: cst.FunctionDef | None) -> tuple:
+        """A nested function's ``nonlocal`` names and the statement of ``outer`` that first calls it
+        (each walked once per function)."""
+        if outer is None:
+            return frozenset(), None
+        found = self._closures.get(id(function))
+        if found is None:
+            found = self._closures[id(function)] = (_nonlocals(function), _first_call(outer, function))
+        return found
 
     def constants(self) -> set[str]:
         """The module's numeric constants: top-level names bound once to a number or to arithmetic

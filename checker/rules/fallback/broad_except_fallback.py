@@ -239,8 +239,6 @@ def _loads_kernel(model, body) -> str | None:
     return None
 
 
-
-
 def _own_package(model, name: str) -> bool:
     """Whether ``name`` lies in the package the file belongs to (flashinfer's own ``flashinfer.utils``
     is its plumbing, not a kernel library it calls into)."""
