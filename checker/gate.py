@@ -229,30 +229,6 @@ def ast_children(node: ast.AST) -> list[ast.AST]:
     return out
 
 
-_EXPR_IDENTIFIER = {ast.Name: "id", ast.Attribute: "attr", ast.keyword: "arg", ast.arg: "arg"}
-_IDENTIFIER_FIELDS = ("name", "asname", "module", "names", "rest", "kwd_attrs")  # statements, imports, patterns
-
-
-def ast_identifiers(node: ast.AST) -> tuple[str, ...]:
-    """The identifiers one ``ast`` node spells: a Name's id, an Attribute's attr, a keyword
-    argument's or a parameter's name, an import's dotted names part by part. libcst holds each of
-    them in a ``Name`` node, which the rules' walks over names meet (``x.offs``, ``mask=m``)."""
-    field_name = _EXPR_IDENTIFIER.get(type(node))
-    if field_name is not None:
-        value = getattr(node, field_name)
-        return (value,) if value else ()
-    if isinstance(node, ast.expr):
-        return ()
-    out: list[str] = []
-    for name in _IDENTIFIER_FIELDS:
-        value = getattr(node, name, None)
-        if type(value) is str:
-            out.extend(value.split("."))
-        elif type(value) is list:
-            out.extend(v for v in value if type(v) is str)
-    return tuple(out)
-
-
 NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 """Nodes whose code does not run where they are written."""
 

@@ -9,8 +9,9 @@ the class. ``PREVIEW = True`` marks a preview rule: off by default, on with ``--
 ``preview = true`` in the configuration, or when ``select`` names it by code or name (not by a
 prefix); ``kcheck rules`` and its docs page say so.
 
-Two cheap class-level hooks keep libcst off files a rule cannot fire on: ``PREFILTER`` (a regex
-the file's text must match) and ``gate(summary)`` (a decision over the file's ``ast`` summary).
+Two cheap class-level declarations keep libcst off files a rule cannot fire on: ``PREFILTER``
+(regexes the file's text must match) and ``NEEDS`` (facts about the file's ``ast``, one of which
+must hold: :mod:`kcheck.facts`). Neither decides anything the rule decides again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
+
+from kcheck import facts
 
 if TYPE_CHECKING:
     from kcheck.config import Config
@@ -147,6 +150,7 @@ class Rule(cst.BatchableCSTVisitor):
     INVALID: ClassVar[list[str]] = []
     OPTIONS: ClassVar[tuple[str, ...]] = ()  # the [tool.kcheck] keys this rule reads
     PREFILTER: ClassVar[tuple[str, ...]] = ()  # regexes the file's text must all match
+    NEEDS: ClassVar[tuple] = ()  # facts (kcheck.facts) of which one must hold; a tuple entry needs all its facts
     PREVIEW: ClassVar[bool] = False  # a preview rule: off unless previews are on or it is selected by code or name
 
     _prefilter_res: ClassVar[tuple[re.Pattern, ...] | None] = None
@@ -179,8 +183,9 @@ class Rule(cst.BatchableCSTVisitor):
 
     @classmethod
     def gate(cls, summary: "Summary", config: "Config") -> bool:
-        """Whether the rule can fire on a file with this ``ast`` summary (default: yes)."""
-        return True
+        """Whether the rule can fire on a file with this ``ast`` summary: one of its ``NEEDS``
+        holds (:mod:`kcheck.facts`). Rules declare facts; they do not override this."""
+        return facts.holds(cls.NEEDS, summary, config)
 
     # -- reporting ------------------------------------------------------------------------------
 

@@ -14,9 +14,9 @@ from pathlib import PurePosixPath
 import libcst as cst
 
 from kcheck.claims import (
-    BROAD_FAMILIES, CUDA_LIBRARY, BUILTINS, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, TRITON_DECORATORS, Claim, Use, compute_uses, families,
-    is_reference_name, library_family,
+    BROAD_FAMILIES, CUDA_LIBRARY, is_solution_file, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, Claim, Use, compute_uses, families, is_reference_name, library_family,
 )
+from kcheck.facts import fact
 from kcheck.gate import ast_children, by_name, dotted, import_bindings, reachable, resolve, stack_fields
 from kcheck.rule import Rule
 
@@ -177,14 +177,11 @@ def analyse(model) -> list[Analysis]:
     return out
 
 
-# -- the KC1xx gates ----------------------------------------------------------------------------------
+# -- the family's facts (kcheck.facts), over the ast ----------------------------------------------------
 
 # Last components of the library ops (``torch.nn.functional.linear`` -> ``linear``), the tensor
-# methods that are the same ops, and the pattern prefixes (``torch.nn.Conv*``), by whether the family
-# is heavy (what KC102 needs) or not.
-_LIBRARY_LAST = {k.rsplit(".", 1)[-1]: f for k, f in LIBRARY_OPS.items() if "*" not in k} | LIBRARY_METHODS
-LIBRARY_LAST = frozenset(_LIBRARY_LAST)
-HEAVY_LAST = frozenset(n for n, f in _LIBRARY_LAST.items() if f in HEAVY_FAMILIES)
+# methods that are the same ops, and the pattern prefixes (``torch.nn.Conv*``).
+LIBRARY_LAST = frozenset({k.rsplit(".", 1)[-1] for k in LIBRARY_OPS if "*" not in k} | set(LIBRARY_METHODS))
 LIBRARY_PREFIXES = ("conv", "Conv", "linalg", "cholesky", "binary_cross_entropy", "max_pool", "avg_pool",
                     "adaptive_")  # the patterns of LIBRARY_OPS, by the name they start with
 LIBRARY_SUFFIXES = ("_loss", "Loss", "Pool1d", "Pool2d", "Pool3d", "pool1d", "pool2d", "pool3d")
@@ -193,21 +190,20 @@ REGISTERING = {"custom_op", "register_kernel", "impl"}  # last components of reg
 EXTENSION_BUILDERS = {"load_inline", "load"}
 
 
-def _library_aliases(facts: AstFacts, heavy: bool) -> set[str]:
+def _library_aliases(facts: AstFacts) -> set[str]:
     """Imported names that are a library op or a module all of whose functions are (``flash_attn``,
     ``torch.ops.aten``): ``from torch import matmul as mm``, ``from flash_attn import flash_attn_func``."""
     out = set()
     for local, qualified in facts.aliases.items():
         family = library_family(qualified) or library_family(qualified + ".x")
-        if family and (not heavy or family in HEAVY_FAMILIES):
+        if family:
             out.add(local)
     return out
 
 
-def _names_library_op(names: set[str], aliases: set[str], heavy: bool) -> bool:
-    last = HEAVY_LAST if heavy else LIBRARY_LAST
-    return bool(names & last or names & aliases or (not heavy and "aten" in names)
-                or any(n.startswith(LIBRARY_PREFIXES) or (not heavy and n.endswith(LIBRARY_SUFFIXES)) for n in names))
+def _names_library_op(names: set[str], aliases: set[str]) -> bool:
+    return bool(names & LIBRARY_LAST or names & aliases or "aten" in names
+                or any(n.startswith(LIBRARY_PREFIXES) or n.endswith(LIBRARY_SUFFIXES) for n in names))
 
 
 def _decorator_names(facts: AstFacts, fn: ast.AST) -> list[str]:
@@ -310,20 +306,6 @@ def _claim_calls(facts: AstFacts, fn: ast.AST):
                 yield from _own_calls(helpers[0])
 
 
-def _sure_launch(facts: AstFacts, extensions: set[str], call: ast.Call) -> bool:
-    """Whether :func:`kcheck.claims._find_launches` surely records ``call`` as a launch: a Triton
-    launch ``x[grid](...)`` where ``x`` ends in a name with "kernel" in it or names a ``@triton.jit``
-    (``autotune``, ``heuristics``) function of this file, or ``ext.fn(...)`` for a module-level
-    ``ext = load_inline(...)`` (``extensions``). A launch on a claim's compute path stops KC101."""
-    if not isinstance(call.func, ast.Subscript):
-        raw = dotted(call.func) or ""
-        return "." in raw and raw.split(".")[0] in extensions and raw.split(".")[0] not in facts.aliases
-    base = dotted(call.func.value) or ""
-    if "kernel" in base.split(".")[-1].lower():
-        return True
-    return any(TRITON_DECORATORS & set(_decorator_names(facts, fn)) for fn in facts.defs.get(base, ()))
-
-
 def _opaque_call(summary, facts: AstFacts, call: ast.Call) -> bool:
     """Whether :func:`kcheck.claims.classify_call` surely makes ``call`` an ``unknown`` use or a
     launch that is no side job, either of which stops KC101 and KC102 for the claim: a call through
@@ -348,15 +330,6 @@ def _opaque_call(summary, facts: AstFacts, call: ast.Call) -> bool:
     return name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims")
 
 
-def _module_extensions(summary, facts: AstFacts) -> set[str]:
-    """Names bound at module level to ``torch.utils.cpp_extension.load_inline``/``load`` exactly, one
-    target each (as :func:`kcheck.claims._module_bindings` finds them)."""
-    return {stmt.targets[0].id for stmt in summary.tree.body
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-            and isinstance(stmt.value, ast.Call) and facts.qualname(stmt.value.func) in (
-                "torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load")}
-
-
 def _builds_extension(facts: AstFacts, call: ast.Call) -> bool:
     """A call that may be ``torch.utils.cpp_extension.load_inline``/``load`` (under any import name)."""
     return _last_name(call.func) in EXTENSION_BUILDERS or (
@@ -375,27 +348,19 @@ def _skip(name: str) -> bool:
     return is_reference_name(name) or name == "forward_native"
 
 
-def library_gate(summary, config, heavy: bool = False) -> bool:
+@fact("claim reaches library")
+def claim_reaches_library(summary, config) -> bool:
     """Whether a file holds a kernel claim whose compute path (the claim and the same-module
     functions it names, three calls deep) can reach a library op: a name of one (``matmul``,
     ``linear``, ``conv2d``, ``aten``, an import of ``flash_attn``), a ``@``, or, for a ``ModelNew``,
-    an ``nn.Linear``-style attribute anywhere in the file or the baseline ``Model()``. ``heavy``: only
-    the ops KC102 counts as the main op (GEMM, attention, convolution). Reference files and a
-    leaderboard problem's shipped files hold no claim :func:`analyse` looks at."""
+    an ``nn.Linear``-style attribute anywhere in the file or the baseline ``Model()``. Reference
+    files and a leaderboard problem's shipped files hold no claim :func:`analyse` looks at."""
     if REFERENCE_FILE.search(PurePosixPath(summary.path).stem) or SHIPPED_HARNESS.search(summary.path):
         return False
     claims = _claims(summary, config)
     if claims is None:
         return True
     names, model_new, live = claims
-    if names and not heavy and not config.library_ops:  # KC101 also needs a claim that launches nothing
-        facts = ast_facts(summary)
-        extensions = _module_extensions(summary, facts)
-        if summary.source is None or "__global__" not in summary.source:
-            extensions = set()  # an extension with no kernel of its own may only call cuBLAS (claims.CUDA_LIBRARY)
-        launching = [fn for fn in live if any(_sure_launch(facts, extensions, c) for c in _claim_calls(facts, fn))]
-        names = {fn.name for fn in live if fn not in launching}
-        model_new = model_new and any(fn.name == "forward" for fn in live if fn not in launching)
     if not names:
         return False
     if config.library_ops:
@@ -403,8 +368,8 @@ def library_gate(summary, config, heavy: bool = False) -> bool:
     if summary.source is not None and CUDA_LIBRARY.search(summary.source):
         return True  # an extension's source may call cuBLAS or ATen in place of a kernel
     facts = ast_facts(summary)
-    aliases = _library_aliases(facts, heavy)
-    if model_new and (_names_library_op(summary.all_names, aliases, heavy) or facts.matmul or any(
+    aliases = _library_aliases(facts)
+    if model_new and (_names_library_op(summary.all_names, aliases) or facts.matmul or any(
         isinstance(c.func, ast.Name) and (c.func.id == "Model" or c.func.id in summary.class_names)
         for c, _ in summary.calls  # the baseline, or a layer class of the file (its forward is followed)
     )):
@@ -414,13 +379,14 @@ def library_gate(summary, config, heavy: bool = False) -> bool:
         return True
     functions = by_name(summary)
     if any(f.names & summary.class_names for n in path for f in functions[n]) and (
-            _names_library_op(summary.all_names, aliases, heavy) or facts.matmul):
+            _names_library_op(summary.all_names, aliases) or facts.matmul):
         return True  # a module class of the file built and called on the path (claims._instance_of)
-    return any(_names_library_op(f.names, aliases, heavy) for n in path for f in functions[n])
+    return any(_names_library_op(f.names, aliases) for n in path for f in functions[n])
 
 
-def side_job_launch_gate(summary, config) -> bool:
-    """Whether a claim can launch a kernel of its own that KC102 may call a side job: a Triton
+@fact("claim launches kernel")
+def claim_launches_kernel(summary, config) -> bool:
+    """Whether a claim can launch a kernel of its own (one that may run only on a side path): a Triton
     launch ``kernel[grid](...)`` of a ``@triton.jit`` function of this file, in a function the claim
     reaches, or an extension built at module level with ``load_inline``/``load`` (only these carry
     the ``side_job`` mark; :func:`kcheck.claims._find_launches`)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.claims import HEAVY_FAMILIES
-from kcheck.rules.dispatch import ClaimRule, analyse, library_gate, side_job_launch_gate
+from kcheck.rules.dispatch import ClaimRule, analyse
 
 
 class DecorativeKernel(ClaimRule):
@@ -42,6 +42,7 @@ class DecorativeKernel(ClaimRule):
     """
 
     CODE = "KC102"
+    NEEDS = (("claim reaches library", "claim launches kernel"),)
     NAME = "decorative-kernel"
     MESSAGE = ("{claim} still hands its main op to {op}; its own kernel {kernel} only does a side job "
                "(no loop, dot or reduction)")
@@ -98,12 +99,6 @@ class ModelNew(torch.nn.Module):
 """,
     ]
     OPTIONS = ("library-ops", "kernel-paths")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A kernel claim that can reach a heavy library op and launch a kernel that may be a side
-        job (:func:`library_gate`, :func:`side_job_launch_gate`)."""
-        return library_gate(summary, config, heavy=True) and side_job_launch_gate(summary, config)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for found in analyse(self.model):

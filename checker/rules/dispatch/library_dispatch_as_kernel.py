@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.claims import HEAVY_FAMILIES, unlaunched_builds
 from kcheck.native import line_of
-from kcheck.rules.dispatch import ClaimRule, analyse, library_gate
+from kcheck.rules.dispatch import ClaimRule, analyse
 
 
 class LibraryDispatchAsKernel(ClaimRule):
@@ -72,6 +72,7 @@ class LibraryDispatchAsKernel(ClaimRule):
     """
 
     CODE = "KC101"
+    NEEDS = ("claim reaches library",)
     NAME = "library-dispatch-as-kernel"
     MESSAGE = "{claim} hands its work to {op}{helper}, {whose}: this is not a kernel"
     SEVERITY = "error"
@@ -138,11 +139,6 @@ def custom_kernel(data):
 """,
     ]
     OPTIONS = ("library-ops", "kernel-paths")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A kernel claim whose compute path can reach a library op (:func:`library_gate`)."""
-        return library_gate(summary, config)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         unlaunched = tuple((stmt, f"the extension {name} is built here and never launched")

@@ -16,8 +16,9 @@ from typing import Iterator
 
 import libcst as cst
 
-from kcheck.claims import BUILTINS, _walk, in_kernel_module, is_reference_name
-from kcheck.gate import ast_children, by_name, reachable
+from kcheck.claims import _walk, in_kernel_module, is_reference_name
+from kcheck.facts import fact
+from kcheck.gate import reachable
 from kcheck.model import walk
 from kcheck.project import OTHER_PLATFORM, TEST_PATH
 from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
@@ -173,49 +174,18 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
     return dispatching & reachable(summary, roots, 3, _skip) if roots else set()
 
 
-def claimed_dispatch_gate(summary, config, *needs) -> bool:
-    """Whether a dispatching function on a claim's compute path (:func:`claimed_dispatchers`) uses
-    a name of each of ``needs``: sets of names or of the gate's statement markers such as
-    ``<assert>``, or functions ``summary -> set`` (called only when such a function exists)."""
+@fact("dispatcher")
+def has_dispatcher(summary, config) -> bool:
+    """A function of the file may launch a specialised kernel (:func:`gate_dispatch`)."""
+    return bool(gate_dispatch(summary).dispatchers)
+
+
+@fact("claimed dispatcher")
+def has_claimed_dispatcher(summary, config) -> bool:
+    """Such a function lies on a kernel claim's compute path (:func:`claimed_dispatchers`), or the
+    file is a configured kernel path."""
     names = claimed_dispatchers(summary, config)
-    if names is None:
-        return True
-    if not names:
-        return False
-    wanted = [n(summary) if callable(n) else n for n in needs]
-    functions = by_name(summary)
-    return any(all(f.names & n for n in wanted) for name in names for f in functions[name])
-
-
-def device_names(summary) -> set[str]:
-    """The names a device check reads (:func:`prop_kind`): ``x.is_cuda``, ``x.device``,
-    ``torch.cuda.is_available`` (under any name it is imported as)."""
-    return DEVICE_ATTRS | {"is_available"} | {
-        local for local, name in ast_facts(summary).aliases.items() if name == "torch.cuda.is_available"}
-
-
-def support_names(summary) -> set[str]:
-    """The names a KC301 support check reads (:func:`support_checks` counts only dtype, device,
-    shape and head-size properties): ``dtype``, ``shape``, ``size()``, a device name, a head size."""
-    return device_names(summary) | {"dtype", "shape", "size"} | {n for n in summary.all_names if HEAD_NAME.search(n)}
-
-
-def broad_except_gate(summary) -> bool:
-    """Whether a dispatching function holds a ``try`` whose body calls a dispatch site and one of
-    whose handlers catches everything (bare, ``Exception``, ``BaseException``), raises nothing
-    outside a nested definition and calls something other than a builtin: what KC303 reports."""
-    if not any("<except>" in f.names for f in summary.functions):
-        return False
-    found = gate_dispatch(summary)
-    if not found.dispatchers:
-        return False
-    for node, function in ast_facts(summary).tries:
-        returns = bool(node.body) and isinstance(node.body[-1], ast.Return)
-        if function in found.dispatchers and any(_broad_handler(h, returns) for h in node.handlers) and any(
-            type(n) is ast.Call and id(n) in found.sites for stmt in node.body for n in ast.walk(stmt)
-        ):
-            return True
-    return False
+    return names is None or bool(names)
 
 
 # A module that holds the project's compiled or JIT kernels (``from .ops import fused_moe``,
@@ -325,7 +295,8 @@ def loads_kernel_ast(node: ast.AST, builders: set[str] = frozenset()) -> str | N
     return None
 
 
-def kernel_import_gate(summary) -> bool:
+@fact("kernel import under try")
+def kernel_import_under_try(summary, config) -> bool:
     """Whether a ``try`` anywhere in the file imports or builds a kernel with a broad handler."""
     if summary.tree is None or TEST_PATH.search(summary.path):
         return False
@@ -357,55 +328,6 @@ def warns(model, nodes: list[cst.CSTNode]) -> bool:
             if configured_announcer(model, model.call_name(node) or ""):
                 return True
     return False
-
-
-def _builtin_or_logger(call: ast.Call) -> bool:
-    """A call ``_falls_back`` surely ignores: a builtin by its bare name (``str(exc)``) or a logger
-    method on a receiver with "log" in its name (:func:`is_announcer`, whatever the configuration)."""
-    func = call.func
-    if isinstance(func, ast.Name):
-        return func.id in BUILTINS
-    return isinstance(func, ast.Attribute) and func.attr in ANNOUNCE_METHODS and "log" in (dotted(func.value) or "").lower()
-
-
-def _broad_handler(handler: ast.ExceptHandler, try_returns: bool = False) -> bool:
-    """``ast`` side of KC303's handler test: broad, does not re-raise (:func:`reraises`), and falls
-    back (:func:`falls_back`: a call that may compute, a flag switched off, or the code after a
-    ``try`` whose body returns)."""
-    if handler.type is not None:
-        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-        if not any((dotted(t) or "").split(".")[-1] in BROAD_EXCEPTIONS for t in types):
-            return False
-    bound = handler.name
-    calls = False
-    stack = [(stmt, False, False) for stmt in handler.body]
-    while stack:  # a raise the rule surely sees (outside nested definitions), a call that may compute anywhere
-        node, nested, narrowed = stack.pop()
-        if isinstance(node, ast.Raise) and not nested and (narrowed or not _under_flag(node, handler)):
-            return False
-        if isinstance(node, ast.Call) and not _builtin_or_logger(node):
-            calls = True
-        if isinstance(node, ast.If) and bound and any(isinstance(n, ast.Name) and n.id == bound for n in ast.walk(node.test)):
-            narrowed = True  # ``if not isinstance(exc, X): raise``: the handler narrows what it catches
-        nested = nested or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
-        stack.extend((child, nested, narrowed) for child in ast_children(node))
-    return calls or _switches_off_ast(handler) or try_returns and not _exits_ast(handler.body)
-
-
-def _under_flag(raise_node: ast.Raise, handler: ast.ExceptHandler) -> bool:
-    """Whether a ``raise`` sits under an ``if`` (on a setting, not the error) inside the handler."""
-    return any(isinstance(stmt, ast.If) and any(n is raise_node for n in ast.walk(stmt)) for stmt in handler.body)
-
-
-def _switches_off_ast(handler: ast.ExceptHandler) -> bool:
-    """``self._enabled = False``, ``comm.fused = None`` at the handler's top level: the kernel path
-    switched off for later calls."""
-    return any(isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value in (False, None)
-               and any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in stmt.targets) for stmt in handler.body)
-
-
-def _exits_ast(body: list[ast.stmt]) -> bool:
-    return any(isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break)) for stmt in body)
 
 
 # -- where the dispatches are ----------------------------------------------------------------------

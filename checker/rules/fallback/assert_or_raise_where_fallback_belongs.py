@@ -5,7 +5,7 @@ import libcst as cst
 from kcheck.claims import _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, KIND_TEXT, claimed_dispatch_gate, dispatchers, statements, support_checks, support_names,
+    DISPATCH_TEXT, KIND_TEXT, dispatchers, statements, support_checks,
 )
 
 
@@ -142,12 +142,7 @@ class PagedAttention:
 """,
     ]
     PREFILTER = (DISPATCH_TEXT, r"\bassert\b|\braise\b")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A dispatching function on a claim's compute path that asserts or raises and reads a
-        dtype, device, shape or head size (what :func:`support_checks` compares)."""
-        return claimed_dispatch_gate(summary, config, {"<assert>", "<raise>"}, support_names)
+    NEEDS = ("claimed dispatcher",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 
 import libcst as cst
 
@@ -9,8 +8,7 @@ from kcheck.rule import Rule
 from kcheck.model import walk
 from kcheck.project import TEST_PATH
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, DYNAMIC_IMPORTS, KERNEL_LIBRARY, KERNEL_LOADERS, PROBE_NAME, QUERY_NAME, broad_except_gate, dispatchers, dynamic_import, is_announcer, kernel_import_gate, kernel_module,
-    statements, warns,
+    BROAD_EXCEPTIONS, DYNAMIC_IMPORTS, KERNEL_LIBRARY, KERNEL_LOADERS, PROBE_NAME, QUERY_NAME, dispatchers, dynamic_import, is_announcer, kernel_module, statements, warns,
 )
 
 
@@ -166,12 +164,7 @@ def moe(x, w):
 """,
     ]
     PREFILTER = (r"\bexcept\b",)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A broad handler around a dispatch site in a dispatching function (:func:`broad_except_gate`),
-        or around a kernel import or build (:func:`kernel_import_gate`)."""
-        return broad_except_gate(summary) or kernel_import_gate(summary)
+    NEEDS = ("dispatcher", "kernel import under try")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

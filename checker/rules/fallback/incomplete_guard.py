@@ -5,8 +5,7 @@ import libcst as cst
 from kcheck.claims import _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, claimed_dispatch_gate, claims_only, computes, device_names, device_only, dispatchers, mentioned_props,
-    sibling_statements, statements,
+    DISPATCH_TEXT, claims_only, computes, device_only, dispatchers, mentioned_props, sibling_statements, statements,
 )
 
 
@@ -106,12 +105,7 @@ class RMSNorm(CustomOp):
 """,
     ]
     PREFILTER = (DISPATCH_TEXT, r"is_cuda|device|is_available")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A dispatching function on a claim's compute path that reads a device property (the only
-        tests :func:`device_only` accepts)."""
-        return claimed_dispatch_gate(summary, config, {"<if>"}, device_names)
+    NEEDS = ("claimed dispatcher",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

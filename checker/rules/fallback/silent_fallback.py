@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, announces, claimed_dispatch_gate, claims_only, computes, device_only, dispatchers, fallback_branches,
+    DISPATCH_TEXT, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
 )
 
 
@@ -134,11 +134,7 @@ class Rotary(CustomOp):
     ]
     OPTIONS = ("fallback-announcers",)
     PREFILTER = (DISPATCH_TEXT, r"\bif\b")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A dispatching function on a claim's compute path with an ``if``."""
-        return claimed_dispatch_gate(summary, config, {"<if>"})
+    NEEDS = ("claimed dispatcher",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

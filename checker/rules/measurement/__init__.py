@@ -22,12 +22,11 @@ from __future__ import annotations
 import ast
 import builtins
 import re
-from functools import cached_property
 
 import libcst as cst
 
-from kcheck.claims import in_kernel_module
-from kcheck.gate import ast_nodes, dotted, import_bindings, reachable
+from kcheck.facts import fact
+from kcheck.gate import ast_nodes, dotted, import_bindings
 from kcheck.model import BENCH_TIMERS, HOST_TIMERS, MEASUREMENT_FUNCTION, MEASUREMENT_PATH
 from kcheck.rules.triton import arg, nodes_under  # noqa: F401 - shared helpers, re-exported
 
@@ -104,21 +103,6 @@ def _kernel_name(name: str) -> bool:
     return bool(KERNEL_CALL.search(name.rsplit("().", 1)[-1]))
 
 
-def _may_be_kernel_call(facts, call: ast.Call) -> bool:
-    """Whether :func:`kernel_call` may hold for an ``ast`` call, by every reading of its name: a
-    subscripted launch (``kernel[grid](...)``), a ``torch.ops`` or kernel-module launch, or a name
-    the kernel pattern matches. Launches through names bound to a registry or an extension are
-    the caller's to rule out (``GateFacts.may_reach_kernel``)."""
-    func = call.func
-    if type(func) is ast.Subscript:
-        return True
-    names = facts.qualnames(func)
-    written = dotted(func)
-    if written is not None:
-        names = names | {written}
-    return any(name.startswith("torch.ops.") or in_kernel_module(name) or _kernel_name(name) for name in names)
-
-
 MOCKS = {"monkeypatch", "mocker", "Mock", "MagicMock", "AsyncMock", "patch", "SimpleNamespace", "create_autospec"}
 
 
@@ -130,14 +114,6 @@ def mocked(model, fn: cst.FunctionDef) -> bool:
     return any(type(n) is cst.Name and n.value in MOCKS for n in nodes_under(fn, nested=True)) or any(
         last(model.qualname(d.decorator.func if type(d.decorator) is cst.Call else d.decorator)) in MOCKS
         for d in fn.decorators)
-
-
-def mocked_def(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """What :func:`mocked` certainly finds in a def, read off the ``ast``: a plain parameter, a name
-    or an attribute named for a stand-in anywhere in it (each is a libcst ``Name`` too)."""
-    return any(a.arg in MOCKS for a in node.args.args) or any(
-        (type(n) is ast.Name and n.id in MOCKS) or (type(n) is ast.Attribute and n.attr in MOCKS)
-        for n in ast_nodes([node]))
 
 
 def last(name: str | None) -> str:
@@ -179,8 +155,6 @@ class Scope:
         return [fn for defs in self.model.functions.values() for fn in defs if self.covers(fn)]
 
 
-TIMER_NAMES = {"record", "elapsed_time", "perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
-               "monotonic_ns", "default_timer", "do_bench"}
 TIMER_TEXT = r"record|elapsed_time|perf_counter|time\(|time_ns|monotonic|default_timer|do_bench"
 
 
@@ -189,103 +163,61 @@ def uses(summary, wanted: set[str]) -> bool:
     return bool(summary.all_names & wanted) or any(i.split(".")[-1] in wanted for i in summary.imports)
 
 
-# -- gates: what the KC4xx rules' gates derive from the ast summary, once per file -------------------
+# -- what the family's facts read from the ast, once per file -------------------------------------
 
 
 class GateFacts:
-    """The ast counterparts of what :class:`Scope` and the model tell the rules, for the gates.
+    """The ``ast`` counterparts of the import table and of :class:`Scope`, for the family's facts.
 
     Built once per file (``gate_facts(summary)``, kept in ``summary.memo["measurement"]``) by one walk
-    over the statements only (imports, function definitions, assignments): expressions are already
-    in ``summary.calls``. Names resolve through the import table as ``ModuleModel.qualname`` does;
-    where a local name is imported twice, every reading is kept, so that a gate asking "could this
-    be X" stays a necessary condition.
+    over the statements (imports and definitions): expressions are already in ``summary.calls``.
+    Where a local name is imported twice, every reading is kept, so that a fact asking "could this
+    be X" errs wide.
     """
 
     def __init__(self, summary) -> None:
         self.summary = summary
         self.aliases: dict[str, set[str]] = {}  # local name -> the dotted names it was imported as
-        self.constants: dict[str, list[float]] = {}  # module-level NAME = number
-        self.quantized: dict[int, bool] = {}  # id(function) -> a quantised call in its own body (KC402's gate)
-        self.names_quantized: dict[int, bool] = {}  # id(function) -> a quantised type named around it (KC402's gate)
-        self._reaches_kernel: dict[int, bool] = {}  # id(function) -> may_reach_kernel's answer
-        defs: list[ast.AST] = []  # every def, in the order of ``summary.functions``
-        parents: list[int] = []  # index of the enclosing def in ``defs``, or -1
-        self.class_parents: list[int] = []  # index of the def around each class (-1: none)
-        self.assigns: dict[int, list[ast.Assign]] = {}  # def index (-1: top level) -> its own Assign statements
-        self._walk(summary.tree.body if summary.tree is not None else [], defs, parents, -1, -1)
-        functions = summary.functions
-        self.aligned = len(defs) == len(functions) and all(d.name == f.name for d, f in zip(defs, functions))
-        index = {id(f): i for i, f in enumerate(functions)} if self.aligned else {}
-        self._index = index
-        self.defs = defs
-        self.parents = parents
+        self.measured: dict[int, bool] = {}  # id(FunctionSummary) -> in measurement code by its or an outer def's name
+        defs: list[ast.AST] = []
+        self.class_in_def = False  # a class body inside a def: its calls come with no function
+        self._walk(summary.tree.body if summary.tree is not None else [], defs, False, False)
+        aligned = len(defs) == len(summary.functions) and all(
+            d.name == f.name for (d, _), f in zip(defs, summary.functions))
+        self.measured = {id(f): m for (_, m), f in zip(defs, summary.functions)} if aligned else {}
         self.alias_last = {k: {v.split(".")[-1] for v in vs} for k, vs in self.aliases.items()}
-        # functions in measurement code by name: their own or an enclosing function's
-        measured: list[bool] = []
-        for i, d in enumerate(defs):
-            measured.append(bool(MEASUREMENT_FUNCTION.match(d.name)) or (parents[i] >= 0 and measured[parents[i]]))
-        self.measured = measured
-        # ``summary.calls`` gives None as the function of code in a class body, even in a class
-        # defined inside a def, where the model sees the def around it
-        self.class_in_def = any(p >= 0 for p in self.class_parents)
-        class_in_measured = any(p >= 0 and measured[p] for p in self.class_parents)
         self.whole_file = bool(MEASUREMENT_PATH.search(summary.path)) or any(
-            self.called(c, SCOPE_CALLS) for c, _ in summary.calls)
-        self._module_in_scope = self.whole_file or class_in_measured or not self.aligned
+            self.lasts(c) & SCOPE_CALLS for c, _ in summary.calls)
+        self._module_in_scope = self.whole_file or self.class_in_def or not aligned
 
-    def _walk(self, body, defs, parents, parent: int, owner: int | None) -> None:
-        """``parent``: the innermost enclosing def (-1: none); ``owner``: whose own statements
-        these are (the def's index, -1 for the module, None in a class body)."""
+    def _walk(self, body, defs, measured: bool, in_def: bool) -> None:
         for stmt in body:
             kind = type(stmt)
             if kind is ast.Import or kind is ast.ImportFrom:
                 for local, full in import_bindings(stmt):
                     self.aliases.setdefault(local, set()).add(full)
             elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
-                defs.append(stmt)
-                parents.append(parent)
-                self._walk(stmt.body, defs, parents, len(defs) - 1, len(defs) - 1)
-                continue
+                inner = measured or bool(MEASUREMENT_FUNCTION.match(stmt.name))
+                defs.append((stmt, inner))
+                self._walk(stmt.body, defs, inner, True)
             elif kind is ast.ClassDef:
-                self.class_parents.append(parent)
-                self._walk(stmt.body, defs, parents, parent, None)
-                continue
-            elif kind is ast.Assign:
-                if owner is not None:
-                    self.assigns.setdefault(owner, []).append(stmt)
-                if owner == -1 and len(stmt.targets) == 1 and type(stmt.targets[0]) is ast.Name:
-                    value = _number(stmt.value)
-                    if value is not None:
-                        self.constants.setdefault(stmt.targets[0].id, []).append(value)
-                continue
-            for name in stmt._fields:  # compound statements: their bodies, handlers and cases, in order
-                value = getattr(stmt, name, None)
-                if type(value) is list and value and isinstance(value[0], (ast.stmt, ast.excepthandler, ast.match_case)):
-                    for item in value:
-                        if isinstance(item, ast.stmt):
-                            self._walk([item], defs, parents, parent, owner)
-                        else:
-                            self._walk(item.body, defs, parents, parent, owner)
-
-    # -- names --------------------------------------------------------------------------------------
-
-    def called(self, call: ast.Call, wanted) -> bool:
-        """Whether the call's name could end in one of ``wanted`` (``last(model.call_name(call))``)."""
-        func = call.func
-        if type(func) is ast.Attribute:
-            return func.attr in wanted
-        if type(func) is ast.Name:
-            lasts = self.alias_last.get(func.id)
-            return func.id in wanted if lasts is None else not lasts.isdisjoint(wanted)
-        return False
+                self.class_in_def |= in_def
+                self._walk(stmt.body, defs, measured, in_def)
+            else:
+                for name in stmt._fields:  # compound statements: their bodies, handlers and cases
+                    value = getattr(stmt, name, None)
+                    if type(value) is list and value and isinstance(
+                            value[0], (ast.stmt, ast.excepthandler, ast.match_case)):
+                        for item in value:
+                            self._walk([item] if isinstance(item, ast.stmt) else item.body, defs, measured, in_def)
 
     def lasts(self, call: ast.Call) -> set[str]:
-        """Every reading of ``last(model.call_name(call))`` ("" where the name is not dotted)."""
+        """Every reading of the last component of the called name (an attribute's own name even
+        where the model gives the call none: ``(a - b).abs()``)."""
         func = call.func
         if type(func) is ast.Name:
             return self.alias_last.get(func.id) or {func.id}
-        if type(func) is ast.Attribute and dotted(func) is not None:
+        if type(func) is ast.Attribute:
             return {func.attr}
         return {""}
 
@@ -301,76 +233,14 @@ class GateFacts:
         suffix = "()" if head.endswith("()") else ""
         return {f"{full}{suffix}{dot}{rest}" for full in self.aliases[bare]}
 
-    # -- functions ----------------------------------------------------------------------------------
-
-    def node(self, f) -> ast.AST | None:
-        """The ast ``def`` of a ``FunctionSummary`` (None if the walk and the summary disagree)."""
-        i = self._index.get(id(f))
-        return None if i is None else self.defs[i]
-
     def in_scope(self, f) -> bool:
         """Whether code whose innermost function is ``f`` (None: the module or a class body) may be
-        measurement code, as ``Scope.covers`` decides it. Without the ast ``def`` at hand, yes."""
+        measurement code, as ``Scope.covers`` decides it (undecided: yes)."""
         if self.whole_file:
             return True
         if f is None:
             return self._module_in_scope
-        i = self._index.get(id(f))
-        return True if i is None else self.measured[i]
-
-    def chain(self, f) -> list[ast.AST]:
-        """``f``'s def and the defs around it, innermost first (none without the ast at hand)."""
-        i = self._index.get(id(f), -1) if f is not None else -1
-        out = []
-        while i >= 0:
-            out.append(self.defs[i])
-            i = self.parents[i]
-        return out
-
-    def within(self, f) -> set[int]:
-        """ids of the summaries of ``f`` and every def nested in it (at any depth)."""
-        i = self._index.get(id(f))
-        if i is None:
-            return set()
-        inside = {i}
-        for j in range(i + 1, len(self.defs)):  # nested defs follow their parent in pre-order
-            if self.parents[j] in inside:
-                inside.add(j)
-            else:
-                break
-        functions = self.summary.functions
-        return {id(functions[j]) for j in inside}
-
-    def may_reach_kernel(self, f) -> bool:
-        """Whether a call that ``calls(model, fn.body)`` reaches from ``f``'s def may be a kernel
-        call (:func:`kernel_call`): one written in ``f`` or in a same-module function it names, to
-        three calls down (every definition of a name counts), that may be a kernel call by any
-        reading of its name. Always yes where calls of plain names can be launches (a kernel
-        registry, a built extension in the file)."""
-        if self.launches_by_binding:
-            return True
-        got = self._reaches_kernel.get(id(f))
-        if got is None:
-            summary = self.summary
-            helpers = reachable(summary, f.names, 3)
-            got = self._reaches_kernel[id(f)] = any(
-                _may_be_kernel_call(self, call) for call, g in summary.calls
-                if g is not None and (g is f or g.name in helpers))
-        return got
-
-    @cached_property
-    def launches_by_binding(self) -> bool:
-        """Whether calls of plain names may be launches to the model: names bound to an extension
-        built here (``torch.utils.cpp_extension``) or looked up in a module-level dict (a registry)."""
-        summary = self.summary
-        return "cpp_extension" in summary.all_names or any("cpp_extension" in i for i in summary.imports) or any(
-            type(s) in (ast.Assign, ast.AnnAssign) and type(s.value) is ast.Dict and s.value.keys
-            for s in (summary.tree.body if summary.tree is not None else ()))
-
-    def own_assigns(self, f) -> list[ast.Assign]:
-        """The ``=`` statements in ``f``'s body, outside nested defs and classes."""
-        i = self._index.get(id(f))
-        return [] if i is None else self.assigns.get(i, [])
+        return self.measured.get(id(f), True)
 
 
 def gate_facts(summary) -> GateFacts:
@@ -378,13 +248,6 @@ def gate_facts(summary) -> GateFacts:
     if got is None:
         got = summary.memo["measurement"] = GateFacts(summary)
     return got
-
-
-def _number(node: ast.AST) -> float | None:
-    """A numeric literal (not a bool), as :func:`number` reads it."""
-    if type(node) is ast.Constant and type(node.value) in (int, float):
-        return float(node.value)
-    return None
 
 
 def own_nodes(roots: list[ast.AST]):
@@ -555,3 +418,45 @@ def measures(model) -> bool:
 
 
 TIMING_CALL = re.compile(r"^_?(bench|benchmark|time|timeit|timed|timing|measure|profile)(_|$)", re.IGNORECASE)
+
+
+# -- the family's facts (kcheck.facts), over the ast ----------------------------------------------
+
+# a function named as the reference an output is checked against, and the reductions it may
+# compute in too narrow a type (KC406)
+REFERENCE = re.compile(
+    r"^_?(ref|reference|naive|native|torch|baseline|golden)(_|$)|_(ref|reference|naive|native|torch|golden)$"
+    r"|^forward_native$", re.IGNORECASE)
+REDUCTIONS = {"sum", "mean", "var", "std", "softmax", "log_softmax", "logsumexp", "cumsum", "norm", "var_mean",
+              "prod"}
+
+
+@fact("output check")
+def checks_output(summary, config) -> bool:
+    """Measurement code (:meth:`GateFacts.in_scope`) compares outputs or takes an ``abs()``."""
+    if not uses(summary, COMPARES | {"abs"}):
+        return False
+    facts = gate_facts(summary)
+    return any(facts.lasts(call) & (COMPARES | {"abs"}) and facts.in_scope(f) for call, f in summary.calls)
+
+
+@fact("timing")
+def takes_a_time(summary, config) -> bool:
+    """The file may take a time itself (what :func:`measures` reads, by any reading of the names):
+    a timer, an event's ``record``/``elapsed_time``, a benchmark timer or a function named for
+    timing called, a harnessed solution class or ``custom_kernel`` defined, or project functions
+    that time (``Config.measuring``)."""
+    if config.measuring or {"ModelNew", "Model"} & summary.class_names or "custom_kernel" in summary.function_names():
+        return True
+    facts = gate_facts(summary)
+    timers = {n.rsplit(".", 1)[-1] for n in HOST_TIMERS} | BENCH_TIMERS | TIMING_LASTS | {"record"}
+    return any(lst in timers or TIMING_CALL.match(lst) or any(q.startswith(("timeit", "torch.utils.benchmark"))
+                                                            for q in facts.qualnames(call.func))
+               for call, _ in summary.calls for lst in facts.lasts(call))
+
+
+@fact("reference reduction")
+def reference_reduces(summary, config) -> bool:
+    """A function named as a reference (not a test) names a reduction."""
+    return any(f.names & REDUCTIONS and REFERENCE.search(f.name) and not f.name.startswith("test")
+               for f in summary.functions)

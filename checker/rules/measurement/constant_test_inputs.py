@@ -5,11 +5,10 @@ import re
 
 import libcst as cst
 
-from kcheck.gate import ast_nodes
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    COMPARES, CONSTANT_FACTORIES, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, dotted, arg, calls,
-    gate_facts, is_compare, kernel_call, last, mocked, mocked_def, nodes_under, own_nodes, uses,
+    CONSTANT_FACTORIES, QUANTIZED, RANDOM_CALLS, TENSOR_FACTORIES, Scope, dotted, arg, calls, is_compare,
+    kernel_call, last, mocked, nodes_under, own_nodes,
 )
 
 
@@ -120,53 +119,7 @@ def check_scale(n=128):
 """,
     ]
     PREFILTER = (r"zeros|ones|full|eye",)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A function in measurement code with a ``torch.zeros``/``ones``/``full``/``eye`` call written
-        in it that no per-call exemption covers (an integer, FP8, empty or tiny tensor) and a
-        comparison written in it or in a def nested in it, which neither draws anything random nor
-        builds a ``torch.full`` of a chosen value (in its body, nested defs or decorators) nor uses
-        stand-ins (``monkeypatch``, ``Mock``, ...), and which may run a kernel
-        (``GateFacts.may_reach_kernel``): what a report needs."""
-        if not (uses(summary, CONSTANT_LAST) and uses(summary, COMPARES)):
-            return False
-        facts = gate_facts(summary)
-        if not facts.aligned:
-            return True
-        own_calls: dict[int, list[ast.Call]] = {}
-        compares: set[int] = set()  # the functions with a comparison written in them
-        for call, f in summary.calls:
-            if f is not None:
-                own_calls.setdefault(id(f), []).append(call)
-                if facts.lasts(call) & COMPARES:
-                    compares.add(id(f))
-        for f in summary.functions:
-            own = own_calls.get(id(f))
-            if not own or not facts.in_scope(f) or not any(_constant_input(facts, c) for c in own):
-                continue
-            inside = facts.within(f)
-            if not inside & compares:
-                continue
-            node = facts.node(f)
-            outside = {id(n) for root in [node.args, node.returns] if root is not None for n in ast.walk(root)}
-            lexical = [c for c, g in summary.calls if g is not None and id(g) in inside and id(c) not in outside]
-            if any(_draws(facts, c) for c in lexical):
-                continue  # _draws_random: something random is drawn in the test or its decorators
-            decorators = {id(n) for d in node.decorator_list for n in ast.walk(d)}
-            if any(id(c) not in decorators and _chosen(facts, c) for c in lexical):
-                continue  # a torch.full of a value chosen on purpose: an edge-case test
-            if any(id(c) not in decorators and id(c) not in outside and _varies(facts, c) for c in own):
-                continue  # _varied_data: arange/linspace data, fractional literals, an input helper
-            if mocked_def(node):
-                continue  # mocked()
-            not_inputs = _not_inputs(facts, node)  # a walk of the whole body: after the cheaper tests
-            if not any(id(c) not in not_inputs and _constant_input(facts, c) for c in own):
-                continue  # each constant is an output buffer or an expected value
-            if not facts.may_reach_kernel(f):
-                continue  # _kernel_call: no kernel under test
-            return True
-        return False
+    NEEDS = ("output check",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -435,102 +388,6 @@ def _written(fn: cst.FunctionDef) -> set[str]:
 
 # -- the gate's ast counterparts of the helpers above ---------------------------------------------
 
-CONSTANT_LAST = {name.split(".")[-1] for name in CONSTANT_FACTORIES}
-
-
-def _not_inputs(facts, node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
-    """ids of the calls in the def's body that ``leave_Module`` certainly passes over as no input:
-    those inside an argument of a comparison written in the body (``expected``), and those in the
-    value of a ``name = ...`` whose name such a comparison reads as it is (``compared``) or that the
-    body writes into afterwards (``_written``). Only comparisons by every reading of their name,
-    and never lambdas: what the rule reads, or less."""
-    body = list(own_nodes(node.body))
-    out: set[int] = set()
-    compared: set[str] = set()
-    written: set[str] = set()
-    for n in body:
-        kind = type(n)
-        if kind is ast.Call:
-            lasts = facts.lasts(n)
-            if lasts <= COMPARES:
-                for value in [a for a in n.args if type(a) is not ast.Starred] + [k.value for k in n.keywords if k.arg]:
-                    out.update(id(m) for m in ast_nodes([value], into_scopes=False))
-                    base = value
-                    while (type(base) is ast.Call and type(base.func) is ast.Attribute and base.func.attr in AS_IS):
-                        base = base.func.value
-                    if type(base) is ast.Name:
-                        compared.add(base.id)
-            written.update(k.value.id for k in n.keywords if k.arg == "out" and type(k.value) is ast.Name)
-            func = n.func
-            if (type(func) is ast.Attribute and type(func.value) is ast.Name and func.attr.endswith("_")
-                    and not func.attr.startswith("_")):
-                written.add(func.value.id)
-        elif kind is ast.AugAssign and type(n.target) is ast.Name:
-            written.add(n.target.id)
-        elif kind is ast.Assign or kind is ast.AugAssign:
-            for t in (n.targets if kind is ast.Assign else [n.target]):
-                if type(t) is ast.Subscript and type(t.value) is ast.Name:
-                    written.add(t.value.id)
-    for n in body:
-        if type(n) is ast.Assign and len(n.targets) == 1 and type(n.targets[0]) is ast.Name and (
-                n.targets[0].id in compared or n.targets[0].id in written):
-            out.update(id(m) for m in ast_nodes([n.value], into_scopes=False))
-    return out
-
-
-def _sizes(call: ast.Call) -> list[ast.AST]:
-    """The sizes as ``_single``/``_empty`` read them: every positional argument (``*x`` and ``**x``
-    as ``x``), or the elements of a lone tuple or list."""
-    sizes = [a.value if type(a) is ast.Starred else a for a in call.args] + [
-        k.value for k in call.keywords if k.arg is None]
-    if len(sizes) == 1 and type(sizes[0]) in (ast.Tuple, ast.List):
-        sizes = sizes[0].elts
-    return sizes
-
-
-def _int(node: ast.AST | None) -> bool:
-    return type(node) is ast.Constant and type(node.value) is int
-
-
-def _fill(call: ast.Call) -> ast.AST | None:
-    """``arg(call, 1, "fill_value")``."""
-    for k in call.keywords:
-        if k.arg == "fill_value":
-            return k.value
-    positional = [a for a in call.args if type(a) is not ast.Starred]
-    return positional[1] if len(positional) > 1 else None
-
-
-def _constant_input(facts, call: ast.Call) -> bool:
-    """A ``torch.zeros``/``ones``/``full``/``eye`` call that ``leave_Module`` may report: none of
-    ``_integer``, ``_empty``, ``_single`` or ``_quantized`` certainly holds for it."""
-    if facts.qualnames(call.func).isdisjoint(CONSTANT_FACTORIES):
-        return False
-    dtype = next((k.value for k in call.keywords if k.arg == "dtype"), None)
-    if dtype is None and facts.lasts(call) <= {"full", "full_like"}:
-        fill = _fill(call)
-        if _int(fill.operand if type(fill) is ast.UnaryOp else fill):
-            return False  # _integer: torch.full((n,), 3) is int64
-    dtype_name = (dotted(dtype) or "") if dtype is not None else ""
-    if dtype_name.split(".")[-1] in INTEGER_DTYPES or QUANTIZED.search(dtype_name):
-        return False  # _integer, _quantized
-    sizes = _sizes(call)
-    if any(_int(v) and v.value == 0 for v in sizes):
-        return False  # _empty
-    if sizes and all(_int(v) for v in sizes):
-        count = 1
-        for v in sizes:
-            count *= v.value
-        if count <= 8:
-            return False  # _single
-    return True
-
-
-def _draws(facts, call: ast.Call) -> bool:
-    """Whether ``_draws_random`` counts the call as drawing, whatever the import table says."""
-    names = facts.qualnames(call.func)
-    return bool(names) and all(last(n) in RANDOM_CALLS or "random" in n or "seed" in last(n).lower() for n in names)
-
 
 def _varies(facts, call: ast.Call) -> bool:
     """Whether ``_varied_data`` counts the call as data with distinct values, whatever the import
@@ -549,14 +406,6 @@ def _varies(facts, call: ast.Call) -> bool:
         return bool(INPUT_HELPER.search(last(name))) and not name.startswith("torch.")
 
     return all(varies(name) for name in facts.qualnames(call.func) or {""})
-
-
-def _chosen(facts, call: ast.Call) -> bool:
-    """Whether ``_chosen_value`` holds for the call, whatever the import table says."""
-    if not facts.lasts(call) <= {"full", "full_like"}:
-        return False
-    fill = _fill(call)
-    return not (type(fill) is ast.Constant and type(fill.value) in (int, float) and fill.value in (0, 1))
 
 
 class _HandWork:

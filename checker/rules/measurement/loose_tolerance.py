@@ -1,16 +1,14 @@
 from __future__ import annotations
 
-import ast
 import re
 
 import libcst as cst
 
-from kcheck.gate import NESTED_SCOPES, ast_identifiers, dotted
 from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    DTYPE_NAMES, QUANTIZED, TOLERANCE_COMPARES, TOLERANCE_LIMITS, Scope, arg, calls, dtypes_in, gate_facts, is_compare,
-    kernel_call, module_statements, nodes_under, number, own_nodes, uses,
+    QUANTIZED, TOLERANCE_COMPARES, TOLERANCE_LIMITS, Scope, arg, calls, dtypes_in, is_compare, kernel_call, module_statements,
+    nodes_under, number,
 )
 
 
@@ -116,56 +114,7 @@ def test_softmax():
 """,
     ]
     PREFILTER = (r"close",)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A comparison in measurement code, not in a function named for quantisation, with an
-        ``rtol``/``atol`` (by keyword, or third or fourth positional argument) that is a number, or
-        a module-level constant holding one, above the limit it is judged by, or a name that is
-        neither (a tolerance chosen per dtype, in a function that may run a kernel). That limit is at
-        least the smallest limit of the dtypes the file names (BF16's when it names none), and BF16's
-        (FP16's) when the functions around the comparison name ``torch.bfloat16`` (``float16``), or
-        name no dtype while the module's top level names BF16 (FP16) or none: the loosest wins; and, in
-        a function, one that may run a kernel (``GateFacts.may_reach_kernel``)."""
-        if not uses(summary, TOLERANCE_COMPARES):
-            return False
-        facts = gate_facts(summary)
-        floor = min(min(TOLERANCE_LIMITS[DTYPE_NAMES[n]]) for n in (summary.all_names & DTYPE_NAMES.keys()) | {"bf16"})
-
-        def tolerances(call: ast.Call) -> list[ast.AST]:
-            positional = [a for a in call.args if type(a) is not ast.Starred][2:4]
-            return [*positional, *(k.value for k in call.keywords if k.arg in ("rtol", "atol"))]
-
-        def values(call: ast.Call) -> list[float]:
-            found: list[float] = []
-            for v in tolerances(call):
-                if type(v) is ast.Name:
-                    found += facts.constants.get(v.id, ())
-                elif type(v) is ast.Constant and type(v.value) in (int, float):
-                    found.append(float(v.value))
-            return found
-
-        # the file's lines as ast numbers them (a lone CR ends a line for ast, not for split)
-        lines = summary.source.split("\n") if summary.source is not None and "\r" not in summary.source else None
-        for call, f in summary.calls:
-            if not facts.lasts(call) & TOLERANCE_COMPARES or not facts.in_scope(f):
-                continue
-            if f is not None and any(type(v) is ast.Name and v.id not in facts.constants for v in tolerances(call)) \
-                    and facts.may_reach_kernel(f):
-                return True  # a tolerance chosen per dtype (_chosen_per_dtype): a parametrize row, an if-else
-            loosest = max(values(call), default=0.0)
-            if loosest <= floor:
-                continue
-            if f is not None and (_quantized_name(f.name) or _quantized_calls(facts, f) or _names_quantized(facts, f)):
-                continue  # _quantized_path, or a quantised type among the dtypes the rule reads
-            if loosest <= _limit_floor(facts, summary, f, floor):
-                continue
-            if f is not None and not facts.may_reach_kernel(f):
-                continue  # _checks_kernel: no kernel under test
-            # _reasoned: a comment on the call's own lines is in the text of its statement
-            if lines is None or not _gives_reason("\n".join(lines[call.lineno - 1:call.end_lineno])):
-                return True
-        return False
+    NEEDS = ("output check",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -366,38 +315,6 @@ def last_name(model, call: cst.Call) -> str:
     return (model.call_name(call) or model.dotted(call.func) or "").split(".")[-1]
 
 
-def _quantized_calls(facts, f) -> bool:
-    """A call in ``f``'s own body (nested defs, classes and lambdas left out) named for a quantised
-    path or a quick all-reduce: what ``LooseTolerance._quantized_path`` finds in its body."""
-    memo = facts.quantized
-    if id(f) not in memo:
-        node = facts.node(f)
-        memo[id(f)] = node is not None and any(_quantized_name((dotted(n.func) or "").split(".")[-1])
-                                               for n in own_nodes(node.body) if type(n) is ast.Call)
-    return memo[id(f)]
-
-
-def _names_quantized(facts, f) -> bool:
-    """Whether an identifier in ``f`` or a def around it (in the def, its decorators and its
-    signature; not in nested defs, classes or lambdas) is named for a quantised type: ``_dtypes``
-    then finds ``quantized`` (it reads every libcst ``Name``, the spelling of each identifier) and
-    the rule skips the comparison. Strings are left out: libcst splits a concatenated string where
-    the ``ast`` joins it."""
-    memo = facts.names_quantized
-    if id(f) not in memo:
-        memo[id(f)] = any(
-            QUANTIZED.search(d.name) or any(
-                QUANTIZED.search(name) for n in own_nodes(_def_parts(d))
-                if type(n) not in NESTED_SCOPES for name in ast_identifiers(n))
-            for d in facts.chain(f))
-    return memo[id(f)]
-
-
-def _def_parts(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
-    """What ``nodes_under(fn)`` reads of a def besides its name: decorators, signature, body."""
-    return [*fn.decorator_list, fn.args, *([fn.returns] if fn.returns else []), *fn.body]
-
-
 def _quantized_name(name: str) -> bool:
     """A function or call named for a quantised path or a quick all-reduce."""
     return bool(QUANTIZED.search(name) or QUICK_REDUCE.search(name))
@@ -406,55 +323,6 @@ def _quantized_name(name: str) -> bool:
 def _gives_reason(code: str) -> bool:
     """Whether a comment in ``code`` gives a reason for a tolerance."""
     return any(REASON.search(c) for c in re.findall(r"#[^\n]*", code))
-
-
-def _named_dtypes(roots: list[ast.AST]) -> tuple[set[str], bool]:
-    """What ``dtypes_in`` finds under ``roots`` (not in nested defs, classes or lambdas): the dtypes
-    it certainly finds (``torch.bfloat16``-style attributes, the names ``bfloat16``/``float16``),
-    and whether it may find any at all (a dtype's name as an attribute, a name, a string, or any
-    other identifier there)."""
-    found: set[str] = set()
-    maybe = False
-    for n in own_nodes(roots):
-        kind = type(n)
-        if kind is ast.Attribute and n.attr in DTYPE_NAMES:
-            found.add(DTYPE_NAMES[n.attr])
-        elif kind is ast.Name and n.id in ("bfloat16", "float16"):
-            found.add(n.id)
-        if not maybe:
-            for field in n._fields:
-                value = getattr(n, field, None)
-                if (type(value) is str and value in DTYPE_NAMES) or (
-                        type(value) is list and any(type(v) is str and v in DTYPE_NAMES for v in value)):
-                    maybe = True
-    return found, maybe or bool(found)
-
-
-def _limit_floor(facts, summary, f, floor: float) -> float:
-    """A lower bound of the limit ``leave_Module`` judges a comparison by, whose innermost function
-    is ``f``: the loosest dtype named in the functions around it wins (BF16 0.1, FP16 0.05), and
-    where they certainly name none, the module's top level decides (BF16 when it names none)."""
-    chain = facts.chain(f)
-    found: set[str] = set()
-    # functions the gate cannot see: without the ast at hand, or around a class body (where
-    # summary.calls names no function)
-    maybe = (f is not None and not chain) or (f is None and facts.class_in_def)
-    for fn in chain:
-        got, may = _named_dtypes(_def_parts(fn))
-        found |= got
-        maybe |= may or fn.name in DTYPE_NAMES
-    if not maybe:  # _dtypes finds nothing: the module's dtypes decide
-        module = summary.memo.get("measurement.module_dtypes")
-        if module is None:
-            top = [s for s in summary.tree.body if type(s) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)]
-            module = summary.memo["measurement.module_dtypes"] = _named_dtypes(top)
-        found, maybe = module
-        if not maybe:
-            found = {"bfloat16"}
-    for dtype in ("bfloat16", "float16"):  # the loosest limit wins
-        if dtype in found:
-            return max(min(TOLERANCE_LIMITS[dtype]), floor)
-    return floor
 
 
 def _skipped(model, row: cst.Call) -> bool:

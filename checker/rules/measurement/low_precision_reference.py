@@ -1,18 +1,12 @@
 from __future__ import annotations
 
-import ast
 import re
 
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.measurement import dotted, gate_facts, last, nodes_under, own_nodes
+from kcheck.rules.measurement import REDUCTIONS, REFERENCE, last, nodes_under
 
-REFERENCE = re.compile(
-    r"^_?(ref|reference|naive|native|torch|baseline|golden)(_|$)|_(ref|reference|naive|native|torch|golden)$"
-    r"|^forward_native$", re.IGNORECASE)
-REDUCTIONS = {"sum", "mean", "var", "std", "softmax", "log_softmax", "logsumexp", "cumsum", "norm", "var_mean",
-              "prod"}
 WIDE = {"float32", "float64", "float", "double"}
 VIEWS = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "unsqueeze", "squeeze", "clone",
          "detach", "expand", "expand_as", "view_as", "t", "narrow", "unflatten"}
@@ -114,40 +108,7 @@ def check(dtype):
 """,
     ]
     PREFILTER = (r"bfloat16|float16|\bhalf\b|bf16|fp16", r"sum|mean|var|std|softmax|logsumexp|norm|prod")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A reference function (named so, not ``test*``) with a reduction written in it that
-        reduces a computed value (arithmetic, a call, or a name the function assigns), no upcast
-        in its body or parameters, and 16-bit inputs possible (a call site in the file, or a cast
-        or ``dtype=`` in its body): what a report needs."""
-        candidates = [f for f in summary.functions
-                      if f.names & REDUCTIONS and REFERENCE.search(f.name) and not f.name.startswith("test")]
-        if not candidates:
-            return False
-        facts = gate_facts(summary)
-        if not facts.aligned:
-            return True
-        reductions: dict[int, list[ast.Call]] = {}
-        for call, f in summary.calls:
-            if f is not None and _ast_op(call, facts) in REDUCTIONS:
-                reductions.setdefault(id(f), []).append(call)
-        called = {(dotted(c.func) or "").split(".")[-1] for c, _ in summary.calls}
-        for f in candidates:
-            if id(f) not in reductions:
-                continue
-            assigned = {t.id for a in facts.own_assigns(f) for t in a.targets if type(t) is ast.Name}
-            if not any(_ast_computed(e, assigned) for c in reductions[id(f)] for e in _ast_reduced(c)):
-                continue
-            node = facts.node(f)
-            body = list(own_nodes(node.body))
-            if any(_ast_upcast(n) for n in body) or any(_ast_upcast(n) for n in own_nodes([node.args])):
-                continue
-            if f.name in called or any(type(n) is ast.Call and (
-                    (type(n.func) is ast.Attribute and n.func.attr in ("half", "bfloat16", "to"))
-                    or any(k.arg == "dtype" for k in n.keywords)) for n in body):
-                return True
-        return False
+    NEEDS = ("reference reduction",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         if not LOW_TEXT.search(self.context.source):
@@ -346,48 +307,3 @@ def _op(call: cst.Call) -> str:
 # -- the gate's ast counterparts of the helpers above ---------------------------------------------
 
 
-def _ast_op(call: ast.Call, facts) -> str:
-    """``_op`` on the ast; a bare name counts only where it is imported (``sum()`` is Python's)."""
-    func = call.func
-    if type(func) is ast.Attribute:
-        return func.attr
-    return func.id if type(func) is ast.Name and func.id in facts.aliases else ""
-
-
-def _ast_reduced(call: ast.Call) -> list[ast.AST]:
-    """What ``_reduced`` may return (libcst lists keyword arguments with the positional ones)."""
-    func = call.func
-    first = [a.value if type(a) is ast.Starred else a for a in call.args[:1]] or [k.value for k in call.keywords[:1]]
-    if type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id in ("torch", "F", "np"):
-        return first + [k.value for k in call.keywords[:1]]
-    if type(func) is ast.Attribute and type(func.value) is not ast.Attribute:
-        return [func.value]
-    return first + [k.value for k in call.keywords[:1]]
-
-
-def _ast_computed(expr: ast.AST, assigned: set[str]) -> bool:
-    """``_computed`` with every name the function assigns counted as computed (a superset)."""
-    while True:
-        if type(expr) is ast.Subscript:
-            expr = expr.value
-        elif type(expr) is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr in VIEWS:
-            expr = expr.func.value
-        else:
-            break
-    if type(expr) is ast.Name:
-        return expr.id in assigned
-    return type(expr) in (ast.BinOp, ast.Call, ast.UnaryOp)
-
-
-def _ast_upcast(n: ast.AST) -> bool:
-    """A node ``_upcasts`` certainly reports: ``torch.float32``, ``torch.float``, ``.float()``,
-    ``.double()``, ``.to(float)``."""
-    if type(n) is ast.Attribute:
-        return n.attr in ("float32", "float64", "double") or (
-            n.attr == "float" and type(n.value) is ast.Name and n.value.id == "torch")
-    if type(n) is ast.Call and type(n.func) is ast.Attribute:
-        if n.func.attr in ("float", "double"):
-            return True
-        return n.func.attr == "to" and any(type(v) is ast.Name and v.id in WIDE
-                                            for v in [*n.args, *(k.value for k in n.keywords)])
-    return False

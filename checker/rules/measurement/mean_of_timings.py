@@ -1,14 +1,12 @@
 from __future__ import annotations
 
-import ast
 import re
 
 import libcst as cst
 
-from kcheck.gate import dotted
-from kcheck.model import HOST_TIMERS, MEASUREMENT_FUNCTION
+from kcheck.model import HOST_TIMERS
 from kcheck.rule import Rule
-from kcheck.rules.measurement import Scope, arg, device_timing, int_value, last, nodes_under, region_root, timing
+from kcheck.rules.measurement import Scope, arg, device_timing, int_value, last, nodes_under, region_root
 
 MEANS = {"mean", "fmean", "average"}
 FEW_RUNS = 20  # a window averaging this many runs or fewer is "a handful"
@@ -112,26 +110,7 @@ def bench_host(fn, x, iters=5):
 """,
     ]
     PREFILTER = (r"mean|average|sum\(|do_bench|range\(",)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """Necessary: a GPU import, and a ``mean`` attribute or a ``"mean"`` string (a mean read
-        off timing results), or a timer's name (``timing.may_time``) and one of the other
-        findings' ingredients: ``do_bench(return_mode="mean")``; a function that calls ``range(N)``
-        with N a literal or a parameter default from 2 to FEW_RUNS and names no estimate (a window
-        or a divided total); or a mean or sum over a list filled with timings, in measurement code,
-        not beside a median (see ``_gate_*``)."""
-        if not timing.gpu(summary):
-            return False
-        if "mean" in summary.all_names or summary.source is None or re.search(r"""["']mean["']""", summary.source):
-            return True  # ``m.mean``, ``stats["mean"]`` (_mean_read)
-        if not timing.may_time(summary):
-            return False
-        facts = timing.timing_facts(summary)
-        for call, _ in summary.calls:
-            if timing.keyword(call, "return_mode") == "mean" and "do_bench" in facts.facts.lasts(call):
-                return True
-        return any(_gate_few_runs(facts, f) for f in [*summary.functions, None]) or _gate_mean_of_list(facts)
+    NEEDS = ("timing",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -322,92 +301,3 @@ def bench_host(fn, x, iters=5):
 # -- gate -----------------------------------------------------------------------------------------
 
 
-def _gate_few_runs(facts, f) -> bool:
-    """The function of a window (``f``; None: module or class level) calls ``range()`` with one
-    argument that ``int_value`` may read as 2 to 10 (a literal, or a parameter with such a
-    default), and names nothing like an estimate (``_estimate``).
-
-    Linear in the file: the ``range()`` calls are grouped by function once per file, and each
-    function's answer is kept, since a function may hold many windows (before, every window
-    looked at every call of the file: minutes for a 4 MB file)."""
-    memo = facts.summary.memo
-    answers = memo.setdefault("KC408.few_runs", {})
-    if id(f) not in answers:
-        answers[id(f)] = _few_runs_in(facts, f)
-    return answers[id(f)]
-
-
-def _range_calls(facts) -> dict:
-    """The one-argument ``range()`` calls of the file by the ``id`` of their function (in
-    ``summary.calls`` order)."""
-    memo = facts.summary.memo
-    out = memo.get("KC408.range_calls")
-    if out is None:
-        out = memo["KC408.range_calls"] = {}
-        for call, g in facts.summary.calls:
-            if type(call.func) is ast.Name and call.func.id == "range" and len(call.args) + len(call.keywords) == 1:
-                out.setdefault(id(g), []).append(call)
-    return out
-
-
-def _few_runs_in(facts, f) -> bool:
-    node = facts.facts.node(f) if f is not None else None
-    defaults = {}
-    if node is not None:
-        params = [*node.args.posonlyargs, *node.args.args]  # the defaults belong to the last of these
-        defaults.update((p.arg, d) for p, d in zip(params[len(params) - len(node.args.defaults):], node.args.defaults))
-        defaults.update((p.arg, d) for p, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None)
-    for call in _range_calls(facts).get(id(f), ()):
-        n = call.args[0] if call.args else call.keywords[0].value
-        if isinstance(n, ast.Starred):
-            n = n.value
-        if isinstance(n, ast.Name):
-            if node is None:
-                return True  # a parameter of a def these facts do not know
-            n = defaults.get(n.id)
-        if isinstance(n, ast.Constant) and type(n.value) is int and 1 < n.value <= FEW_RUNS:
-            return node is None or not any(ESTIMATE.search(x) for x in facts.names_in(f, "all"))
-    return False
-
-
-def _gate_mean_of_list(facts) -> bool:
-    """``_timing_lists`` may find a list (``.append`` of, or a list display holding, a timer call
-    or a name assigned from one), and a ``mean``/``fmean``/``average`` or ``sum`` call over it is
-    in measurement code (``Scope.covers``) in a function that names no median (``_median_too``)."""
-    summary = facts.summary
-
-    def timer(call: ast.Call) -> bool:
-        return timing.last(call.func) == "elapsed_time" or facts.host_timer(call)
-
-    if not any(timer(call) for call, _ in summary.calls):
-        return False
-    assigns = [s for s in facts.statements if type(s) is ast.Assign]
-    timer_names = {t.id for a in assigns if isinstance(a.value, ast.Call) and timer(a.value)
-                   for t in a.targets if isinstance(t, ast.Name)}
-
-    def timed(expr: ast.AST) -> bool:
-        return any((isinstance(n, ast.Call) and timer(n)) or (isinstance(n, ast.Name) and n.id in timer_names)
-                   for n in ast.walk(expr))
-
-    lists = {t.id for a in assigns if isinstance(a.value, (ast.List, ast.ListComp)) and timed(a.value)
-             for t in a.targets if isinstance(t, ast.Name)}
-    for call, _ in summary.calls:
-        func = call.func
-        if isinstance(func, ast.Attribute) and func.attr == "append" and isinstance(func.value, ast.Name) and any(
-                timed(a) for a in [*call.args, *(k.value for k in call.keywords)]):
-            lists.add(func.value.id)
-    if not lists:
-        return False
-    for call, g in summary.calls:
-        if facts.facts.lasts(call).isdisjoint(MEANS) and not (
-                timing.last(call.func) == "sum" and dotted(call.func) is not None):
-            continue
-        if not any(isinstance(n, ast.Name) and n.id in lists for n in ast.walk(call)):
-            continue
-        if not (facts.facts.whole_file or facts.in_def_named(g, MEASUREMENT_FUNCTION)):
-            continue
-        names = facts.names_in(g, "body")
-        if names is not None and any(SPREAD.search(x) for x in names):
-            continue  # the median is reported too
-        return True
-    return False

@@ -9,10 +9,9 @@ from kcheck.gate import NESTED_SCOPES, ast_children, dotted
 from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    BUILTINS, MEASUREMENT_CALLS, TENSOR_FACTORIES, TIMER_TEXT, Scope, arg, code, device_timing, int_value, last,
-    nodes_under, reads_back, region_root, timing, work_calls,
+    TIMER_TEXT, Scope, arg, code, device_timing, int_value, last, nodes_under, reads_back, region_root,
+    work_calls,
 )
-from kcheck.rules.timed_path import COMPILE_WORDS, LOG_WORDS
 
 
 BENCH_NAME = re.compile(r"^_?(bench|time|timeit|timing|measure|run_bench)", re.IGNORECASE)
@@ -128,25 +127,7 @@ def bench(x):
 """,
     ]
     PREFILTER = (TIMER_TEXT,)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """Necessary: a GPU import and a timer's name (``timing.may_time``), and either
-        ``do_bench(..., warmup=0)`` or a window that may be a benchmark's
-        (``timing.benchmark_windows``) in a function whose own code names nothing with "warm" in
-        it (``_warm`` passes every window of a function that does)."""
-        if not timing.may_time(summary):
-            return False
-        facts = timing.timing_facts(summary)
-        for call, _ in summary.calls:
-            warmup = timing.keyword(call, "warmup")
-            if type(warmup) is int and warmup == 0 and "do_bench" in facts.facts.lasts(call):
-                return True
-        for fn in facts.benchmark_windows:
-            names = facts.names_in(fn, "own")
-            if (names is None or not any("warm" in n.lower() for n in names)) and not _gate_warm(facts, fn):
-                return True
-        return False
+    NEEDS = ("timing",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -263,32 +244,6 @@ def bench(x):
 
 
 # -- the gate's mirror of ``_warm`` -------------------------------------------------------------
-
-# lasts that make a call something ``work_calls`` leaves out (a timer, a sync, logging, compiling,
-# building a tensor): a call under any of them is never taken for certain timed work
-_NOT_WORK = MEASUREMENT_CALLS | timing.SYNC_LASTS | LOG_WORDS | COMPILE_WORDS | TENSOR_FACTORIES
-
-
-def _gate_warm(facts, fn) -> bool:
-    """Whether the rule certainly passes every window the model can find in ``fn``: the window
-    does not time the device, or (``_warm``) a call written before the window opens has the same
-    text as a call the window certainly times; a def with no window passes. Calls
-    inside nested defs and lambdas, calls whose text the ast cannot spell exactly, and calls that
-    ``work_calls`` might leave out are not counted, so a False here only means "not sure"."""
-    windows = facts.paired_windows(fn)
-    node = facts.facts.node(fn)
-    if windows is None or node is None or any(type(n) is ast.ClassDef for n in ast.walk(node)):
-        return False  # (a class body in the def: paired_windows does not look inside)
-    before = [(c.end_lineno, c.end_col_offset, t) for c in _calls(node, direct=False) if (t := _text(c))]
-    for stmts, _, device in windows:
-        if not device:
-            continue  # a host-timer window with no sync: not device timing, which is all the rule judges
-        start = (stmts[0].lineno, stmts[0].col_offset)
-        timed = {t for c in _calls(stmts, direct=True) if (t := _text(c)) and facts.facts.lasts(c).isdisjoint(_NOT_WORK)
-                 and not (type(c.func) is ast.Name and c.func.id in BUILTINS)}
-        if not any(t in timed for line, col, t in before if (line, col) <= start):
-            return False
-    return True
 
 
 def _calls(roots, direct: bool):

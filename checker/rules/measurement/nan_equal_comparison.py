@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-import ast
 
 import libcst as cst
 
-from kcheck.gate import ast_nodes
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    EMPTY_FACTORIES, TOLERANCE_COMPARES, Scope, arg, gate_facts, is_compare, nodes_under,
+    EMPTY_FACTORIES, TOLERANCE_COMPARES, Scope, arg, is_compare, nodes_under,
 )
 
 
@@ -91,30 +89,7 @@ def check_topk(scores, k):
 """,
     ]
     PREFILTER = (r"equal_nan",)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A comparison with ``equal_nan=True`` written in a function in measurement code, whose two
-        compared values are plain names (``out``, ``out[:n]``, ``out.float()``) that the function
-        assigns a call that may allocate or fill a buffer without values (``empty*``, ``new_empty``,
-        ``fill_``, ``full*``): what a report needs."""
-        facts = gate_facts(summary)
-        if not any(facts.lasts(c) & UNSET_LAST for c, _ in summary.calls):
-            return False
-        for call, f in summary.calls:
-            if f is None and not facts.class_in_def:
-                continue  # no function around it: _both_unset needs one
-            if not any(k.arg == "equal_nan" and type(k.value) is ast.Constant and k.value.value is True
-                       for k in call.keywords):
-                continue
-            # the positional arguments as libcst lists them: ``*x`` and ``**x`` are ``x``
-            sides = ([a.value if type(a) is ast.Starred else a for a in call.args]
-                     + [k.value for k in call.keywords if k.arg is None])[:2]
-            names = [_ast_base(s) for s in sides]
-            if (facts.lasts(call) & TOLERANCE_COMPARES and facts.in_scope(f) and len(sides) == 2
-                    and None not in names and _may_be_unset(facts, f, names)):
-                return True
-        return False
+    NEEDS = ("output check",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         scope = Scope(self)
@@ -185,30 +160,3 @@ def _unset_value(model, value: cst.CSTNode) -> bool:
     return name.split(".")[-1] in ("full", "full_like") and "nan" in text.lower()
 
 
-# The calls ``_unset_value`` accepts, by the last component of their name.
-UNSET_LAST = {name.split(".")[-1] for name in EMPTY_FACTORIES} | {"new_empty", "empty_like", "fill_", "full", "full_like"}
-
-
-def _may_be_unset(facts, f, names: list[str]) -> bool:
-    """``_both_unset`` on the ast: every name is assigned, somewhere in ``f``'s def, a call that
-    ``_unset_value`` may accept (by the last component of its name). Yes where the def is unknown
-    (a class body inside a def, or a file the gate's walk and the summary disagree on)."""
-    node = facts.node(f) if f is not None else None
-    if node is None:
-        return True
-    unset = {n.targets[0].id for n in ast_nodes([node])
-             if type(n) is ast.Assign and len(n.targets) == 1 and type(n.targets[0]) is ast.Name
-             and type(n.value) is ast.Call and facts.lasts(n.value) & UNSET_LAST}
-    return all(name in unset for name in names)
-
-
-def _ast_base(expr: ast.AST) -> str | None:
-    """``_base`` on the ast."""
-    while True:
-        if type(expr) is ast.Subscript:
-            expr = expr.value
-        elif type(expr) is ast.Call and type(expr.func) is ast.Attribute and not expr.args and not expr.keywords:
-            expr = expr.func.value
-        else:
-            break
-    return expr.id if type(expr) is ast.Name else None

@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-import ast
 import re
 
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.model import LOG_METHODS
-from kcheck.rules.measurement import COMPARES, Scope, gate_facts, is_compare, last, nodes_under, own_nodes, uses
+from kcheck.rules.measurement import Scope, is_compare, last, nodes_under
 
 ASSERTING = ("assert", "fail", "exit")
 # Helpers that only report (print_mismatch_details, log_errors, show_diff).
@@ -93,41 +91,7 @@ def verify(out, ref):
 """,
     ]
     PREFILTER = (r"print|log|warn|write",)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A function in measurement code (or a measurement script's top level) with a print or
-        log call and a comparison or ``abs`` of a difference written in it, and, for a function,
-        no ``assert``, ``raise`` or ``assert*``/``fail``/``exit`` call in its own body and no
-        reporting-helper name: what a report needs."""
-        if not (uses(summary, LOG_METHODS | {"print", "pprint", "warn", "write"}) and uses(summary, COMPARES | {"abs"})):
-            return False
-        facts = gate_facts(summary)
-        logs: set[int] = set()  # id of the innermost function (0: none) of each print or log call
-        diffs: set[int] = set()  # ... of each comparison or abs() of a difference
-        for call, f in summary.calls:
-            key = id(f) if f is not None else 0
-            if key in logs and key in diffs:
-                continue
-            lasts = facts.lasts(call)
-            func = call.func
-            if lasts & PRINTS or (type(func) is ast.Attribute and func.attr in LOG_METHODS):
-                logs.add(key)
-            if lasts & COMPARES or (type(func) is ast.Attribute and func.attr == "abs" and _subtracts([func.value])) or (
-                    "abs" in lasts and _subtracts([*call.args, *(k.value for k in call.keywords)])):
-                diffs.add(key)
-        roots = logs & diffs
-        if 0 in roots and facts.whole_file:
-            return True  # a script's top level
-        for f in summary.functions:
-            if id(f) not in roots or not facts.in_scope(f) or REPORTER.match(f.name):
-                continue
-            node = facts.node(f)
-            if node is None or not any(type(n) in (ast.Assert, ast.Raise) or (
-                    type(n) is ast.Call and all(last.startswith(ASSERTING) for last in facts.lasts(n)))
-                    for n in own_nodes(node.body)):
-                return True
-        return False
+    NEEDS = ("output check",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         scope = Scope(self)
@@ -241,10 +205,3 @@ def verify(out, ref):
         return None
 
 
-# What ``ModuleModel.log_kind`` accepts by name, beside ``logger.<method>()``: print(), warnings.warn(),
-# tqdm.write(), pprint.pprint().
-PRINTS = {"print", "warn", "write", "pprint"}
-
-
-def _subtracts(roots: list[ast.AST]) -> bool:
-    return any(type(n) is ast.BinOp and type(n.op) is ast.Sub for root in roots for n in ast.walk(root))

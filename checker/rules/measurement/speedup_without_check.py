@@ -1,14 +1,12 @@
 from __future__ import annotations
 
-import ast
 import re
 
 import libcst as cst
 
-from kcheck.gate import ast_children, dotted
-from kcheck.model import LOG_METHODS, MEASUREMENT_FUNCTION, children, walk
+from kcheck.model import children, walk
 from kcheck.rule import Rule
-from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, measures, nodes_under, timing
+from kcheck.rules.measurement import COMPARES, Scope, is_compare, last, measures, nodes_under
 
 SPEEDUP = re.compile(r"speed[- _]?up|\d?x faster|faster than|times faster", re.IGNORECASE)
 CHECKERS = ("assert", "verify", "check", "validate", "compare", "test_")
@@ -128,22 +126,7 @@ def benchmark(fn, baseline, x):
 """,
     ]
     PREFILTER = (r"(?i)speed[- _]?up|faster",)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """Necessary: nothing in the file certainly checks the output (``_gate_checks``), and a
-        claim (a string saying "speedup", or an assignment to ``*speedup*``) in measurement code
-        (``Scope.covers``: the path, a call that may be ``assert_close``/``allclose``/``do_bench``,
-        or a ``test*``/``bench*``/... def around it)."""
-        if summary.tree is None:
-            return True
-        facts = timing.timing_facts(summary)
-        if _gate_checks(facts):
-            return False
-        whole = facts.facts.whole_file
-        if not whole and not any(MEASUREMENT_FUNCTION.match(f.name) for f in summary.functions):
-            return False
-        return _gate_claim(summary.tree, whole)
+    NEEDS = ("timing",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         if not measures(self.model):
@@ -235,18 +218,6 @@ def _no_value_test(test: cst.BaseExpression) -> bool:
 
 
 TYPE_TESTS = {"isinstance", "issubclass", "hasattr", "callable"}
-
-
-def _ast_no_value_test(test: ast.expr) -> bool:
-    """``_no_value_test`` on the ast."""
-    if type(test) is ast.UnaryOp and type(test.op) is ast.Not:
-        test = test.operand
-    if type(test) is ast.Constant:
-        return True
-    if type(test) is ast.Compare:
-        return all(type(op) in (ast.Is, ast.IsNot) and type(c) is ast.Constant and c.value is None
-                   for op, c in zip(test.ops, test.comparators))
-    return type(test) is ast.Call and type(test.func) is ast.Name and test.func.id in TYPE_TESTS
 
 
 def _check_name(name: str) -> bool:
@@ -639,49 +610,4 @@ def _names(*nodes: cst.CSTNode) -> frozenset | None:
 
 # -- gate -----------------------------------------------------------------------------------------
 
-# calls that may be print() or logging (``ModuleModel.log_kind``), by their last name part
-LOG_LASTS = LOG_METHODS | {"print", "warn", "write", "pprint"}
 
-
-def _gate_checks(facts) -> bool:
-    """Whether ``_checks_output`` certainly holds: a call that is a comparison under every name
-    the imports may give it, or named ``assert*``/``check*``/..., outside every call that may log;
-    or an ``assert`` whose names (attributes, keywords and parameters too: libcst holds them as
-    names) include none of ``NOT_OUTPUT_CHECKS``."""
-    lasts = facts.facts.lasts
-    logged: set[int] = set()  # calls inside a call that may log (``log_kind``)
-    for call, _ in facts.summary.calls:
-        if id(call) not in logged and (timing.last(call.func) in LOG_LASTS or not lasts(call).isdisjoint(LOG_LASTS)):
-            logged.update(id(n) for n in ast.walk(call) if n is not call)
-    local = {f.name for f in facts.summary.functions}
-    for call, _ in facts.summary.calls:
-        if id(call) in logged:
-            continue
-        if lasts(call) <= COMPARES or (
-                dotted(call.func) is not None and timing.last(call.func).lower().startswith(CHECKERS)
-                and timing.last(call.func) not in local):
-            return True
-    return any(type(s) is ast.Assert and not _ast_no_value_test(s.test) and not any(
-        w.startswith(NOT_OUTPUT_CHECKS) for w in timing.identifiers(s.test, nested=True)) for s in facts.statements)
-
-
-def _gate_claim(tree: ast.Module, whole_file: bool) -> bool:
-    """A string saying "speedup" or an assignment to a ``*speedup*`` name, anywhere when
-    ``whole_file``, else under a def named as measurement code. Strings that are statements of
-    their own count too: the rule skips a docstring, but not one written in parts (``"a" "b"``),
-    which ``ast`` joins into one."""
-    stack = [(tree, whole_file)]
-    while stack:
-        node, scoped = stack.pop()
-        kind = type(node)
-        if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
-            scoped = scoped or bool(MEASUREMENT_FUNCTION.match(node.name))
-        elif scoped:
-            if kind is ast.Constant:
-                if isinstance(node.value, (str, bytes)) and SPEEDUP.search(str(node.value)):
-                    return True
-            elif kind is ast.Assign:
-                if any(isinstance(t, ast.Name) and "speedup" in t.id.lower() for t in node.targets):
-                    return True
-        stack.extend((child, scoped) for child in ast_children(node))
-    return False

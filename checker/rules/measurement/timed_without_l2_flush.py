@@ -5,12 +5,10 @@ import re
 
 import libcst as cst
 
-from kcheck.gate import ast_children
 from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    MEASUREMENT_CALLS, TIMER_TEXT, Scope, benchmark_code, device_timing, nodes_under, own_nodes, reads_back,
-    region_root, timing, work_calls,
+    TIMER_TEXT, Scope, benchmark_code, device_timing, nodes_under, reads_back, region_root, work_calls,
 )
 
 FLUSH_WORDS = ("flush", "l2", "clear_cache", "cache_clear")
@@ -144,36 +142,7 @@ def bench(fn, x, iters=100):
 """,
     ]
     PREFILTER = (TIMER_TEXT, r"for |while ")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """Necessary: a window that may be a benchmark's and time the device
-        (``timing.benchmark_device_windows``: a GPU import, two ``record()`` calls, or two host-timer
-        calls and a call that may sync, in one function of benchmark code), and there a window as the
-        model pairs it (``TimingFacts.paired_windows``) that may time the device, holds a loop or
-        sits in one of the function's loops, with a call that may be timed work (one not named for
-        measuring: ``MEASUREMENT_CALLS``), that reads nothing back (``reads_back``) and whose calls do not
-        all take an input rotating with the loop (``_varying``, seen through plain names only, a
-        subset of what the rule sees). Windows at module or class level, or in code the ast
-        cannot mirror, always pass."""
-        facts = timing.timing_facts(summary)
-        for fn in timing.benchmark_device_windows(summary):
-            windows = facts.paired_windows(fn)
-            if windows is None:
-                return True
-            for stmts, around, device in windows:
-                loop = next((s for s in stmts if type(s) in LOOPS), around)
-                if loop is None or not device:
-                    continue
-                roots = [c for s in stmts for c in (ast_children(s) if type(s) in SCOPES else [s])]
-                nodes = list(own_nodes(roots))
-                if any(type(n) is ast.AugAssign and _reads_item(n.value) for n in nodes):
-                    continue  # reads_back
-                varying = _ast_varying(loop)
-                if all(_rotates(c, varying) for c in nodes if type(c) is ast.Call and _may_work(c)):
-                    continue  # every call it may time takes an input that rotates with the loop
-                return True
-        return False
+    NEEDS = ("timing",)
 
     _vocab_found: bool | None = None  # whether the file's text names a vocabulary (``_vocab``)
 
@@ -320,36 +289,6 @@ def bench(fn, x, iters=100):
                              or self.model.dotted(n.func.value) in buffers):
                     return n
         return None
-
-
-def _may_work(call: ast.Call) -> bool:
-    """A call ``work_calls`` may list: its name as written does not end in a measurement call's."""
-    func = call.func
-    return (func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else "") \
-        not in MEASUREMENT_CALLS
-
-
-def _reads_item(value: ast.AST) -> bool:
-    """``reads_back``'s test of an augmented assignment's value: an ``.item()`` call in it."""
-    return any(type(n) is ast.Call and type(n.func) is ast.Attribute and n.func.attr == "item"
-               for n in own_nodes([value]))
-
-
-def _ast_varying(loop: ast.stmt) -> set[str]:
-    """``_varying`` on the ast, through ``ast.Name`` only: a subset of the names the rule finds."""
-    varying = {n.id for n in own_nodes([loop.target]) if type(n) is ast.Name} if type(loop) is not ast.While else set()
-    assigns = [n for n in own_nodes(loop.body) if type(n) is ast.Assign]
-    for _ in range(3):
-        for a in assigns:
-            if any(type(n) is ast.Name and n.id in varying for n in own_nodes([a.value])):
-                varying |= {n.id for t in a.targets for n in own_nodes([t]) if type(n) is ast.Name}
-    return varying
-
-
-def _rotates(call: ast.Call, varying: set[str]) -> bool:
-    """An argument of the call names a rotating input (the rule's check over ``c.args``)."""
-    values = [a.value if type(a) is ast.Starred else a for a in call.args] + [k.value for k in call.keywords]
-    return any(type(n) is ast.Name and n.id in varying for n in own_nodes(values))
 
 
 def _int_values(model, module: cst.Module) -> dict[str, int]:

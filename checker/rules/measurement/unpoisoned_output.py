@@ -1,14 +1,12 @@
 from __future__ import annotations
 
-import ast
 import re
 
 import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
-    COMPARES, EMPTY_FACTORIES, Scope, calls, gate_facts, is_compare, last, mocked, mocked_def, nodes_under, own_nodes,
-    uses,
+    EMPTY_FACTORIES, Scope, calls, is_compare, last, mocked, nodes_under,
 )
 
 FILLS = {"fill_", "copy_", "normal_", "uniform_", "random_", "fill_diagonal_"}
@@ -132,55 +130,7 @@ def test_sum(x, ids):
 """,
     ]
     PREFILTER = (r"empty",)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A function in measurement code that assigns ``b = torch.empty*(...)`` (or ``.new_empty``)
-        in its own body and, in calls written in it, hands ``b`` to a comparison and to a call
-        outside ``torch.`` that is no method of such a buffer: what a report needs."""
-        if not uses(summary, EMPTY_LAST):
-            return False
-        facts = gate_facts(summary)
-        if not facts.aligned:
-            return True
-        own_calls: dict[int, list[ast.Call]] = {}
-        for call, f in summary.calls:
-            if f is not None:
-                own_calls.setdefault(id(f), []).append(call)
-        for f in summary.functions:
-            if id(f) not in own_calls or not facts.in_scope(f):
-                continue
-            buffers = {a.targets[0].id for a in facts.own_assigns(f)
-                       if len(a.targets) == 1 and type(a.targets[0]) is ast.Name and _empty_call(facts, a.value)}
-            candidates = {b for b in buffers if not REFERENCE_BUFFER.search(b)}
-            if not candidates:
-                continue
-            node = facts.node(f)
-            if node is not None:
-                if mocked_def(node):
-                    continue  # mocked()
-                candidates -= _poisoned(node)
-                if not candidates:
-                    continue
-            compared: set[str] = set()
-            written: set[str] = set()
-            for call in own_calls[id(f)]:
-                func = call.func
-                if type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id in buffers:
-                    continue  # out.fill_(...), out.copy_(...)
-                passed = {v.id for v in _arg_values(call) if type(v) is ast.Name} & candidates
-                if not passed:
-                    continue
-                lasts = facts.lasts(call)
-                if lasts & COMPARES:
-                    compared |= passed
-                names = facts.qualnames(func)
-                if lasts - COMPARES and (not names or any(_writer(n) for n in names)):
-                    written |= passed
-            both = compared & written
-            if both and not both <= _written_twice(facts, node, buffers):
-                return True
-        return False
+    NEEDS = ("output check",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for fn in Scope(self).functions():
@@ -252,73 +202,6 @@ def test_sum(x, ids):
 def _zero_fill(call: cst.Call) -> bool:
     return bool(call.args) and type(call.args[0].value) in (cst.Integer, cst.Float) and float(
         call.args[0].value.evaluated_value) == 0.0
-
-
-EMPTY_LAST = {name.split(".")[-1] for name in EMPTY_FACTORIES} | {"new_empty"}
-
-
-def _empty_call(facts, value: ast.AST) -> bool:
-    """``torch.empty*(...)`` or ``x.new_empty(...)``: what ``UnpoisonedOutput._empty`` accepts."""
-    if type(value) is not ast.Call:
-        return False
-    if type(value.func) is ast.Attribute and value.func.attr == "new_empty":
-        return True
-    return not facts.qualnames(value.func).isdisjoint(EMPTY_FACTORIES)
-
-
-def _poisoned(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    """Names the rule certainly finds poisoned in the def's own body (``_check``'s ``poisoned``): a
-    ``b.fill_(v)``-style call whose first positional argument is no zero literal (a call with keyword
-    arguments alone may be a zero fill: left out), or an assignment to ``b[...]``. Calls in lambdas,
-    which the rule also reads, are left out: fewer names, never more."""
-    found: set[str] = set()
-    for n in own_nodes(node.body):
-        kind = type(n)
-        if kind is ast.Call:
-            func = n.func
-            if type(func) is ast.Attribute and type(func.value) is ast.Name and func.attr in FILLS:
-                first = n.args[0] if n.args else None
-                if first is None and n.keywords:
-                    continue
-                if type(first) is ast.Constant and type(first.value) in (int, float) and first.value == 0:
-                    continue  # _zero_fill
-                found.add(func.value.id)
-        elif kind is ast.Assign:
-            found.update(t.value.id for t in n.targets if type(t) is ast.Subscript and type(t.value) is ast.Name)
-    return found
-
-
-def _writer(name: str) -> bool:
-    """A call the rule counts as writing the buffers passed to it (``_check``): outside ``torch.``
-    but for ``torch.ops``."""
-    return not name.startswith("torch.") or name.startswith("torch.ops.")
-
-
-def _written_twice(facts, node: ast.FunctionDef | ast.AsyncFunctionDef | None, buffers: set[str]) -> set[str]:
-    """Buffers that calls in the def's own body certainly write more than once, by every reading of
-    their names (``_Evidence.why`` excuses them: a fill at allocation would guard the first write
-    only). Counted on the calls the rule also walks (lambdas left out) and skipping every call on a
-    name the gate takes for a buffer (more than the rule skips): never more writes than the rule
-    counts."""
-    if node is None:
-        return set()
-    count: dict[str, int] = {}
-    for call in own_nodes(node.body):
-        if type(call) is not ast.Call:
-            continue
-        func = call.func
-        if type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id in buffers:
-            continue
-        if facts.lasts(call) & COMPARES or not all(_writer(n) for n in facts.qualnames(func)):
-            continue  # a comparison or a torch op by some reading
-        for name in {v.id for v in _arg_values(call) if type(v) is ast.Name}:
-            count[name] = count.get(name, 0) + 1
-    return {name for name, n in count.items() if n > 1}
-
-
-def _arg_values(call: ast.Call) -> list[ast.AST]:
-    """Every argument's value, positional (``*x`` as ``x``) and keyword (``**x`` as ``x``)."""
-    return [a.value if type(a) is ast.Starred else a for a in call.args] + [k.value for k in call.keywords]
 
 
 ZERO_FACTORIES = {"torch.zeros", "torch.zeros_like"}

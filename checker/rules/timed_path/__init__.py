@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 import libcst as cst
 
+from kcheck import facts
 from kcheck.gate import dotted, import_bindings
 from kcheck.native import file_host_syncs, wait_line
 from kcheck.values import READING_BUILTINS, REDUCTIONS
@@ -369,7 +370,7 @@ def file_view(summary) -> FileView:
 def region_reaches(summary, kinds: tuple[str, ...], what: str, config=None) -> bool:
     """Whether a region of one of ``kinds`` reaches a call of class ``what`` (see ``CLASSIFY``)."""
     view = file_view(summary)
-    if WORDS[what].isdisjoint(view.words) and not (what == "sync" and view.native_syncs):
+    if what in WORDS and WORDS[what].isdisjoint(view.words) and not (what == "sync" and view.native_syncs):
         return False
     return any(view.reaches(calls, lambda c: view.classified(what, c))
                for kind in kinds for _, _, calls in view.regions(kind, config))
@@ -443,6 +444,15 @@ def _gpu_work(view: FileView, call: ast.Call) -> bool:
 
 CLASSIFY = {"sync": _sync, "log": _log, "compile": _compile, "gpu-work": _gpu_work}
 WORDS = {"sync": SYNC_WORDS, "log": LOG_WORDS, "compile": COMPILE_WORDS}
+
+# The family's facts (:mod:`kcheck.facts`): "<region> reaches <call class>".
+REGION_KINDS = {"timed": TIMED, "capture": ("graph-capture",), "hot-path": ("hot-path",), "host-timer": ("host-timer",)}
+for _region, _what in (("timed", "sync"), ("capture", "sync"), ("hot-path", "sync"), ("timed", "log"),
+                       ("capture", "log"), ("hot-path", "log"), ("timed", "compile"), ("hot-path", "compile"),
+                       ("host-timer", "gpu-work")):
+    facts.register(f"{_region} reaches {_what}",
+                   lambda summary, config, kinds=REGION_KINDS[_region], what=_what:
+                   region_reaches(summary, kinds, what, config))
 
 
 def region_calls(model, kinds: tuple[str, ...], follow: Callable | None = None

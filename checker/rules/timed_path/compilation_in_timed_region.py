@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.model import walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import TIMED, region_reaches, report_calls
+from kcheck.rules.timed_path import TIMED, report_calls
 
 
 class CompilationInTimedRegion(Rule):
@@ -86,11 +86,7 @@ class Block(torch.nn.Module):
 """,
     ]
     PREFILTER = (r"compile|optimize|load_inline|cpp_extension",)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A timed region or a hot path that reaches ``torch.compile`` or another compiler."""
-        return region_reaches(summary, TIMED + ("hot-path",), "compile", config)
+    NEEDS = ("timed reaches compile", "hot-path reaches compile")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import SYNC_TEXT, region_reaches, report_calls
+from kcheck.rules.timed_path import SYNC_TEXT, report_calls
 
 
 class HostSyncInGraphCapture(Rule):
@@ -78,11 +78,7 @@ def capture(graph, logits):
 """,
     ]
     PREFILTER = (SYNC_TEXT, r"graph")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A ``with torch.cuda.graph(...)`` block that reaches a host sync."""
-        return region_reaches(summary, ("graph-capture",), "sync")
+    NEEDS = ("capture reaches sync",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

@@ -13,7 +13,7 @@ from kcheck.values import HOST_NAME
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
 from kcheck.rules.timed_path import (
     first_in_statement,
-    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, SYNC_WORDS, FileView, file_view, native_wait_line, off_the_step, through,
+    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, FileView, native_wait_line, off_the_step, through,
 )
 
 
@@ -153,26 +153,7 @@ def decode_step(model, tokens):
 """,
     ]
     PREFILTER = (SYNC_TEXT,)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """Serving code (not a test, benchmark, debugging tool, reference or sample submission) with
-        a hot path, not another backend's slot or a debugging tool's, that reaches a host sync the
-        rule does not excuse by its callee alone (a CPU-named tensor, another backend, an event)."""
-        path = summary.path
-        if MEASUREMENT_PATH.search(path) or DEBUG_PATH.search(path) or REFERENCE_PATH.search(path) \
-                or SHIPPED_EXAMPLE.search(path) or ENCODER_PATH.search(path) or OTHER_PLATFORM.search(path):
-            return False
-        view = file_view(summary)
-        if SYNC_WORDS.isdisjoint(view.words):
-            return False
-        tools = any(TOOL_CLASS.search(n) for n in summary.class_names | view.names)
-        return any(
-            not (OFF_CUDA_SLOT.search(summary.functions[i].name)
-                 or tools and view.exact and TOOL_CLASS.search(view.owner[i])
-                 or view.exact and once_per_input(view.owner[i], path))
-            and view.reaches(_per_step(view, i, calls), lambda c: view.classified("hot-sync", c))
-            for _, i, calls in view.regions("hot-path", config))
+    NEEDS = ("hot-path reaches sync",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -393,16 +374,6 @@ def _isinstance_list(test: cst.CSTNode) -> bool:
         ):
             return True
     return False
-
-
-def _per_step(view: FileView, i: int, calls: list[ast.Call]) -> list[ast.Call]:
-    """The calls of hot path ``i`` that run per step: in a pipeline stage's ``forward`` (``_per_request``)
-    only those on the lines of a loop or comprehension (``_in_loop``), elsewhere all."""
-    stages = any(n.endswith("Stage") for n in view.summary.class_names)
-    if not (stages and view.exact and view.owner[i].endswith("Stage")):
-        return calls
-    loops = [(n.lineno, n.end_lineno) for n in ast.walk(view.nodes[i]) if isinstance(n, LOOPS)]
-    return [c for c in calls if any(lo <= c.lineno <= hi for lo, hi in loops)]
 
 
 LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)

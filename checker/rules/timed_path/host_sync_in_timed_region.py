@@ -5,8 +5,7 @@ import libcst as cst
 from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import (
-    SYNC_TEXT, TIMED, TIMER_TEXT, first_in_statement, gpu_work, native_wait_line, region_calls, region_reaches,
-    through,
+    SYNC_TEXT, TIMED, TIMER_TEXT, first_in_statement, gpu_work, native_wait_line, region_calls, through,
 )
 
 
@@ -136,11 +135,7 @@ def bench(fn, x):
 """,
     ]
     PREFILTER = (SYNC_TEXT, TIMER_TEXT)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """An event window, a ``do_bench`` callable or a host-timer window that reaches a host sync."""
-        return region_reaches(summary, TIMED, "sync")
+    NEEDS = ("timed reaches sync",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

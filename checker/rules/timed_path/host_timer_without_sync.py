@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import cpu_device_branch, file_view, gpu_work
+from kcheck.rules.timed_path import cpu_device_branch, gpu_work
 
 # Text of a file that can put work on a GPU.
 GPU_TEXT = re.compile(r"cuda|gpu|device|accelerator|triton|xpu|\bhip\b|Event", re.I)
@@ -107,13 +107,7 @@ def bench(x, w):
 """,
     ]
     PREFILTER = (r"perf_counter|time\(|monotonic|default_timer", "(?i)" + GPU_TEXT.pattern)  # the rule's own text test
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A host-timer window in measurement code, outside an ``async def``, with a launch of its own."""
-        view = file_view(summary)
-        return any(not view.is_async(i) and any(view.classified("gpu-work", c) for c in calls)
-                   for _, i, calls in view.regions("host-timer"))
+    NEEDS = ("host-timer reaches gpu-work",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model

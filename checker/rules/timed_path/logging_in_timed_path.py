@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import ast
 
 import libcst as cst
 
@@ -8,7 +7,7 @@ from kcheck.model import MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import (
     first_in_statement,
-    DEBUG_PATH, LOG_WORDS, TIMED, file_view, gpu_work, off_the_step, region_calls, region_reaches, through,
+    DEBUG_PATH, TIMED, gpu_work, off_the_step, region_calls, through,
 )
 from kcheck.values import HOST
 
@@ -116,29 +115,7 @@ class Layer(torch.nn.Module):
 """,
     ]
     PREFILTER = (r"print|log|warn|write",)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """An event window, a ``do_bench`` callable, a graph capture, or a host-timer window with a
-        launch of its own, that reaches a print or a logging call; or, outside tests, benchmarks
-        and debugging tools, a hot path that reaches a ``print()`` or a logging call passing one
-        of the hot function's parameters."""
-        view = file_view(summary)
-        if LOG_WORDS.isdisjoint(view.words):
-            return False
-        if region_reaches(summary, ("event-window", "bench-callable", "graph-capture"), "log"):
-            return True
-        if any(any(view.classified("gpu-work", c) for c in calls) and view.reaches(calls, lambda c: view.classified("log", c))
-               for _, i, calls in view.regions("host-timer") if not view.is_async(i)):
-            return True
-        if MEASUREMENT_PATH.search(summary.path) or DEBUG_PATH.search(summary.path):
-            return False
-        for _, i, calls in view.regions("hot-path", config):
-            params = _parameters(view.nodes[i]) if view.exact else None
-            if view.reaches(calls, lambda c: view.classified("log", c) and (
-                    type(c.func) is ast.Name and c.func.id == "print" or _formats(c, params))):
-                return True
-        return False
+    NEEDS = ("timed reaches log", "capture reaches log", "hot-path reaches log")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -208,18 +185,3 @@ def _launches(model, region) -> bool:
     return cache[id(region)]
 
 
-def _parameters(function: ast.AST) -> set[str]:
-    """The names of a function's parameters, but ``self`` and ``cls`` (more than ``_formats_argument`` reads)."""
-    a = function.args
-    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)} - {"self", "cls"}
-
-
-def _formats(call: ast.Call, params: set[str] | None) -> bool:
-    """What ``_formats_argument`` can find: an argument, or a name in an f-string argument, that
-    is a parameter (any name when the parameters are unknown)."""
-    for value in [a.value if isinstance(a, ast.Starred) else a for a in call.args] + [k.value for k in call.keywords]:
-        names = [value] if isinstance(value, ast.Name) else [
-            v.value for v in value.values if isinstance(v, ast.FormattedValue)] if isinstance(value, ast.JoinedStr) else []
-        if any(isinstance(n, ast.Name) and (params is None or n.id in params) for n in names):
-            return True
-    return False

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import ast
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import libcst as cst
 
 from kcheck.claims import TRITON_DECORATORS
-from kcheck.gate import NESTED_SCOPES, ast_nodes, dotted, import_bindings, resolve
+from kcheck.facts import fact
+from kcheck.gate import dotted, import_bindings
 from kcheck.model import SCOPES_AND_LAMBDAS, children, subtree
 from kcheck.triton_values import arg  # noqa: F401 - the rules import it from here
 
@@ -29,11 +29,6 @@ BLOCKED_BOUND = re.compile(r"BLOCK|TILE|CHUNK", re.IGNORECASE)
 # ...unless the name says it is a model dimension taken whole (BLOCK_DMODEL, BLOCK_HEADDIM,
 # BLOCK_DPE, BLOCK_ROPE, BLOCK_D): kernels size those exactly and check the head size in the wrapper.
 EXACT_BOUND = re.compile(r"DMODEL|HEAD|DIM|DPE|ROPE|_D[KV]?$", re.IGNORECASE)
-
-
-def kernel_gate(summary) -> bool:
-    """A file with at least one function decorated ``jit``/``autotune``/``heuristics``."""
-    return any(f.decorators & KERNEL_NAMES for f in summary.functions)
 
 
 def nodes_under(root: cst.CSTNode, nested: bool = False) -> Iterator[cst.CSTNode]:
@@ -179,199 +174,48 @@ def names_outside_loads(model, expr: cst.CSTNode) -> Iterator[str]:
         stack.extend(children(node))
 
 
-# -- gates: the kernels the model will find, read from the ``ast`` -------------------------------
+# -- the family's facts (kcheck.facts), over the ast ----------------------------------------------
 #
 # Every KC5xx rule reads ``model.triton_kernels``: functions with a decorator whose qualified name
 # (resolved through the module's import table) is ``triton.jit``/``triton.autotune``/
-# ``triton.heuristics``, exactly (``kcheck.claims.TRITON_DECORATORS``). ``@triton.jit`` under
-# ``from vllm.triton_utils import triton`` resolves to ``vllm.triton_utils.triton.jit`` and is not
-# one. The gates below find the same kernels from the ``ast`` (the same flat import table: every
-# import of the module, the last one of a name winning) and look at their calls, so a file whose
-# kernels cannot trigger a rule stays away from libcst. Where the tree does not line up with the
-# summary, ``triton_gate_view`` returns None and the gates let the file through.
-
-_STATEMENT_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
-_BODY_FIELDS: dict[type, tuple[str, ...]] = {}
+# ``triton.heuristics``, exactly (``kcheck.claims.TRITON_DECORATORS``). The facts find the same
+# decorators from the ``ast``, resolving each through every import of its first name.
 
 
-def _body_fields(kind: type) -> tuple[str, ...]:
-    """The fields of a statement type that hold statements (or except handlers, match cases)."""
-    fields = _BODY_FIELDS.get(kind)
-    if fields is None:
-        fields = _BODY_FIELDS[kind] = tuple(f for f in _STATEMENT_BODIES if f in kind._fields)
-    return fields
+def _kernel_decorators(summary) -> list[set[str]]:
+    """For each def of the file that may be a Triton kernel, the qualified names of its decorators
+    (every reading); cached in ``summary.memo``."""
+    found = summary.memo.get("triton")
+    if found is None:
+        found = summary.memo["triton"] = []
+        if summary.tree is not None and (any(f.decorators & KERNEL_NAMES for f in summary.functions)
+                                         or summary.imports & TRITON_DECORATORS):
+            imports: dict[str, set[str]] = {}
+            defs = []
+            for node in ast.walk(summary.tree):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    for local, full in import_bindings(node):
+                        imports.setdefault(local, set()).add(full)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.decorator_list:
+                    defs.append(node)
+            for node in defs:
+                names = set()
+                for d in node.decorator_list:
+                    name = dotted(d.func if isinstance(d, ast.Call) else d) or ""
+                    head, dot, rest = name.partition(".")
+                    names |= {f"{q}{dot}{rest}" for q in imports.get(head, ())} | {name}
+                if names & TRITON_DECORATORS:
+                    found.append(names)
+    return found
 
 
-# the one field of the expression nodes that spell an identifier; any other expression spells none
+@fact("triton kernel")
+def defines_kernel(summary, config) -> bool:
+    """The file defines a Triton kernel."""
+    return bool(_kernel_decorators(summary))
 
 
-def ast_arg(call: ast.Call, index: int, keyword: str) -> ast.AST | None:
-    """``arg`` over ``ast``: the argument given by ``keyword`` or at positional ``index``."""
-    for kw in call.keywords:
-        if kw.arg == keyword:
-            return kw.value
-    positional = [a for a in call.args if not isinstance(a, ast.Starred)]
-    return positional[index] if index < len(positional) else None
-
-
-@dataclass
-class GateKernel:
-    """A function the model will take for a Triton kernel, as the gates see it."""
-
-    node: ast.FunctionDef | ast.AsyncFunctionDef
-    view: "GateView"  # a weak proxy: the view owns its kernels
-    params: list[str]  # positional-only, plain and keyword-only, as ``Kernel.params``
-    constexprs: set[str]  # annotated ``tl.constexpr`` (never more than the rule's: string annotations are not counted)
-    # every call in the kernel's own scope with its ``triton.language`` op (None for other calls):
-    # the body's, and those of its decorators, defaults and lambdas too (more than the rules read)
-    calls: list[tuple[ast.Call, str | None]] = field(default_factory=list)
-    _body: list[ast.AST] | None = None
-    _assigned: dict[str, list[ast.AST]] | None = None
-    _augmented: set[str] = field(default_factory=set)
-
-    @property
-    def name(self) -> str:
-        return self.node.name
-
-    def runtime_params(self) -> set[str]:
-        return set(self.params) - self.constexprs
-
-    def tl_calls(self, *ops: str) -> Iterator[tuple[ast.Call, str]]:
-        """``(call, op)`` for each ``triton.language.<op>(...)`` call (any alias), op in ``ops``."""
-        for call, op in self.calls:
-            if op is not None and op in ops:
-                yield call, op
-
-    def assigned(self) -> dict[str, list[ast.AST]]:
-        """Each plain name the body assigns (``=``, annotated with a value, augmented) with the
-        values, as ``Kernel.assigns`` and ``assignments`` read them (computed once, on demand)."""
-        if self._assigned is None:
-            self._assigned, self._augmented = {}, set()
-            stack = list(self.node.body)
-            while stack:  # statements only: assignments are never expressions
-                node = stack.pop()
-                if isinstance(node, ast.Assign):
-                    for target in node.targets:
-                        if isinstance(target, ast.Name):
-                            self._assigned.setdefault(target.id, []).append(node.value)
-                elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-                    if isinstance(node.target, ast.Name) and node.value is not None:
-                        self._assigned.setdefault(node.target.id, []).append(node.value)
-                        if isinstance(node, ast.AugAssign):
-                            self._augmented.add(node.target.id)
-                elif not isinstance(node, NESTED_SCOPES):
-                    for name in _body_fields(type(node)):
-                        stack.extend(getattr(node, name))
-        return self._assigned
-
-    def statements(self, *kinds: type) -> Iterator[ast.stmt]:
-        """The body's statements of the given types, at any depth outside nested functions and classes."""
-        stack = list(self.node.body)
-        while stack:
-            node = stack.pop()
-            if isinstance(node, kinds):
-                yield node
-            if not isinstance(node, NESTED_SCOPES):
-                for name in _body_fields(type(node)):
-                    stack.extend(getattr(node, name))
-
-    def compile_time(self) -> set[str]:
-        """``Kernel.compile_time`` over ``ast``."""
-        return fixed_compile_time(self.constexprs, {
-            name: [{m.id for m in ast.walk(v) if type(m) is ast.Name} for v in values]
-            for name, values in self.assigned().items()})
-
-    def augmented(self) -> set[str]:
-        """The plain names the body assigns with ``+=``-style statements."""
-        self.assigned()
-        return self._augmented
-
-    def body_nodes(self) -> list[ast.AST]:
-        """Every node of the body, not entering nested functions, classes or lambdas: what
-        ``nodes_under(fn.body)`` walks (computed once, on demand)."""
-        if self._body is None:
-            self._body = list(ast_nodes(self.node.body, into_scopes=False))
-        return self._body
-
-
-@dataclass
-class GateView:
-    imports: dict[str, str]  # local name -> qualified name, as ``ModuleModel.imports``
-    kernels: list[GateKernel]
-
-    def qualname(self, node: ast.AST) -> str | None:
-        """``ModuleModel.qualname`` over ``ast``: the first component resolved through the imports."""
-        return resolve(dotted(node), self.imports)
-
-    def tl_op(self, call: ast.Call) -> str | None:
-        """``tl_op`` over ``ast``: ``load`` for ``tl.load(...)`` (``triton.language`` under any alias)."""
-        func = call.func
-        if type(func) is ast.Attribute and type(func.value) is ast.Name:  # qualname's commonest case, inline
-            name = f"{self.imports.get(func.value.id, func.value.id)}.{func.attr}"
-        else:
-            name = self.qualname(func) or ""
-        return _tl_name(name)
-
-    def is_tl_attr(self, node: ast.AST | None, *attrs: str) -> bool:
-        name = self.qualname(node) if node is not None else None
-        return name is not None and any(name in (f"triton.language.{a}", f"tl.{a}") for a in attrs)
-
-
-def _tl_name(name: str) -> str | None:
-    for prefix in ("triton.language.", "tl."):
-        if name.startswith(prefix):
-            return name[len(prefix):]
-    return None
-
-
-def triton_gate_view(summary) -> GateView | None:
-    """The file's Triton kernels as the model will find them (computed once per file, shared by
-    the family's gates through ``summary.memo``); None when undecided (let the file through)."""
-    if "triton" not in summary.memo:
-        summary.memo["triton"] = _gate_view(summary)
-    return summary.memo["triton"]
-
-
-def _gate_view(summary) -> GateView | None:
-    if summary.tree is None:
-        return None
-    # A decorator that resolves to triton.jit ends in jit (or autotune, heuristics), unless it is
-    # a bare name imported under another one (``from triton import jit as tjit``).
-    if not (any(f.decorators & KERNEL_NAMES for f in summary.functions)
-            or summary.imports & TRITON_DECORATORS):
-        return GateView({}, [])
-    imports: dict[str, str] = {}
-    defs: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
-    stack: list[ast.AST] = list(reversed(summary.tree.body))
-    while stack:  # statements only, in source order: imports and defs are never expressions
-        node = stack.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            imports.update(import_bindings(node))
-            continue
-        kind = type(node)
-        if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
-            defs.append(node)
-        for name in reversed(_body_fields(kind)):  # the first field's first statement on top
-            stack.extend(reversed(getattr(node, name)))
-    functions = summary.functions
-    if len(defs) != len(functions) or any(d.name != f.name for d, f in zip(defs, functions)):
-        return None  # the summary's functions are these defs in the same order; if not, undecided
-    view = GateView(imports, [])
-    by_summary: dict[int, GateKernel] = {}
-    for node, fs in zip(defs, functions):
-        targets = [d.func if isinstance(d, ast.Call) else d for d in node.decorator_list]
-        if any((view.qualname(t) or "") in TRITON_DECORATORS for t in targets):
-            a = node.args
-            params = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
-            constexprs = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)
-                          if p.annotation is not None and not isinstance(p.annotation, ast.Constant)
-                          and (view.qualname(p.annotation) or "").split(".")[-1] == "constexpr"}
-            kernel = GateKernel(node, weakref.proxy(view), params, constexprs)  # no cycle: the view holds the kernels
-            view.kernels.append(kernel)
-            by_summary[id(fs)] = kernel
-    if by_summary:
-        for call, fs in summary.calls:
-            kernel = by_summary.get(id(fs)) if fs is not None else None
-            if kernel is not None:
-                kernel.calls.append((call, view.tl_op(call)))
-    return view
+@fact("autotuned kernel")
+def defines_autotuned_kernel(summary, config) -> bool:
+    """A Triton kernel of the file carries ``triton.autotune``."""
+    return any("triton.autotune" in names for names in _kernel_decorators(summary))

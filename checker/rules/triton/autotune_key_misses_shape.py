@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-import ast
 
 import libcst as cst
 
-from kcheck.gate import ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    META_PARAM, TRITON_TEXT, arg, ast_arg, kernels, names_in, nodes_under, tl_op, triton_gate_view,
+    META_PARAM, TRITON_TEXT, arg, kernels, names_in, nodes_under, tl_op,
 )
 
 
@@ -100,29 +98,7 @@ def rms(x_ptr, w_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
 """,
     ]
     PREFILTER = (TRITON_TEXT, r"autotune")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A kernel with an ``autotune(...)`` decorator whose key is missing, or a list or tuple
-        that is empty or has no string that settles it as the rule does: a ``tl.constexpr``
-        parameter (keyed on a constexpr size) or a parameter the kernel never reads (a proxy)."""
-        view = triton_gate_view(summary)
-        if view is None:
-            return True
-        for k in view.kernels:
-            for dec in k.node.decorator_list:
-                if not isinstance(dec, ast.Call) or view.qualname(dec.func) not in ("triton.autotune", "autotune"):
-                    continue
-                key = ast_arg(dec, 1, "key")
-                if key is None:
-                    return True
-                if not isinstance(key, (ast.List, ast.Tuple)):
-                    continue
-                read = {name for n in k.body_nodes() for name in ast_identifiers(n)}  # names_in(k.fn.body), or more
-                keys = {e.value for e in key.elts if _plain_string(e)}
-                if not any(name in k.constexprs or (name in k.params and name not in read) for name in keys):
-                    return True
-        return False
+    NEEDS = ("autotuned kernel",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -186,9 +162,3 @@ def rms(x_ptr, w_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
         return dims
 
 
-def _plain_string(node) -> bool:
-    """A string literal written as its value between two quotes (``"N"``): surely one libcst
-    ``SimpleString``. Anything else (escapes, prefixes, an implicit concatenation, which the
-    rule does not read) is not counted, so the gate never knows more keys than the rule."""
-    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.lineno == node.end_lineno \
-        and node.end_col_offset - node.col_offset == len(node.value.encode()) + 2

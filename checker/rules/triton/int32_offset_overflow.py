@@ -1,15 +1,12 @@
 from __future__ import annotations
 
-import ast
 import re
-from typing import Iterator
 
 import libcst as cst
 
-from kcheck.gate import ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    META_PARAM, TRITON_TEXT, assignments, dotted, ast_nodes, kernels, names_in, nodes_under, tl_op, triton_gate_view,
+    META_PARAM, TRITON_TEXT, assignments, kernels, names_in, nodes_under, tl_op,
 )
 from kcheck.triton_values import I64, values as triton_values
 
@@ -181,34 +178,7 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
 """,
     ]
     PREFILTER = (TRITON_TEXT, r"program_id")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """What every report needs, read from the ``ast``: a file not of speculative decoding or
-        sampling (``SMALL_FILE``), a kernel not named like a small one (``SMALL_KERNEL``) and, in a
-        statement the rule checks (a simple statement, an ``if``/``while`` test, a ``for``
-        iterable), a product (``*``) of a program id and an expression naming a runtime parameter
-        that is not a small count or a meta-parameter, the program id side naming no small count.
-        A program id is a ``tl.program_id`` call or a name some assignment gives one (``_gate_pids``:
-        every assignment, in any order, more than the rule's source-order flow), with no comparison
-        and no call but ``INDEX_OPS``. The product must also have a possible piece of evidence
-        (``evidence``): a large tensor's name among the statement's parameters, its ``+=`` target,
-        the product's runtime names or what the module's launches pass for those; two sizes on the
-        other side, or one with a program id name assigned from a product with a sequence length
-        (``scaled``); a batch stride beside a sequence and a head stride; a norm kernel that loads
-        a per-feature weight; or a stride mirroring one the same program id multiplies after a cast
-        to int64. Each is read more loosely than the rule reads it, never more strictly."""
-        if SMALL_FILE.search(summary.path):
-            return False
-        view = triton_gate_view(summary)
-        if view is None:
-            return True
-        for k in view.kernels:
-            if SMALL_KERNEL.search(k.name) or not any(True for _ in k.tl_calls("program_id")):
-                continue
-            if _GateKernel(view, summary, k).reportable():
-                return True
-        return False
+    NEEDS = ("triton kernel",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for k in kernels(self.model):
@@ -474,30 +444,6 @@ def _cast_source(model, call) -> str | None:
     return source.value if type(source) is cst.Name else None
 
 
-def _gate_names(node: ast.AST) -> set[str]:
-    """``names_in`` over ``ast``: every identifier under ``node`` (attribute and keyword names too)."""
-    return {name for n in ast_nodes([node]) for name in ast_identifiers(n)}
-
-
-def _gate_is_pid(view, expr: ast.AST, pids: set[str]) -> bool:
-    """``is_pid`` over ``ast``, ``wide`` left out: a ``tl.program_id`` call or a name in ``pids``,
-    with no comparison and no call but ``INDEX_OPS``."""
-    found = False
-    for n in ast_nodes([expr], into_scopes=False):
-        kind = type(n)
-        if kind is ast.Compare:
-            return False
-        if kind is ast.Call:
-            op = view.tl_op(n)
-            if op == "program_id":
-                found = True
-            elif op not in INDEX_OPS:
-                return False
-        elif not found and pids.intersection(ast_identifiers(n)):
-            found = True
-    return found
-
-
 def _gate_sequence_batch(stride: str, params) -> bool:
     """``stride_vb`` beside ``stride_vt`` and ``stride_vh`` (also ``stride_x_batch`` beside
     ``stride_x_seqlen``, ``stride_b`` beside ``stride_s``, and the attention naming where the batch
@@ -511,147 +457,6 @@ def _gate_sequence_batch(stride: str, params) -> bool:
     sibs = {p[len(stem):].lstrip("_").lower() for p in params if p.startswith(stem) and p != stride}
     return any(re.fullmatch(r"t|s|l|m|n|seq|seqlen|seq_len|len|tok|tokens?", s) for s in sibs) and \
         any(s[:1] == "h" for s in sibs)
-
-
-def _is_mult(node: ast.AST) -> bool:
-    return type(node) is ast.BinOp and type(node.op) is ast.Mult
-
-
-class _GateKernel:
-    """One kernel as ``Int32OffsetOverflow.gate`` reads it (see its docstring)."""
-
-    def __init__(self, view, summary, k) -> None:
-        self.view, self.summary, self.k = view, summary, k
-        self.params = set(k.params)
-        self.runtime = k.runtime_params() | strides(k.constexprs)
-        assigned = k.assigned()
-        self.pids: set[str] = set()  # _check's ``ever_pids``, flow-insensitive
-        changed = True
-        while changed:
-            changed = False
-            for name, values in assigned.items():
-                if name not in self.pids and any(_gate_is_pid(view, v, self.pids) for v in values):
-                    self.pids.add(name)
-                    changed = True
-        # ``scaled``: pid names assigned from a product with a runtime sequence length
-        self.scaled = {name for name in self.pids for v in assigned[name] if any(
-            _is_mult(m) and any(SEQUENCE.search(x) for x in _gate_names(m) & self.runtime)
-            for m in ast_nodes([v], into_scopes=False))}
-        self._launched: dict[str, set[str]] | None = None
-        self._widened: dict[str, set[str]] | None = None
-        self._rows: bool | None = None
-
-    def checked(self) -> Iterator[tuple[ast.AST, set[str]]]:
-        """``(root, ptrs)``: what ``walk`` checks (simple statements, ``if``/``while`` tests, ``for``
-        iterables) with the parameters and ``+=`` target ``bases`` may find in it."""
-        for stmt in self.k.statements(ast.stmt):
-            kind = type(stmt)
-            if kind is ast.If or kind is ast.While:
-                root = stmt.test
-            elif kind is ast.For or kind is ast.AsyncFor:
-                root = stmt.iter
-            elif kind in _COMPOUND:
-                continue
-            else:
-                root = stmt
-            ptrs = None
-            for n in ast_nodes([root], into_scopes=False):
-                if _is_mult(n):
-                    if ptrs is None:
-                        ptrs = _gate_names(root) & self.params
-                        if kind is ast.AugAssign and type(stmt.target) is ast.Name:
-                            ptrs.add(stmt.target.id)
-                    yield n, ptrs
-
-    def reportable(self) -> bool:
-        for n, ptrs in self.checked():
-            for pid_side, other in ((n.left, n.right), (n.right, n.left)):
-                big = {x for x in _gate_names(other) & self.runtime if not (SMALL.search(x) or META_PARAM.search(x))}
-                if not big:
-                    continue
-                pid_names = _gate_names(pid_side)
-                if any(SMALL.search(x) for x in pid_names) or not _gate_is_pid(self.view, pid_side, self.pids):
-                    continue
-                if self.evidence(pid_names, big | (pid_names & self.runtime - self.pids), ptrs):
-                    return True
-        return False
-
-    def evidence(self, pid_names: set[str], big: set[str], ptrs: set[str]) -> bool:
-        """Whether ``evidence`` may find something for this product."""
-        names = ptrs | big
-        words = set(names)
-        for name in names:
-            words |= self.launched().get(name, set())
-        if any(LARGE_TENSOR.search(w) and not SMALL_TENSOR.search(w) for w in words):
-            return True  # "name"
-        sizes = {x for x in big if not re.search(r"_1$|col", x, re.IGNORECASE)}
-        if len(sizes) >= 2 or (pid_names & self.scaled and sizes):
-            return True  # "dims"
-        if any(_gate_sequence_batch(x, self.params) for x in big):
-            return True  # "seqbatch"
-        if self.rows():
-            return True  # "rows"
-        widened = self.widened()
-        return any(_mirror(x, y) for x in big for p in pid_names & set(widened) for y in widened[p])
-
-    def launched(self) -> dict[str, set[str]]:
-        """``_launch_args`` over ``ast``: for each parameter, the names the module's launches
-        ``kernel[grid](...)`` pass for it."""
-        if self._launched is None:
-            self._launched = {}
-            order = self.k.params
-            for call, _ in self.summary.calls:
-                func = call.func
-                if type(func) is not ast.Subscript or dotted(func.value) != self.k.name:
-                    continue
-                positional = []
-                for a in call.args:
-                    if type(a) is ast.Starred:
-                        break
-                    positional.append(a)
-                for i, value in enumerate(positional[:len(order)]):
-                    self._launched.setdefault(order[i], set()).update(_gate_names(value))
-                for kw in call.keywords:
-                    if kw.arg is not None:
-                        self._launched.setdefault(kw.arg, set()).update(_gate_names(kw.value))
-        return self._launched
-
-    def widened(self) -> dict[str, set[str]]:
-        """``widened`` of ``_check``: pid -> the runtime names it multiplies after ``.to``/``.cast``
-        with an int64 type in the call."""
-        if self._widened is None:
-            self._widened = {}
-            for n in self.k.body_nodes():
-                if not _is_mult(n):
-                    continue
-                for a, b in ((n.left, n.right), (n.right, n.left)):
-                    if type(a) is not ast.Call:
-                        continue
-                    if type(a.func) is ast.Attribute and a.func.attr in ("to", "cast"):
-                        source = a.func.value
-                    elif self.view.tl_op(a) == "cast" and a.args:
-                        source = a.args[0]
-                    else:
-                        continue
-                    if type(source) is ast.Name and source.id in self.pids:  # any target: wider than the rule
-                        self._widened.setdefault(source.id, set()).update(_gate_names(b) & self.runtime)
-        return self._widened
-
-    def rows(self) -> bool:
-        """``_feature_rows`` over ``ast``: a ``norm`` kernel loading a weight-named parameter at an
-        address with no program id (the first argument, positional or keyword)."""
-        if self._rows is None:
-            self._rows = "norm" in self.k.name.lower() and any(
-                any(WEIGHT.search(p) for p in _gate_names(addr) & self.params) and not any(
-                    type(m) is ast.Call and self.view.tl_op(m) == "program_id" for m in ast_nodes([addr]))
-                for call, _ in self.k.tl_calls("load")
-                for addr in ([call.args[0]] if call.args else []) + [kw.value for kw in call.keywords[:1]])
-        return self._rows
-
-
-# statements with bodies: ``walk`` checks only the tests of ``if``/``while`` and the iterables of ``for``
-_COMPOUND = (ast.If, ast.While, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
-             ast.AsyncFunctionDef, ast.ClassDef, ast.Match) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
 
 
 def _mirror(a: str, b: str) -> bool:

@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.triton import TRITON_TEXT, arg, ast_arg, dotted, is_tl_attr, kernels, nodes_under, tl_op, triton_gate_view
+from kcheck.rules.triton import TRITON_TEXT, arg, is_tl_attr, kernels, nodes_under, tl_op
 from kcheck.triton_values import INT_POINTER, LOADED, LOW, values
 
 LOW_DTYPES = ("float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16")
@@ -151,33 +151,8 @@ def k(a, b):
 """,
     ]
     PREFILTER = (TRITON_TEXT, r"zeros|full|dot|sum")
+    NEEDS = ("triton kernel",)
     _wide: set[str] = set()  # the current kernel's parameters launched with float32 buffers
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A kernel with one of the three things a report needs, read loosely: a ``tl.zeros``/
-        ``tl.full`` whose dtype is 16-bit or taken from a value (``x_ptr.dtype.element_ty``,
-        ``x.dtype``); a ``tl.dot`` with a 16-bit ``out_dtype``; or a ``tl.sum`` without ``dtype``
-        in a file whose text names FP16 or BF16 (``LOW_TEXT``). What the values are is left to
-        the rule (``kcheck.triton_values``)."""
-        view = triton_gate_view(summary)
-        if view is None:
-            return True
-        low_text = summary.source is None or bool(LOW_TEXT.search(summary.source))
-        for k in view.kernels:
-            for call, op in k.tl_calls("zeros", "full", "dot", "sum"):
-                if op in ("zeros", "full"):
-                    dtype = ast_arg(call, 1 if op == "zeros" else 2, "dtype")
-                    if dtype is not None and (view.is_tl_attr(dtype, *LOW_DTYPES)
-                                              or (dotted(dtype) or "").endswith((".element_ty", ".dtype"))):
-                        return True
-                elif op == "dot":
-                    out, acc = ast_arg(call, 99, "out_dtype"), ast_arg(call, 2, "acc")
-                    if (out is not None and view.is_tl_attr(out, *LOW_DTYPES)) or acc is not None:
-                        return True
-                elif low_text and ast_arg(call, 99, "dtype") is None:
-                    return True
-        return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
         low_text = bool(LOW_TEXT.search(self.context.source))

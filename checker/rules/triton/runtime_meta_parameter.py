@@ -1,14 +1,12 @@
 from __future__ import annotations
 
-import ast
 import re
 
 import libcst as cst
 
-from kcheck.gate import ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    META_PARAM, TRITON_TEXT, arg, ast_arg, ast_nodes, kernels, nodes_under, tl_op, triton_gate_view,
+    META_PARAM, TRITON_TEXT, arg, kernels, nodes_under, tl_op,
 )
 
 # The arguments of these triton.language calls must be compile-time values: (position, keyword).
@@ -102,31 +100,7 @@ def k(x_ptr, n, BLOCK: tl.constexpr, num_warps):
 """,
     ]
     PREFILTER = (TRITON_TEXT,)
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A kernel that no kernel body of the module calls by name, with a parameter not
-        annotated ``tl.constexpr`` that is named like a meta-parameter or appears in a shape
-        argument of ``tl.arange``/``tl.zeros``/... (``SHAPE_OPS``): what a report needs."""
-        view = triton_gate_view(summary)
-        if view is None:
-            return True
-        for k in view.kernels:
-            runtime = k.runtime_params()
-            if not runtime:
-                continue
-            shapes = [ast_arg(call, index, keyword) for call, op in k.tl_calls(*SHAPE_OPS)
-                      for index, keyword in SHAPE_OPS[op]]
-            if not any(META_PARAM.search(name) and not COUNT.match(name) for name in runtime) and not any(
-                    runtime.intersection(ast_identifiers(n)) for n in ast_nodes([a for a in shapes if a is not None])):
-                continue
-            # an inlined helper: a kernel body calls it by name (walk only the kernels that may)
-            callers = [j for j in view.kernels
-                       if any(isinstance(c.func, ast.Name) and c.func.id == k.name for c, _ in j.calls)]
-            if not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == k.name
-                       for j in callers for n in j.body_nodes()):
-                return True
-        return False
+    NEEDS = ("triton kernel",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         all_kernels = kernels(self.model)

@@ -1,15 +1,13 @@
 from __future__ import annotations
 
-import ast
 import re
 
 import libcst as cst
 
-from kcheck.gate import ast_children, ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, dotted, ast_nodes, is_none, kernels,
-    names_in, names_outside_loads, nodes_under, tl_op, triton_gate_view,
+    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, is_none, kernels, names_in, names_outside_loads, nodes_under,
+    tl_op,
 )
 
 STOPS = {"minimum", "where", "load"}
@@ -180,49 +178,7 @@ def fill(out, val, n):
 """,
     ]
     PREFILTER = (TRITON_TEXT, r"arange")
-
-    @classmethod
-    def gate(cls, summary, config) -> bool:
-        """A kernel, not declared exact by its name or docstring, with a ``tl.load``/``tl.store``
-        that has neither mask nor boundary_check, is not under an ``if`` on a ``tl.constexpr``
-        parameter, and whose pointer carries offsets of a blocked ``tl.arange`` bound that the
-        kernel or a launch shows can be ragged: compared (``<``, ``<=``, ``>``, ``>=``) in the
-        same innermost loop as the access (anywhere, for an access outside loops), or launched
-        ragged (``_gate_launched_ragged``). That is what every report needs. Offsets flow through
-        every assignment of a name, in any order, up to the rule's stops (``%``, ``tl.minimum``,
-        ``tl.where``, ``tl.load``): more than the rule's source-order flow, never less."""
-        view = triton_gate_view(summary)
-        if view is None:
-            return True
-        for k in view.kernels:
-            if DECLARED_EXACT.search(k.name) or DECLARED_EXACT.search(ast.get_docstring(k.node, clean=False) or ""):
-                continue
-            unmasked = [call for call, op in k.tl_calls("load", "store") if _gate_unmasked(call, op)]
-            if not unmasked or not any(_gate_blocked(call) for call, _ in k.tl_calls("arange")):
-                continue
-            fixed = k.compile_time()
-            if fixed:  # an unmasked fast path under ``if EVEN_K:`` is on purpose (``_guarded``)
-                guards = [n for n in k.statements(ast.If) if fixed.intersection(
-                    m.id for m in ast_nodes([n.test], into_scopes=False) if type(m) is ast.Name)]
-                unmasked = [call for call in unmasked if not any(_inside(call, n) for n in guards)]
-            bounds = _GateBounds(view, k)
-            accessed = [(call, bounds.of(ast_arg(call, 0, "pointer"))) for call in unmasked]
-            accessed = [(call, found) for call, found in accessed if found]
-            if not accessed:
-                continue
-            launched = _gate_launched_ragged(summary, k, set().union(*(found for _, found in accessed)))
-            loops = _gate_loops(k)
-            compared: dict[str, set] = {}  # bound -> the innermost loops of its ordering comparisons
-            for n in k.body_nodes():
-                if type(n) is ast.Compare and len(n.ops) == 1 and isinstance(n.ops[0], ORDERING):
-                    for bound in bounds.of(n.left) | bounds.of(n.comparators[0]):
-                        compared.setdefault(bound, set()).add(loops.get(id(n)))
-            for call, found in accessed:  # as _access: in a loop, the comparison must be in the same loop
-                loop = loops.get(id(call))
-                if found & launched or any(bound in compared and (loop is None or loop in compared[bound])
-                                           for bound in found):
-                    return True
-        return False
+    NEEDS = ("triton kernel",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         # names and literals the module checks divisibility by (``H % _BLOCK_H != 0`` ahead of a
@@ -615,132 +571,3 @@ def _assigned_text(fn: cst.FunctionDef, names: set[str]) -> tuple[str, set[str]]
     return text, read
 
 
-def _gate_unmasked(call: ast.Call, op: str) -> bool:
-    """A load or store with a pointer and neither a mask (None counts as none) nor boundary_check."""
-    mask = ast_arg(call, 1 if op == "load" else 2, "mask")
-    return ast_arg(call, 0, "pointer") is not None and (
-        mask is None or (isinstance(mask, ast.Constant) and mask.value is None)) and \
-        not any(kw.arg == "boundary_check" for kw in call.keywords)
-
-
-def _gate_blocked(arange: ast.Call) -> str | None:
-    """The bound of ``tl.arange(0, BOUND)`` when it names a blocked dimension (``_bounds_in``)."""
-    end = ast_arg(arange, 1, "end")
-    if isinstance(end, ast.Name) and BLOCKED_BOUND.search(end.id) and not EXACT_BOUND.search(end.id):
-        return end.id
-    return None
-
-
-class _GateBounds:
-    """``_bounds_in`` over ``ast``: the blocked bounds whose offsets an expression may carry,
-    directly (``tl.arange(0, BLOCK)``) or through the names it reads and every value the kernel
-    assigns them."""
-
-    def __init__(self, view, k) -> None:
-        self.view, self.assigned = view, k.assigned()
-        self.refs: dict[int, tuple[set[str], set[str]]] = {}
-
-    def of(self, expr) -> set[str]:
-        bounds, names = self._refs(expr)
-        bounds, seen, todo = set(bounds), set(names), list(names)
-        while todo:
-            for value in self.assigned.get(todo.pop(), ()):
-                more, read = self._refs(value)
-                bounds |= more
-                todo.extend(read - seen)
-                seen |= read
-        return bounds
-
-    def _refs(self, expr) -> tuple[set[str], set[str]]:
-        """The bounds of the ``tl.arange`` calls in ``expr`` and the names it reads, past the stops."""
-        if id(expr) in self.refs:
-            return self.refs[id(expr)]
-        bounds: set[str] = set()
-        names: set[str] = set()
-        stack = [expr] if expr is not None else []
-        while stack:
-            node = stack.pop()
-            kind = type(node)
-            if kind is ast.BinOp and type(node.op) is ast.Mod:
-                continue
-            if kind is ast.Call:
-                op = self.view.tl_op(node)
-                if op in STOPS:
-                    continue
-                if op == "arange":
-                    bound = _gate_blocked(node)
-                    if bound is not None:
-                        bounds.add(bound)
-            names.update(ast_identifiers(node))  # libcst's Name nodes: x.offs and mask=m hold one too
-            stack.extend(ast_children(node))
-        self.refs[id(expr)] = bounds, names
-        return bounds, names
-
-
-ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
-
-
-def _inside(node: ast.AST, statement: ast.stmt) -> bool:
-    """Whether ``node`` lies in ``statement``'s source span, that is, under it."""
-    return (statement.lineno, statement.col_offset) <= (node.lineno, node.col_offset) and \
-        (node.end_lineno, node.end_col_offset) <= (statement.end_lineno, statement.end_col_offset)
-
-
-def _gate_loops(k) -> dict[int, int]:
-    """id(node) -> id of the innermost ``for``/``while`` around it in the kernel (``_loop``), for
-    each node inside a loop."""
-    out: dict[int, int] = {}
-    stack = [(node, None) for node in k.node.body]
-    while stack:
-        node, loop = stack.pop()
-        if loop is not None:
-            out[id(node)] = loop
-        kind = type(node)
-        if kind is ast.For or kind is ast.AsyncFor or kind is ast.While:
-            loop = id(node)
-        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
-            continue
-        stack.extend((child, loop) for child in ast_children(node))
-    return out
-
-
-def _gate_launched_ragged(summary, k, accessed: set[str]) -> set[str]:
-    """The ``accessed`` bounds a launch ``k[grid](..., BOUND=...)`` in the module may make ragged
-    (``_launched_ragged``): passed a ``next_power_of_2`` call, or on a grid that may hold a
-    ``cdiv`` (a name or string with ``cdiv`` in it, or a grid over several lines, where a comment
-    could: the rule matches the grid's source text)."""
-    out: set[str] = set()
-    for call, _ in summary.calls:
-        func = call.func
-        if not (isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id == k.name):
-            continue
-        passed = {kw.arg: kw.value for kw in call.keywords if kw.arg in accessed}
-        if not passed:
-            continue
-        out |= {kw for kw, value in passed.items()
-                if isinstance(value, ast.Call) and (dotted(value.func) or "").endswith("next_power_of_2")}
-        grid = func.slice
-        if _gate_grid_divides(summary, grid):
-            out |= passed.keys()
-        if grid.lineno != grid.end_lineno or any(
-                "cdiv" in (n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else "")
-                or any("cdiv" in name for name in ast_identifiers(n)) for n in ast.walk(grid)):
-            out |= passed.keys()
-    return out
-
-
-def _gate_grid_divides(summary, grid: ast.AST) -> bool:
-    """The grid may floor-divide a size (``n // BLOCK``), in itself or in what any function of the
-    module assigns to a name in it (``_grid_text`` reads the launching function's): looser than
-    the rule, which also wants the divisor to be the block passed and the module not to check it."""
-    if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.FloorDiv) for n in ast.walk(grid)):
-        return True
-    names = {n.id for n in ast.walk(grid) if isinstance(n, ast.Name)}
-    if not names:
-        return False
-    if summary.tree is None:
-        return True
-    return any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets)
-               and any(isinstance(m, ast.BinOp) and isinstance(m.op, ast.FloorDiv) or
-                       any("cdiv" in x for x in ast_identifiers(m)) for m in ast.walk(n.value))
-               for n in ast.walk(summary.tree))
