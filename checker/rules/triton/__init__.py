@@ -18,7 +18,7 @@ import libcst as cst
 from kcheck.claims import TRITON_DECORATORS
 from kcheck.gate import NESTED_SCOPES, ast_nodes, dotted, import_bindings, resolve
 from kcheck.model import SCOPES_AND_LAMBDAS, children, subtree
-from kcheck.triton_values import arg  # noqa: F401 - the rules import it from here
+from kcheck.triton_values import arg, param_arg  # noqa: F401 - the rules import them from here
 
 TRITON_TEXT = r"triton"
 KERNEL_NAMES = {"jit", "autotune", "heuristics"}

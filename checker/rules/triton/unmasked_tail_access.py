@@ -8,7 +8,7 @@ import libcst as cst
 from kcheck.gate import ast_children, ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, dotted, ast_nodes, is_none, kernels,
+    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, param_arg, ast_arg, dotted, ast_nodes, is_none, kernels,
     names_in, names_outside_loads, nodes_under, tl_op, triton_gate_view,
 )
 
@@ -286,9 +286,8 @@ def fill(out, val, n):
         ps = fn.params
         params = [p.name.value for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]]
         for name in (names | more) & set(params):  # ``def launch(x, n_blocks): k[(n_blocks,)](...)``
-            index = params.index(name) - (1 if params[0] in ("self", "cls") else 0)
             for caller in self.model.callers(fn):
-                value = arg(caller, index, name)
+                value = param_arg(caller, fn, name)
                 if value is None:
                     continue
                 text += " " + cst.Module([]).code_for_node(value)
