@@ -21,13 +21,14 @@ from __future__ import annotations
 import builtins
 import fnmatch
 import re
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import libcst as cst
 
 from kcheck.model import SCOPES_AND_LAMBDAS, subtree, walk
-from kcheck.native import file_host_syncs
+from kcheck.native import _BLANK, _CALLED, _function_name, _host_functions, _matching, file_host_syncs
 
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 
@@ -109,8 +110,11 @@ COMPUTE_TL = {"dot", "dot_scaled", "sum", "max", "min", "reduce", "argmax", "arg
               "associative_scan", "xor_sum", "histogram", "atomic_add", "atomic_max", "atomic_min",
               "atomic_cas", "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "sort"}
 # Library ops an extension's C++/CUDA source may call instead of a kernel of its own.
-CUDA_LIBRARY = re.compile(r"\b(cublas\w*[Gg]emm\w*|cublasLt\w*Matmul|cudnn\w*Forward\w*"
-                          r"|(at|torch)::(matmul|mm|bmm|addmm|baddbmm|linear|conv\w+|scaled_dot_product_attention))\s*\(")
+CUDA_LIBRARY = re.compile(r"\b(cublas\w*[Gg]emm\w*|cublasLt\w*Matmul|cublas[SDHCZ](symm|syrk|trmm)\w*|cudnn(?!Get|Set|Create|Destroy)\w*Forward\w*"
+                          r"|(at|torch)::(matmul|mm|bmm|addmm|baddbmm|linear|conv\w+|cudnn_convolution\w*"
+                          r"|scaled_dot_product_attention))\s*\(")
+# A kernel launch in host code: ``name<<<grid, block>>>`` (also ``name<scalar_t><<<...``).
+CUDA_LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^<>;(){}]*>)?\s*<<<")
 CUDA_COMPUTE = re.compile(r"\bfor\s*\(|\bwhile\s*\(|atomic\w*\(|__shfl|\bmma\b|wmma|cublas|cutlass|__syncthreads")
 # Registration helpers that are graph or export plumbing, not a kernel.
 PLUMBING = ("register_fake", "impl_abstract", "register_autograd", "register_meta", "register_torch_dispatch",
@@ -144,6 +148,9 @@ class Launch:
     name: str  # what is launched, as written (``_rms_kernel``, ``torch.ops._C.rms_norm``)
     side_job: bool = False  # known to do only elementwise or data-movement work (no dot, reduction, loop)
     library: str = ""  # an extension with no kernel of its own whose source calls this library op
+    alongside: str = ""  # the library op the extension function calls beside its own launches
+    entry: str = ""  # the extension's host function the call enters
+    library_in: str = ""  # the host function of the extension's source that calls ``library``/``alongside``
     host_sync: str = ""  # what the extension function's host code waits on (kcheck.native), if anything
 
 
@@ -247,7 +254,11 @@ def _module_bindings(model, module: cst.Module) -> tuple[dict[str, str], dict[st
             if text is not None:
                 consts[target.value] = text
             elif type(small.value) is cst.Call and _is_extension_build(model, small.value):
-                extensions[target.value] = _string_value(_kwarg(small.value, "cuda_sources"), consts)
+                cuda = _string_value(_kwarg(small.value, "cuda_sources"), consts)
+                cpp = _string_value(_kwarg(small.value, "cpp_sources"), consts)
+                # the host functions may be defined in either (a wrapper in cpp_sources, kernels in cuda_sources)
+                extensions[target.value] = cuda if not cpp or cpp in (cuda or "") else (
+                    cpp if cuda is None else cpp + "\n" + cuda)
     return consts, extensions
 
 
@@ -255,10 +266,11 @@ def _is_extension_build(model, call: cst.Call) -> bool:
     return (model.call_name(call) or "") in ("torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load")
 
 
-def _extension_attrs(model, module, extensions) -> tuple[set[str], dict[str, str]]:
-    """``self.<attr>`` names bound to an extension (``self.ext = load_inline(...)`` or a module
-    name), and those bound to one of its functions (``self.act = ext.act_cuda``: attr -> ext)."""
-    out: set[str] = set()
+def _extension_attrs(model, module, extensions) -> tuple[dict[str, str | None], dict[str, str]]:
+    """``self.<attr>`` names bound to an extension (``self.ext = load_inline(...)``: attr -> None, or
+    a module name: attr -> that name), and those bound to one of its functions
+    (``self.act = ext.act_cuda``: attr -> ext)."""
+    out: dict[str, str | None] = {}
     functions: dict[str, str] = {}
     if not extensions:
         return out, functions
@@ -267,14 +279,16 @@ def _extension_attrs(model, module, extensions) -> tuple[set[str], dict[str, str
             target = node.targets[0].target
             if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
                 value = node.value
-                if (type(value) is cst.Name and value.value in extensions) or (
-                    type(value) is cst.Call and _is_extension_build(model, value)
-                ):
-                    out.add(target.attr.value)
+                if type(value) is cst.Name and value.value in extensions:
+                    bound = out.setdefault(target.attr.value, value.value)
+                    if bound != value.value:  # bound to two extensions: which one is unknown
+                        out[target.attr.value] = None
+                elif type(value) is cst.Call and _is_extension_build(model, value):
+                    out[target.attr.value] = None
                 elif type(value) is cst.Attribute and type(value.value) is cst.Name and (
                     value.value.value in extensions and value.value.value not in model.imports
                 ):
-                    functions[target.attr.value] = value.value.value
+                    functions[target.attr.value] = f"{value.value.value}.{value.attr.value}"
     return out, functions
 
 
@@ -308,17 +322,16 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
             model.launch_sites[id(node)] = Launch("torch-ops", node, name)
         elif parts[0] in extensions and len(parts) >= 2 and parts[0] not in model.imports:
             source = extensions[parts[0]]
-            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
-                                                  _cuda_library(source), syncs.get(parts[-1], ""))
+            model.launch_sites[id(node)] = _extension_launch(node, name, source, parts[-1], syncs.get(parts[-1], ""))
         elif parts[0] == "self" and len(parts) >= 3 and parts[1] in ext_attrs:
-            source = next((s for s in extensions.values() if s), None) if len(extensions) == 1 else None
-            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
-                                                  _cuda_library(source), syncs.get(parts[-1], ""))
+            source = extensions.get(ext_attrs[parts[1]]) if ext_attrs[parts[1]] else (
+                next((s for s in extensions.values() if s), None) if len(extensions) == 1 else None)
+            model.launch_sites[id(node)] = _extension_launch(node, name, source, parts[-1], syncs.get(parts[-1], ""))
         elif parts[0] == "self" and len(parts) == 2 and ext_functions and parts[1] in ext_functions:
             # ``self.act = ext.act_cuda`` in __init__, ``self.act(x)`` in forward
-            source = extensions.get(ext_functions[parts[1]])
-            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
-                                                  _cuda_library(source))
+            ext, function = ext_functions[parts[1]].split(".")
+            source = extensions.get(ext)
+            model.launch_sites[id(node)] = _extension_launch(node, name, source, function)
         elif (model.dotted(func) or "").split(".")[0] in model.imports and not name.startswith("torch.") and \
                 in_kernel_module(name):  # torch._C is the framework's own binding, not a kernel module
             model.launch_sites[id(node)] = Launch("kernel-module", node, name)
@@ -392,6 +405,94 @@ def _cuda_library(source: str | None) -> str:
         return ""
     found = CUDA_LIBRARY.search(source)
     return found.group(1) if found else ""
+
+
+def library_op_family(op: str) -> str:
+    """The family of a library op an extension's C++ calls (``cudnnConvolutionForward``: conv)."""
+    low = op.lower()
+    if "conv" in low:
+        return "conv"
+    return "attention" if "attention" in low else "gemm"
+
+
+@lru_cache(maxsize=256)
+def _device_bodies(source: str) -> dict[str, str]:
+    """``__global__``/``__device__`` function bodies of ``source`` by name (comments blanked)."""
+    code = _BLANK.sub(lambda m: " " * len(m.group(0)), source)
+    out: dict[str, str] = {}
+    for m in re.finditer(r"\b__(global|device)__\b", code):
+        brace = code.find("{", m.end())
+        stop = code.find(";", m.end())
+        if brace < 0 or (0 <= stop < brace):
+            continue  # a declaration
+        header = code[m.end():brace].replace("__launch_bounds__", " ")
+        name = _function_name(re.sub(r"__\w+__\s*(\([^()]*\))?", " ", header))
+        if name is not None:
+            out[name] = out.get(name, "") + code[brace + 1:_matching(code, brace)]
+    return out
+
+
+@lru_cache(maxsize=256)
+def extension_function_work(source: str, function: str) -> tuple[str, frozenset[str], str] | None:
+    """What the host function ``function`` of an extension's source (and the host functions of the
+    same source it calls) does: the first library op it calls (:data:`CUDA_LIBRARY`, "" if none),
+    the kernels it launches (``k<<<...>>>``) and the host function that calls the library op. None
+    when the source does not define it."""
+    bodies = _host_functions(_BLANK.sub(lambda m: " " * len(m.group(0)), source))
+    if function not in bodies:
+        return None
+    library, where, kernels, todo, seen = "", "", set(), [function], {function}
+    while todo:
+        name = todo.pop()
+        body = bodies[name]
+        found = CUDA_LIBRARY.search(body)
+        if found and not library:
+            library, where = found.group(1), name
+        kernels.update(CUDA_LAUNCH.findall(body))
+        for callee in _CALLED.findall(body):
+            if callee in bodies and callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return library, frozenset(kernels), where
+
+
+def _kernels_side_job(source: str, kernels: frozenset[str]) -> bool:
+    """Whether every launched kernel (and the device functions it calls) only does per-element
+    work: no loop, atomic, shuffle, barrier or MMA (:data:`CUDA_COMPUTE`)."""
+    bodies = _device_bodies(source)
+    todo, seen = list(kernels), set(kernels)
+    while todo:
+        body = bodies.get(todo.pop())
+        if body is None or CUDA_COMPUTE.search(body):
+            return False  # a kernel this source does not show, or one that loops
+        for callee in _CALLED.findall(body):
+            if callee in bodies and callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return True
+
+
+def _extension_launch(call: cst.Call, name: str, source: str | None, function: str, host_sync: str = "") -> Launch:
+    """The launch record of a call of the extension function ``function`` built from ``source``."""
+    side_job, library, alongside, where = _extension_work(source, function)
+    return Launch("extension", call, name, side_job, library, host_sync=host_sync, alongside=alongside, entry=function,
+                  library_in=where)
+
+
+def _extension_work(source: str | None, function: str) -> tuple[bool, str, str, str]:
+    """(side_job, library, alongside) of a call of ``function`` in an extension built from
+    ``source``, read from that host function's own body where the source defines it: a library op
+    with no launch is the whole work (``library``: a kernel written in the source but never
+    launched from here does not count); a library op beside launches is the main op those kernels
+    sit beside (``alongside``), and the launches are a side job when every launched kernel is.
+    Where the function is not found, the whole source is read (:func:`_cuda_library`)."""
+    work = extension_function_work(source, function) if source else None
+    if work is None or not (work[0] or work[1]):
+        return _cuda_side_job(source), _cuda_library(source), "", ""
+    library, kernels, where = work
+    if not kernels:
+        return False, library, "", where
+    return _kernels_side_job(source, kernels), "", library, where
 
 
 def _cuda_side_job(source: str | None) -> bool:
@@ -746,6 +847,9 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
         if use is not None:
             use.via = via
             uses.append(use)
+            if use.launch is not None and use.launch.alongside:  # the extension's own library op
+                uses.append(Use("library", node, via, f"{use.launch.alongside}() in the extension {use.launch.name}",
+                                library_op_family(use.launch.alongside)))
 
 
 def _autograd_forward(model, call: cst.Call) -> cst.FunctionDef | None:
@@ -855,7 +959,8 @@ def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:
     launch = model.launch_sites.get(id(call))
     if launch is not None:
         if launch.library:  # an extension whose source only calls cuBLAS/cuDNN/ATen
-            return Use("library", call, None, f"{launch.library}() in the extension {launch.name}", "gemm")
+            return Use("library", call, None, f"{launch.library}() in the extension {launch.name}",
+                       library_op_family(launch.library))
         return Use("launch", call, None, launch.name, launch=launch)
     func = call.func
     if type(func) is cst.Call and (model.call_name(func) or "") == "torch.compile" and func.args:

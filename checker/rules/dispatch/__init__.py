@@ -177,6 +177,14 @@ def analyse(model) -> list[Analysis]:
     return out
 
 
+def main_use(library: list[Use]) -> Use:
+    """The library op a finding names: a heavy one (GEMM, attention, convolution) before the rest,
+    and among those first one that an extension presented as the kernel calls in its own C++
+    (``torch::conv2d`` inside ``conv_relu_cuda``), where the claim hides the library's work."""
+    heavy = [u for u in library if u.family in HEAVY_FAMILIES] or library
+    return next((u for u in heavy if " in the extension " in u.name), heavy[0])
+
+
 # -- the KC1xx gates ----------------------------------------------------------------------------------
 
 # Last components of the library ops (``torch.nn.functional.linear`` -> ``linear``), the tensor
@@ -391,8 +399,10 @@ def library_gate(summary, config, heavy: bool = False) -> bool:
     if names and not heavy and not config.library_ops:  # KC101 also needs a claim that launches nothing
         facts = ast_facts(summary)
         extensions = _module_extensions(summary, facts)
-        if summary.source is None or "__global__" not in summary.source:
-            extensions = set()  # an extension with no kernel of its own may only call cuBLAS (claims.CUDA_LIBRARY)
+        if summary.source is None or "__global__" not in summary.source or CUDA_LIBRARY.search(summary.source):
+            # an extension with no kernel of its own may only call cuBLAS (claims.CUDA_LIBRARY), and one
+            # whose source calls a library op may do so from a function that launches none of its kernels
+            extensions = set()
         launching = [fn for fn in live if any(_sure_launch(facts, extensions, c) for c in _claim_calls(facts, fn))]
         names = {fn.name for fn in live if fn not in launching}
         model_new = model_new and any(fn.name == "forward" for fn in live if fn not in launching)
