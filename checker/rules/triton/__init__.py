@@ -179,6 +179,46 @@ def names_outside_loads(model, expr: cst.CSTNode) -> Iterator[str]:
         stack.extend(children(node))
 
 
+def reaches_only_masked(model, k: Kernel, ids: set[str], skip: cst.Call | None, depth: int) -> bool:
+    """Whether the values of ``ids`` (page ids), and every address the kernel computes from them,
+    reach only masked loads and stores, here or in the module's jit helpers they are passed to
+    (``depth`` levels down). ``skip`` is the load that produced them."""
+    ids = set(ids)
+    changed = True
+    while changed:  # every address computed from the page ids, in any order (loaded values are data)
+        changed = False
+        for name, value, _ in k.assigns:
+            if name not in ids and not ids.isdisjoint(names_outside_loads(model, value)):
+                ids.add(name)
+                changed = True
+    for n in nodes_under(k.fn.body):
+        if type(n) is not cst.Call or n is skip:
+            continue
+        op = tl_op(model, n)
+        if all(ids.isdisjoint(names_outside_loads(model, a.value)) for a in n.args):
+            continue
+        if op in ("load", "store"):
+            mask = arg(n, 1 if op == "load" else 2, "mask")
+            if (mask is None or is_none(mask)) and arg(n, 99, "boundary_check") is None \
+                    and not ids.isdisjoint(names_outside_loads(model, arg(n, 0, "pointer") or n)):
+                return False  # a page id dereferenced unmasked
+        elif op is None and not (type(n.func) is cst.Attribute and n.func.attr.value in ("to", "cast")):
+            helper = next((h for h in kernels(model) if type(n.func) is cst.Name and h.name == n.func.value), None)
+            if helper is None or depth == 0:
+                return False  # handed to a function the rules do not read
+            order, passed, i = list(helper.params), set(), 0
+            for a in n.args:
+                if a.star:
+                    return False
+                name = a.keyword.value if a.keyword is not None else (order[i] if i < len(order) else None)
+                i += a.keyword is None
+                if name is not None and not ids.isdisjoint(names_outside_loads(model, a.value)):
+                    passed.add(name)
+            if not reaches_only_masked(model, helper, passed, None, depth - 1):
+                return False
+    return True
+
+
 # -- gates: the kernels the model will find, read from the ``ast`` -------------------------------
 #
 # Every KC5xx rule reads ``model.triton_kernels``: functions with a decorator whose qualified name

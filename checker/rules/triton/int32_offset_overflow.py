@@ -11,6 +11,7 @@ from kcheck.rule import Rule
 from kcheck.rules.triton import (
     META_PARAM, TRITON_TEXT, assignments, dotted, ast_nodes, kernels, names_in, nodes_under, tl_op, triton_gate_view,
 )
+from kcheck.rules.triton.launches import launch_words
 from kcheck.triton_values import I64, values as triton_values
 
 # Sizes that stay small in serving: head, expert, top-k, group and tile counts, and the strides of
@@ -288,7 +289,7 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                         return True
             return False
 
-        launched = self._launch_args(k)
+        launched = launch_words(self.model, k)
 
         def bases(n) -> set[str]:
             """The pointer parameters the product offsets: the other terms of its address sum, or
@@ -403,35 +404,13 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                         widened.setdefault(source, set()).update(names_in(b) & runtime)
         walk(report=True)
 
-    def _launch_args(self, k) -> dict[str, set[str]]:
-        """For each kernel parameter, the names in what the module's launches of the kernel pass
-        for it (``logits.stride(0)`` gives ``logits`` and ``stride``)."""
-        out: dict[str, set[str]] = {}
-        order = list(k.params)
-        for site in self.model.launch_sites.values():
-            func = site.call.func
-            if not (type(func) is cst.Subscript and self.model.dotted(func.value) == k.name):
-                continue
-            positional = []
-            for a in site.call.args:
-                if a.star:
-                    break  # ``*q.stride()``: the positions after it are unknown
-                if a.keyword is None:
-                    positional.append(a.value)
-            for i, value in enumerate(positional[:len(order)]):
-                out.setdefault(order[i], set()).update(names_in(value))
-            for a in site.call.args:
-                if a.keyword is not None:
-                    out.setdefault(a.keyword.value, set()).update(names_in(a.value))
-        return out
-
     def _latent_rows(self, k) -> bool:
         """The file shows a norm kernel's rows are a model's low-rank latent (hundreds to ~1.5k
         values: MLA's q_lora_rank, kv_lora_rank), not hidden states: the module's launches pass a
         latent width (``kv_lora_rank``), or the module's or the kernel's docstring says the kernels
         serve multi-head latent attention. Such rows reach 2^31 only with millions of tokens in one
         forward, past a serving step's token budget and the model's context length."""
-        if any(LATENT_WIDTH.search(w) for words in self._launch_args(k).values() for w in words):
+        if any(LATENT_WIDTH.search(w) for words in launch_words(self.model, k).values() for w in words):
             return True
         docs = (self.context.module.get_docstring(), k.fn.get_docstring())
         return any(d and LATENT_DOC.search(d) for d in docs)
@@ -595,7 +574,7 @@ class _GateKernel:
         return any(_mirror(x, y) for x in big for p in pid_names & set(widened) for y in widened[p])
 
     def launched(self) -> dict[str, set[str]]:
-        """``_launch_args`` over ``ast``: for each parameter, the names the module's launches
+        """``launches.launch_words`` over ``ast``: for each parameter, the names the module's launches
         ``kernel[grid](...)`` pass for it."""
         if self._launched is None:
             self._launched = {}

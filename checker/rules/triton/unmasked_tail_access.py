@@ -8,9 +8,10 @@ import libcst as cst
 from kcheck.gate import ast_children, ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, param_arg, ast_arg, dotted, ast_nodes, is_none, kernels,
-    names_in, names_outside_loads, nodes_under, tl_op, triton_gate_view,
+    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, dotted, ast_nodes, is_none, kernels,
+    names_in, nodes_under, reaches_only_masked, tl_op, triton_gate_view,
 )
+from kcheck.rules.triton.launches import code, grid_text, launches, passed_values
 
 STOPS = {"minimum", "where", "load"}
 # A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
@@ -233,7 +234,7 @@ def fill(out, val, n):
         for k in kernels(self.model):
             doc = k.fn.get_docstring() or ""
             if not (DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name)):
-                self._exact = self._checked_bounds(k, original_node)
+                self._exact = self._checked_bounds(k)
                 self._dropped: set[str] = set()  # blocks whose grid floor-divides the size
                 self._ragged = self._launched_ragged(k)
                 self._report = False
@@ -246,16 +247,13 @@ def fill(out, val, n):
         """Block parameters that a launch in the module rounds up from a size: passed as
         ``triton.next_power_of_2(n)``, or divided into a runtime size by a ``cdiv`` in the grid."""
         ragged: set[str] = set()
-        for site in self.model.launch_sites.values():
-            func = site.call.func
-            if not (type(func) is cst.Subscript and self.model.dotted(func.value) == k.name):
-                continue
-            grid = self._grid_text(site.call)
-            for a in site.call.args:
+        for call in launches(self.model, k):
+            grid = grid_text(self.model, call)
+            for a in call.args:
                 if a.keyword is None:
                     continue
                 kw = a.keyword.value
-                value = cst.Module([]).code_for_node(a.value)
+                value = code(a.value)
                 dotted_value = self.model.dotted(a.value) or value
                 for m in re.finditer(r"([\w.()\[\]]+)\s*//\s*([\w.]+)", grid):
                     if m.group(2) == value and not m.group(1).isdigit() and dotted_value not in self._divisors:
@@ -269,32 +267,6 @@ def fill(out, val, n):
                         if not m.group(1).strip().isdigit():
                             ragged.add(kw)
         return ragged
-
-    def _grid_text(self, call: cst.Call) -> str:
-        """The source of a launch's grid, followed by what the launching function assigns to the
-        names in it (``grid = (n // BLOCK,)``, then ``k[grid](...)``)."""
-        if not call.func.slice:
-            return ""
-        grid = call.func.slice[0].slice
-        text = cst.Module([]).code_for_node(grid)
-        fn = self.model.enclosing_function(call)
-        names = {n.value for n in nodes_under(grid) if type(n) is cst.Name}
-        if fn is None or not names:
-            return text
-        extra, more = _assigned_text(fn, names)
-        text += extra
-        ps = fn.params
-        params = [p.name.value for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]]
-        for name in (names | more) & set(params):  # ``def launch(x, n_blocks): k[(n_blocks,)](...)``
-            for caller in self.model.callers(fn):
-                value = param_arg(caller, fn, name)
-                if value is None:
-                    continue
-                text += " " + cst.Module([]).code_for_node(value)
-                outer = self.model.enclosing_function(caller)
-                if outer is not None:  # ``n_blocks = x.numel() // BLOCK; launch(x, n_blocks)``
-                    text += _assigned_text(outer, {n.value for n in nodes_under(value) if type(n) is cst.Name})[0]
-        return text
 
     def _note_ragged(self, node: cst.CSTNode, k, tainted: dict[str, str]) -> None:
         """``offs < n`` with offs carrying a BLOCK bound and n a runtime value: the kernel itself
@@ -331,35 +303,13 @@ def fill(out, val, n):
             return True
         return any(n in k.params or not n.isupper() for n in names)
 
-    def _checked_bounds(self, k, module: cst.Module) -> set[str]:
+    def _checked_bounds(self, k) -> set[str]:
         """The kernel's block parameters that every launch in the module passes a value whose
         divisibility the module checks (``BLOCK_H=_BLOCK_H`` beside ``if H % _BLOCK_H != 0:``)."""
-        passed: dict[str, set[str | None]] = {}
-        launches = 0
-        for site in self.model.launch_sites.values():
-            func = site.call.func
-            if not (type(func) is cst.Subscript and self.model.dotted(func.value) == k.name):
-                continue
-            launches += 1
-            order = list(k.params)
-            positional = 0
-            for a in site.call.args:
-                if a.star:
-                    if a.keyword is None:
-                        positional = len(order)  # ``*args``: the positions after it are unknown
-                    continue
-                if a.keyword is not None:
-                    name = a.keyword.value
-                elif positional < len(order):
-                    name, positional = order[positional], positional + 1
-                else:
-                    continue
-                value = self.model.dotted(a.value) or getattr(a.value, "value", None)
-                passed.setdefault(name, set()).add(value)
-        exact = {name for name, values in passed.items()
-                 if launches and len(values) == 1 and None not in values and values <= self._divisors}
-        self._row_blocks = {name for name, values in passed.items() if launches and self._whole_rows(k, values)}
-        return exact
+        count, passed = passed_values(self.model, k)
+        self._row_blocks = {name for name, values in passed.items() if count and self._whole_rows(k, values)}
+        return {name for name, values in passed.items()
+                if count and len(values) == 1 and None not in values and values <= self._divisors}
 
     def _whole_rows(self, k, values) -> bool:
         """Every launch gives the block a fixed size (a literal or a module constant) on a grid of
@@ -368,13 +318,8 @@ def fill(out, val, n):
         if not values or not all(isinstance(v, str) and (v.isdigit() or v.isupper() or v.lstrip("_").isupper())
                                  for v in values):
             return False
-        for site in self.model.launch_sites.values():
-            func = site.call.func
-            if type(func) is cst.Subscript and self.model.dotted(func.value) == k.name:
-                grid = cst.Module([]).code_for_node(func.slice[0].slice) if func.slice else ""
-                if re.search(r"cdiv|//|ceil|\+.*-\s*1|lambda|grid", grid):
-                    return False
-        return True
+        return not any(re.search(r"cdiv|//|ceil|\+.*-\s*1|lambda|grid", code(call.func.slice[0].slice))
+                       for call in launches(self.model, k) if call.func.slice)
 
     def _bounds_in(self, expr: cst.CSTNode, tainted: dict[str, str]):
         """Each BLOCK bound whose tl.arange offsets ``expr`` carries unwrapped, in the order found.
@@ -549,47 +494,7 @@ def fill(out, val, n):
             stmt = self.model.parent(stmt)
         if type(stmt) is not cst.Assign or not all(type(t.target) is cst.Name for t in stmt.targets):
             return False
-        return self._masked_uses(k, {t.target.value for t in stmt.targets}, call, depth=2)
-
-    def _masked_uses(self, k, ids: set[str], skip: cst.Call | None, depth: int) -> bool:
-        """Whether the values of ``ids`` (page ids), and every address the kernel computes from
-        them, reach only masked loads and stores, here or in the module's jit helpers they are
-        passed to (``depth`` levels down)."""
-        ids = set(ids)
-        changed = True
-        while changed:  # every address computed from the page ids, in any order (loaded values are data)
-            changed = False
-            for name, value, _ in k.assigns:
-                if name not in ids and not ids.isdisjoint(names_outside_loads(self.model, value)):
-                    ids.add(name)
-                    changed = True
-        for n in nodes_under(k.fn.body):
-            if type(n) is not cst.Call or n is skip:
-                continue
-            op = tl_op(self.model, n)
-            if all(ids.isdisjoint(names_outside_loads(self.model, a.value)) for a in n.args):
-                continue
-            if op in ("load", "store"):
-                mask = arg(n, 1 if op == "load" else 2, "mask")
-                if (mask is None or is_none(mask)) and arg(n, 99, "boundary_check") is None \
-                        and not ids.isdisjoint(names_outside_loads(self.model, arg(n, 0, "pointer") or n)):
-                    return False  # a page id dereferenced unmasked
-            elif op is None and not (type(n.func) is cst.Attribute and n.func.attr.value in ("to", "cast")):
-                helper = next((h for h in kernels(self.model) if type(n.func) is cst.Name
-                               and h.name == n.func.value), None)
-                if helper is None or depth == 0:
-                    return False  # handed to a function this rule does not read
-                order, passed, i = list(helper.params), set(), 0
-                for a in n.args:
-                    if a.star:
-                        return False
-                    name = a.keyword.value if a.keyword is not None else (order[i] if i < len(order) else None)
-                    i += a.keyword is None
-                    if name is not None and not ids.isdisjoint(names_outside_loads(self.model, a.value)):
-                        passed.add(name)
-                if not self._masked_uses(helper, passed, None, depth - 1):
-                    return False
-        return True
+        return reaches_only_masked(self.model, k, {t.target.value for t in stmt.targets}, call, depth=2)
 
     def _guarded(self, call: cst.Call, k) -> bool:
         """Inside an ``if`` on a constexpr parameter, or a local computed from them alone (an
@@ -601,17 +506,6 @@ def fill(out, val, n):
             if type(anc) in (cst.If, cst.IfExp) and names_in(anc.test) & fixed:
                 return True
         return False
-
-
-def _assigned_text(fn: cst.FunctionDef, names: set[str]) -> tuple[str, set[str]]:
-    """The source of what ``fn`` assigns to ``names``, and the names those values read."""
-    text, read = "", set()
-    for node in nodes_under(fn.body):
-        if type(node) is cst.Assign and any(type(t.target) is cst.Name and t.target.value in names
-                                             for t in node.targets):
-            text += " " + cst.Module([]).code_for_node(node.value)
-            read |= {n.value for n in nodes_under(node.value) if type(n) is cst.Name}
-    return text, read
 
 
 def _gate_unmasked(call: ast.Call, op: str) -> bool:
@@ -730,7 +624,7 @@ def _gate_launched_ragged(summary, k, accessed: set[str]) -> set[str]:
 
 def _gate_grid_divides(summary, grid: ast.AST) -> bool:
     """The grid may floor-divide a size (``n // BLOCK``), in itself or in what any function of the
-    module assigns to a name in it (``_grid_text`` reads the launching function's): looser than
+    module assigns to a name in it (``launches.grid_text`` reads the launching function's): looser than
     the rule, which also wants the divisor to be the block passed and the module not to check it."""
     if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.FloorDiv) for n in ast.walk(grid)):
         return True
