@@ -241,7 +241,7 @@ def _module_bindings(model, module: cst.Module) -> tuple[dict[str, str], dict[st
     (with their CUDA source when this file holds it)."""
     consts: dict[str, str] = {}
     extensions: dict[str, str | None] = {}
-    for stmt in module.body:
+    for stmt in _module_statements(module.body):
         if type(stmt) is not cst.SimpleStatementLine:
             continue
         for small in stmt.body:
@@ -260,6 +260,27 @@ def _module_bindings(model, module: cst.Module) -> tuple[dict[str, str], dict[st
                 extensions[target.value] = cuda if not cpp or cpp in (cuda or "") else (
                     cpp if cuda is None else cpp + "\n" + cuda)
     return consts, extensions
+
+
+def _module_statements(body) -> Iterator[cst.CSTNode]:
+    """The module's top-level statements, with those of a top-level ``try`` (its body, handlers,
+    ``else`` and ``finally``) and ``if`` in order: an extension is often built under
+    ``try: ext = load_inline(...) except Exception: ext = None``."""
+    for stmt in body:
+        if type(stmt) is cst.Try:
+            yield from _module_statements(stmt.body.body)
+            for handler in stmt.handlers:
+                yield from _module_statements(handler.body.body)
+            for extra in (stmt.orelse, stmt.finalbody):
+                if extra is not None:
+                    yield from _module_statements(extra.body.body)
+        elif type(stmt) is cst.If:
+            yield from _module_statements(stmt.body.body)
+            orelse = stmt.orelse
+            if orelse is not None:
+                yield from _module_statements(orelse.body.body if type(orelse) is cst.Else else [orelse])
+        else:
+            yield stmt
 
 
 def _is_extension_build(model, call: cst.Call) -> bool:
@@ -760,6 +781,8 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
                 return ("library", f"torch.compile({inner_name})", family)
             return ("unknown", "torch.compile(...)")
         if name == "Model":
+            if _launches_kernels(model, "Model", extensions):
+                return module_kind(model, "Model")  # a solution's Model rewritten around its kernels
             return ("library", "the baseline Model", "baseline")
         if name in model.classes:
             return module_kind(model, name)  # a layer of this module: its forward is followed
@@ -811,6 +834,20 @@ class Use:
     name: str
     family: str = ""
     launch: Launch | None = None
+
+
+def _launches_kernels(model, cls_name: str, extensions) -> bool:
+    """Whether the ``forward`` of this module's class ``cls_name`` (and the layers and helpers it
+    reaches) launches a kernel of the file: then it is no reference baseline but part of the
+    solution (a ``ModelNew`` that wraps a ``Model`` edited to call the extension)."""
+    memo = model.__dict__.setdefault("_claim_launching_classes", {})
+    if cls_name not in memo:
+        memo[cls_name] = False  # while it is being read: a class that holds itself is no launch
+        cls = model.classes.get(cls_name)
+        forward = _method(cls, "forward")
+        memo[cls_name] = forward is not None and any(
+            u.kind == "launch" for u in compute_uses(model, forward, _class_attrs(model, cls, extensions)))
+    return memo[cls_name]
 
 
 def compute_uses(model, function: cst.FunctionDef, attrs: dict[str, tuple], depth: int = 3) -> list[Use]:

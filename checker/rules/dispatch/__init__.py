@@ -365,6 +365,22 @@ def _module_extensions(summary, facts: AstFacts) -> set[str]:
                 "torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load")}
 
 
+def _top_statements(body):
+    """Top-level statements with those of a top-level ``try``/``if`` (``claims._module_statements``)."""
+    for stmt in body:
+        if isinstance(stmt, ast.Try):
+            yield from _top_statements(stmt.body)
+            for handler in stmt.handlers:
+                yield from _top_statements(handler.body)
+            yield from _top_statements(stmt.orelse)
+            yield from _top_statements(stmt.finalbody)
+        elif isinstance(stmt, ast.If):
+            yield from _top_statements(stmt.body)
+            yield from _top_statements(stmt.orelse)
+        else:
+            yield stmt
+
+
 def _builds_extension(facts: AstFacts, call: ast.Call) -> bool:
     """A call that may be ``torch.utils.cpp_extension.load_inline``/``load`` (under any import name)."""
     return _last_name(call.func) in EXTENSION_BUILDERS or (
@@ -438,7 +454,7 @@ def side_job_launch_gate(summary, config) -> bool:
     if claims is None:
         return True
     facts = ast_facts(summary)
-    for stmt in summary.tree.body:
+    for stmt in _top_statements(summary.tree.body):
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and _builds_extension(facts, stmt.value):
             return True
     kernels = {name for name, fns in facts.defs.items()
