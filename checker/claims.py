@@ -754,6 +754,37 @@ def _parameter_default(model, func: cst.CSTNode) -> cst.CSTNode | None:
     return None
 
 
+def _parameter_argument(model, func: cst.CSTNode) -> cst.CSTNode | None:
+    """The class every same-module caller passes for the enclosing function's parameter that ``func``
+    names (``self._make_layer(BasicBlock, 64, 2)`` into ``def _make_layer(self, block, ...)``, where
+    ``block(...)`` builds the layers): that class, when the callers agree on one name."""
+    if type(func) is not cst.Name:
+        return None
+    function = model.enclosing_function(func)
+    if function is None:
+        return None
+    params = [p.name.value for p in function.params.params]
+    if func.value not in params and func.value not in [p.name.value for p in function.params.kwonly_params]:
+        return None
+    index = params.index(func.value) if func.value in params else None
+    method = bool(params) and params[0] in ("self", "cls") and type(model.parent(model.parent(function))) is cst.ClassDef
+    found: list[cst.CSTNode] = []
+    for call in model.calls:
+        if model.callee(call) is not function:
+            continue
+        arg = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == func.value), None)
+        positional = [a.value for a in call.args if a.keyword is None and not a.star]
+        at = None if index is None else index - (1 if method else 0)
+        if arg is None and at is not None and 0 <= at < len(positional):
+            arg = positional[at]
+        if type(arg) is not cst.Name:
+            return None  # a caller passes something else, or nothing this file shows
+        found.append(arg)
+    if found and len({a.value for a in found}) == 1 and found[0].value in model.classes:
+        return found[0]
+    return None
+
+
 def module_kind(model, cls_name: str, extensions=frozenset()) -> tuple:
     """A same-module ``nn.Module`` class used as a layer: ("module", name) for the rules to follow."""
     return ("module", cls_name)
@@ -764,7 +795,7 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
     if type(value) is cst.Name and value.value in extensions:
         return ("extension",)
     if type(value) is cst.Call:
-        default = _parameter_default(model, value.func)
+        default = _parameter_default(model, value.func) or _parameter_argument(model, value.func)
         if default is not None:  # ``norm_layer(dim)`` with ``norm_layer=nn.LayerNorm`` in the signature
             return _attr_kind(model, value.with_changes(func=default), extensions)
         name = model.call_name(value) or ""
