@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.claims import BUILTINS, _walk
@@ -176,17 +178,19 @@ def moe(x, w):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         reported: set[int] = set()
-        for disp in dispatchers(model, claimed=False):
+        testing = bool(TEST_PATH.search(model.path))  # a test's guard turns a failure into a skip or a recorded error
+        for disp in () if testing else dispatchers(model, claimed=False):
             for node in _walk(disp.function.body):
                 if type(node) is not cst.Try or not disp.dispatches(statements(node.body)):
                     continue
                 for handler in node.handlers:
                     caught = _broad(model, handler)
                     if caught and not _reraises(handler) and _falls_back(model, handler, node) \
-                            and id(handler) not in reported:
+                            and id(handler) not in reported \
+                            and not _says_or_ends(model, handler, say=_answers(handler)):
                         reported.add(id(handler))
                         self.report(handler, handler=caught, kernel=disp.label)
-        for node in () if TEST_PATH.search(model.path) else walk(original_node):  # a test's import guard skips tests
+        for node in () if testing else walk(original_node):
             if type(node) is not cst.Try:
                 continue
             what = loads_kernel(model, statements(node.body))
@@ -201,9 +205,54 @@ def moe(x, w):
                 body = statements(handler.body)
                 if caught and id(handler) not in reported and not _reraises(handler) and not warns(
                     model, body
-                ) and not keeps_error(model, handler) and not returns_reason(handler) \
+                ) and not _says_or_ends(model, handler) and not keeps_error(model, handler) and not returns_reason(handler) \
                         and not nothing_to_fall_back_to(model, node, handler):
                     self.report(handler, handler=caught, kernel=what)
+
+
+# Calls that end the process or the test: the failure stops the run instead of falling back.
+ENDS = {"sys.exit", "exit", "quit", "os._exit", "os.abort", "pytest.skip", "pytest.fail", "pytest.exit",
+        "pytest.xfail"}
+ENDS_NAME = re.compile(r"(^|_)(and_)?(exit|abort)$")  # ``self.log_and_exit(e)`` of a base class elsewhere
+
+
+def _says_or_ends(model, handler: cst.ExceptHandler, say: bool = True, depth: int = 2) -> bool:
+    """Whether the handler, or a same-module helper it calls (``self._disable(e)``,
+    ``self.log_and_exit(e)``), ends the process or test, or (``say``) announces at a level a user
+    sees: the failure is visible, not a silent fallback. Around a launch a warning counts only where
+    the handler answers with a constant (:func:`_answers`): a warning beside a replacement computed
+    per call still lets a CUDA fault or a bug pass as the fallback."""
+    seen: set[int] = set()
+    stack = [(s, 0) for s in statements(handler.body)]
+    while stack:
+        root, level = stack.pop()
+        if type(root) in (cst.FunctionDef, cst.ClassDef):
+            continue  # defining a replacement announces nothing
+        if say and warns(model, [root]):
+            return True
+        for n in _walk(root):
+            if type(n) is not cst.Call:
+                continue
+            name = model.call_name(n) or model.dotted(n.func) or ""
+            if name in ENDS or ENDS_NAME.search(name.rsplit(".", 1)[-1]):
+                return True
+            target = model.callee(n)
+            if target is not None and level < depth and id(target) not in seen:
+                seen.add(id(target))
+                stack.extend((s, level + 1) for s in statements(target.body))
+    return False
+
+
+def _answers(handler: cst.ExceptHandler) -> bool:
+    """The handler ends by answering its caller with a constant (``return False``, ``return None``,
+    ``return``) instead of computing a replacement: a set-up or probe that says no. Announced, that
+    is the once-per-cause fallback the family asks for."""
+    body = statements(handler.body)
+    last = body[-1] if body else None
+    if type(last) is not cst.SimpleStatementLine or type(last.body[-1]) is not cst.Return:
+        return False
+    value = last.body[-1].value
+    return value is None or type(value) is cst.Name and value.value in ("False", "None", "True")
 
 
 def _falls_back(model, handler: cst.ExceptHandler, node: cst.Try) -> bool:

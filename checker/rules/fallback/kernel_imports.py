@@ -11,6 +11,9 @@ function is a probe whose callers announce its answer (:func:`announced_by_calle
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+
 import libcst as cst
 
 from kcheck.claims import _walk
@@ -19,10 +22,38 @@ from kcheck.rules.fallback import (
 )
 
 
+# A library's own test, benchmark and profiling helpers (``flashinfer.testing.bench_gpu_time``):
+# calling one times or checks kernels, it does not set one up.
+TOOLING = re.compile(r"(^|\.)(testing|tests?|benchmarks?|profil\w*|bench_\w+)(\.|$)")
+
+
+def _outside_guarded(stmt) -> Iterator[cst.CSTNode]:
+    """The nodes of ``stmt``, less the bodies of nested ``try`` blocks with a broad handler: such a
+    ``try`` is judged on its own handler (torchao's per-library ``load_library`` that warns inside
+    an outer debug-only ``try``), and what it guards cannot reach the outer one."""
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        yield node
+        if type(node) is cst.Try and node is not stmt and any(_catches_all(h) for h in node.handlers):
+            stack.extend(h for h in node.handlers)
+            stack.extend(x for x in (node.orelse, node.finalbody) if x is not None)
+            continue
+        stack.extend(reversed(node.children))
+
+
+def _catches_all(handler: cst.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    types = [e.value for e in handler.type.elements] if type(handler.type) is cst.Tuple else [handler.type]
+    return any(type(t) in (cst.Name, cst.Attribute) and (t.value if type(t) is cst.Name else t.attr.value)
+               in ("Exception", "BaseException") for t in types)
+
+
 def loads_kernel(model, body) -> str | None:
     """"the import of `m`" or "`load_inline()`" for the first kernel import or build in ``body``."""
     for stmt in body:
-        for node in _walk(stmt):
+        for node in _outside_guarded(stmt):
             if type(node) is cst.Import:
                 for alias in node.names:
                     name = model.dotted(alias.name) or ""
@@ -45,7 +76,7 @@ def loads_kernel(model, body) -> str | None:
                 if dynamic:
                     return f"the import of `{dynamic}`"
                 if "." in name and KERNEL_LIBRARY.match(name) and not _own_package(model, name) \
-                        and not QUERY_NAME.match(name.rsplit(".", 1)[-1]):
+                        and not QUERY_NAME.match(name.rsplit(".", 1)[-1]) and not TOOLING.search(name):
                     return f"`{name}()`"
                 if type(node.func) is cst.Name and node.func.value in _builders(model):
                     return f"`{node.func.value}()`, which builds a kernel,"
@@ -124,7 +155,8 @@ def nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) ->
             if not model.inside(n, node) and _same_binding(model, n, scope)]
     if not uses:
         return False
-    if all(n.value in imported and _as_type(model, n) or n.value in flags and _refuses(model, n) for n in uses):
+    if all(n.value in imported and _as_type(model, n) or n.value in flags and (
+            _refuses(model, n) or _beside_type_test(model, n, imported)) for n in uses):
         return True
     if scope is not None and any(type(small) in (cst.Return, cst.Raise) for s in statements(handler.body)
                                  if type(s) is cst.SimpleStatementLine for small in s.body):
@@ -223,6 +255,18 @@ def _as_type(model, n: cst.Name) -> bool:
         if type(anc) is cst.Call:
             return type(anc.func) is cst.Name and anc.func.value in ("isinstance", "issubclass") \
                 and len(anc.args) == 2 and model.inside(n, anc.args[1])
+    return False
+
+
+def _beside_type_test(model, n: cst.Name, imported: set[str]) -> bool:
+    """The flag is read only beside a type test of what the ``try`` imported
+    (``return HAVE_FP8 and isinstance(t, Float8Tensor)``): without the class no such object exists,
+    so the flag picks no slower path."""
+    for anc in model.ancestors(n):
+        if type(anc) is cst.BooleanOperation and type(anc.operator) is cst.And:
+            return any(type(m) is cst.Name and m.value in imported and _as_type(model, m) for m in _walk(anc))
+        if type(anc) in (cst.SimpleStatementLine, cst.If, cst.FunctionDef, cst.ClassDef):
+            return False
     return False
 
 
