@@ -179,6 +179,19 @@ def names_outside_loads(model, expr: cst.CSTNode) -> Iterator[str]:
         stack.extend(children(node))
 
 
+def cast_source(model, call) -> str | None:
+    """``pid`` of ``pid.to(...)``, ``pid.cast(...)`` or ``tl.cast(pid, ...)``."""
+    if type(call) is not cst.Call:
+        return None
+    if type(call.func) is cst.Attribute and call.func.attr.value in ("to", "cast"):
+        source = call.func.value
+    elif tl_op(model, call) == "cast" and call.args:
+        source = call.args[0].value
+    else:
+        return None
+    return source.value if type(source) is cst.Name else None
+
+
 def reaches_only_masked(model, k: Kernel, ids: set[str], skip: cst.Call | None, depth: int) -> bool:
     """Whether the values of ``ids`` (page ids), and every address the kernel computes from them,
     reach only masked loads and stores, here or in the module's jit helpers they are passed to

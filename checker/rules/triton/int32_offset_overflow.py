@@ -9,7 +9,8 @@ import libcst as cst
 from kcheck.gate import ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    META_PARAM, TRITON_TEXT, assignments, dotted, ast_nodes, kernels, names_in, nodes_under, tl_op, triton_gate_view,
+    META_PARAM, TRITON_TEXT, assignments, cast_source, dotted, ast_nodes, kernels, names_in, nodes_under, tl_op,
+    triton_gate_view,
 )
 from kcheck.rules.triton.launches import launch_words
 from kcheck.triton_values import I64, values as triton_values
@@ -399,7 +400,7 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         for n in nodes_under(k.fn.body):
             if type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply:
                 for a, b in ((n.left, n.right), (n.right, n.left)):
-                    source = _cast_source(model, a)
+                    source = cast_source(model, a)
                     if source in ever_pids and wide(a):
                         widened.setdefault(source, set()).update(names_in(b) & runtime)
         walk(report=True)
@@ -438,19 +439,6 @@ def strides(constexprs: set[str]) -> set[str]:
     stride. A compile-time integer that fits in 32 bits is an int32 in the product, which wraps
     the same way a runtime stride does."""
     return {c for c in constexprs if (c != c.upper() or "STRIDE" in c) and not META_PARAM.search(c)}
-
-
-def _cast_source(model, call) -> str | None:
-    """``pid`` of ``pid.to(...)``, ``pid.cast(...)`` or ``tl.cast(pid, ...)``."""
-    if type(call) is not cst.Call:
-        return None
-    if type(call.func) is cst.Attribute and call.func.attr.value in ("to", "cast"):
-        source = call.func.value
-    elif tl_op(model, call) == "cast" and call.args:
-        source = call.args[0].value
-    else:
-        return None
-    return source.value if type(source) is cst.Name else None
 
 
 def _gate_names(node: ast.AST) -> set[str]:

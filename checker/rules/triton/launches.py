@@ -105,3 +105,31 @@ def assigned_text(fn: cst.FunctionDef, names: set[str]) -> tuple[str, set[str]]:
             text += " " + code(node.value)
             read |= {n.value for n in nodes_under(node.value) if type(n) is cst.Name}
     return text, read
+
+
+def divisors(model, module: cst.Module) -> set[str | None]:
+    """What the module checks divisibility by (``H % _BLOCK_H != 0`` ahead of a fallback, ``assert
+    n % BLOCK == 0``), as dotted names and literals; and the names the module binds to such a
+    divisor (``bm, bn = cfg["bm"], cfg["bn"]`` beside ``I % cfg["bn"] == 0``): a launch passing
+    one of them gets whole blocks of it."""
+    moduli = [n.right for n in nodes_under(module, nested=True)
+              if type(n) is cst.BinaryOperation and type(n.operator) is cst.Modulo]
+    out = {model.dotted(m) or getattr(m, "value", None) for m in moduli}
+    texts = {_norm(code(m)) for m in moduli if model.dotted(m) is None}
+    if not texts:
+        return out
+    for node in nodes_under(module, nested=True):
+        if type(node) is not cst.Assign:
+            continue
+        for t in node.targets:
+            pairs = [(t.target, node.value)]
+            if type(t.target) in (cst.Tuple, cst.List) and type(node.value) in (cst.Tuple, cst.List) \
+                    and len(t.target.elements) == len(node.value.elements):
+                pairs = [(a.value, b.value) for a, b in zip(t.target.elements, node.value.elements)]
+            out |= {target.value for target, value in pairs
+                    if type(target) is cst.Name and _norm(code(value)) in texts}
+    return out
+
+
+def _norm(text: str) -> str:
+    return text.replace("'", '"').replace(" ", "")

@@ -9,9 +9,9 @@ from kcheck.gate import ast_children, ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
     BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, dotted, ast_nodes, is_none, kernels,
-    names_in, nodes_under, reaches_only_masked, tl_op, triton_gate_view,
+    cast_source, names_in, nodes_under, reaches_only_masked, tl_op, triton_gate_view,
 )
-from kcheck.rules.triton.launches import code, grid_text, launches, passed_values
+from kcheck.rules.triton.launches import code, divisors, grid_text, launches, passed_values
 
 STOPS = {"minimum", "where", "load"}
 # A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
@@ -228,9 +228,7 @@ def fill(out, val, n):
     def leave_Module(self, original_node: cst.Module) -> None:
         # names and literals the module checks divisibility by (``H % _BLOCK_H != 0`` ahead of a
         # fallback, ``assert n % BLOCK == 0``): the launcher guarantees whole blocks of them
-        self._divisors = {self.model.dotted(n.right) or getattr(n.right, "value", None)
-                          for n in nodes_under(original_node, nested=True)
-                          if type(n) is cst.BinaryOperation and type(n.operator) is cst.Modulo}
+        self._divisors = divisors(self.model, original_node)
         for k in kernels(self.model):
             doc = k.fn.get_docstring() or ""
             if not (DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name)):
@@ -365,11 +363,13 @@ def fill(out, val, n):
                     self._access(sub, k, tainted)
             for name, stmt in assignments(node):
                 fresh = type(stmt) is not cst.AugAssign
+                # ``page = tl.load(table + i)``, then ``page = page.to(tl.int64)``: widened, still a page id
+                loaded = fresh and (self._is_load(stmt.value) or cast_source(self.model, stmt.value) in self._loaded)
                 self._bare.discard(name)
                 self._loaded.discard(name)
                 if fresh and tl_op(self.model, stmt.value) == "arange":
                     self._bare.add(name)
-                if fresh and self._is_load(stmt.value):
+                if loaded:
                     self._loaded.add(name)
                 bound = self._bound(stmt.value, tainted)
                 if bound is not None:
