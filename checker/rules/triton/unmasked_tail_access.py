@@ -387,7 +387,7 @@ def fill(out, val, n):
         if bound in self._exact or (op == "load" and (self._padded_index_list(call, pointer, k)
                                                       or self._page_table_lookup(call, pointer, k, tainted))):
             return
-        if bound is not None and self._page_local(pointer, tainted):
+        if bound is not None and self._page_local(pointer, tainted, k):
             return
         if bound is not None and (self._scratch(pointer, k) or self._static_tiles(call, pointer, bound, k)):
             return
@@ -458,21 +458,31 @@ def fill(out, val, n):
             expr = expr.func.value
         return tl_op(self.model, expr) == "load"
 
-    def _page_local(self, pointer: cst.CSTNode, tainted: dict[str, str]) -> bool:
+    def _page_local(self, pointer: cst.CSTNode, tainted: dict[str, str], k) -> bool:
         """``cache + page * stride_page + tl.arange(0, BLOCK) * stride_pos`` with ``page`` read from
         a table (``page = tl.load(block_table + blk)``) and the block's offsets the bare arange, not
         shifted by a tile start: the access stays inside one page of a paged cache, and pages are
-        allocated whole. (A row base from a program id, ``row * n_cols + cols``, is no page: a row
-        can be narrower than the block.)"""
-        paged = any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply and any(
-            (type(side) is cst.Name and side.value in self._loaded) or self._is_load(side)
-            for side in (n.left, n.right)) for n in nodes_under(pointer))
-        if not paged:
-            return False
-        for n in nodes_under(pointer):
-            if type(n) is cst.Name and n.value in tainted and n.value not in self._bare:
+        allocated whole. The address may be a name the kernel assigns once to such a sum
+        (``kc_ptrs = kc + page * stride + offs[:, None] * stride_s; tl.load(kc_ptrs)``). (A row
+        base from a program id, ``row * n_cols + cols``, is no page: a row can be narrower than
+        the block.)"""
+        def paged(expr) -> bool:
+            return any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply and any(
+                (type(side) is cst.Name and side.value in self._loaded) or self._is_load(side)
+                for side in (n.left, n.right)) for n in nodes_under(expr))
+
+        exprs, seen = [pointer], set()
+        for expr in exprs:
+            for n in nodes_under(expr):
+                if type(n) is not cst.Name or n.value not in tainted or n.value in self._bare | seen:
+                    continue
+                values = k.values(n.value)
+                if len(values) == 1 and paged(values[0]):
+                    seen.add(n.value)
+                    exprs.append(values[0])
+                    continue
                 return False  # offsets shifted by a start (``pos = i + off_k``) can leave the page
-        return True
+        return any(paged(e) for e in exprs)
 
     def _page_table_lookup(self, call: cst.Call, pointer: cst.CSTNode, k, tainted: dict[str, str]) -> bool:
         """``page = tl.load(block_table + row + offs // PAGE_SIZE)``: a page table read one entry per
