@@ -133,6 +133,10 @@ SOLUTION_PATH = re.compile(
     r"|trajector(y|ies)|agent[\w.-]*|iterations?)(/|$)", re.IGNORECASE)
 
 
+# A leaderboard submission file (``submission.py``, ``submission_v2.py``).
+SUBMISSION_ENTRY_FILE = re.compile(r"(^|/)submission\w*\.py$")
+
+
 def is_solution_file(path: str, authors_kernel: bool) -> bool:
     """Whether a file's ``Model`` is a solution rather than a task's reference: it lives where
     solutions are kept, or the file itself builds or defines a kernel (a reference never does)."""
@@ -561,6 +565,13 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
         add(Claim("custom-op", f"custom op {fn.name.value}", fn))
     for fn in _compiled_custom_kernel(model, module):
         add(Claim("custom-kernel", f"custom_kernel (torch.compile of {fn.name.value})", fn))
+    if not model.kernel_claims and SUBMISSION_ENTRY_FILE.search(model.path):
+        # a leaderboard submission whose task names other entry points (cross_entropy_forward,
+        # cross_entropy_backward): its public top-level functions are what it submits
+        for stmt in module.body:
+            if type(stmt) is cst.FunctionDef and not stmt.name.value.startswith("_") and \
+                    stmt not in model.triton_kernels:
+                add(Claim("custom-kernel", f"submitted {stmt.name.value}", stmt))
     if model.config.kernel_paths and model.config.is_kernel_path(model.path):
         for defs in model.functions.values():
             for fn in defs:

@@ -274,6 +274,8 @@ def _claims(summary, config) -> tuple[set[str], bool, list[ast.AST]] | None:
                            if isinstance(a, ast.Name) and a.id in local}
     if registered:
         claims += [fn for name in registered for fn in ast_facts(summary).defs.get(name, ())]
+    if SUBMISSION_FILE.search(summary.path):  # claims.SUBMISSION_ENTRY_FILE: its public functions may be claims
+        claims += [s for s in summary.tree.body if isinstance(s, _FUNCTION_DEFS) and not s.name.startswith("_")]
     live = model_new + claims
     if live and not config.library_ops:
         facts = ast_facts(summary)
