@@ -179,6 +179,74 @@ def names_outside_loads(model, expr: cst.CSTNode) -> Iterator[str]:
         stack.extend(children(node))
 
 
+# Calls that stop a block's offsets: wrapping and clamping bound them, and a loaded value is data.
+OFFSET_STOPS = {"minimum", "where", "load"}
+
+
+def block_bounds(model, expr: cst.CSTNode, tainted: dict[str, str]) -> Iterator[str]:
+    """Each BLOCK bound whose ``tl.arange`` offsets ``expr`` carries unwrapped, in the order found;
+    ``tainted`` maps a local name to the bound its offsets come from. Wrapping (``%``), clamping
+    (``tl.minimum``, ``tl.where``) and loading (a loaded value is data, bounded by that load's own
+    mask) stop the offsets."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.BinaryOperation and type(node.operator) is cst.Modulo:
+            continue
+        if type(node) is cst.Call:
+            op = tl_op(model, node)
+            if op in OFFSET_STOPS:
+                continue
+            if op == "arange":
+                bound = arg(node, 1, "end")
+                if type(bound) is cst.Name and BLOCKED_BOUND.search(bound.value) \
+                        and not EXACT_BOUND.search(bound.value):
+                    yield bound.value
+        if type(node) is cst.Name and node.value in tainted:
+            yield tainted[node.value]
+        stack.extend(node.children)
+
+
+def innermost_loop(model, node: cst.CSTNode, k: Kernel):
+    """The innermost ``for``/``while`` loop of the kernel around ``node`` (None outside loops)."""
+    for anc in model.ancestors(node):
+        if anc is k.fn:
+            return None
+        if type(anc) in (cst.For, cst.While):
+            return anc
+    return None
+
+
+def runtime_value(expr: cst.CSTNode, k: Kernel) -> bool:
+    """A value known only at run time: a non-constexpr parameter, a local, a load or a call."""
+    if type(expr) in (cst.Integer, cst.Float):
+        return False
+    names = names_in(expr) - k.constexprs
+    if any(type(n) is cst.Call for n in nodes_under(expr)):
+        return True
+    return any(n in k.params or not n.isupper() for n in names)
+
+
+def is_load(model, expr: cst.CSTNode) -> bool:
+    """``tl.load(...)``, or ``tl.load(...).to(...)``: a value read from memory."""
+    while type(expr) is cst.Call and type(expr.func) is cst.Attribute and \
+            expr.func.attr.value in ("to", "cast") and type(expr.func.value) is cst.Call:
+        expr = expr.func.value
+    return tl_op(model, expr) == "load"
+
+
+def compile_time_branch(model, node: cst.CSTNode, k: Kernel) -> bool:
+    """Inside an ``if`` on a constexpr parameter, or a local computed from them alone (an unmasked
+    fast path chosen at launch)."""
+    fixed = k.compile_time()
+    for anc in model.ancestors(node):
+        if anc is k.fn:
+            return False
+        if type(anc) in (cst.If, cst.IfExp) and names_in(anc.test) & fixed:
+            return True
+    return False
+
+
 def cast_source(model, call) -> str | None:
     """``pid`` of ``pid.to(...)``, ``pid.cast(...)`` or ``tl.cast(pid, ...)``."""
     if type(call) is not cst.Call:

@@ -8,12 +8,12 @@ import libcst as cst
 from kcheck.gate import ast_children, ast_identifiers
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, ast_arg, dotted, ast_nodes, is_none, kernels,
-    cast_source, names_in, nodes_under, reaches_only_masked, tl_op, triton_gate_view,
+    BLOCKED_BOUND, EXACT_BOUND, OFFSET_STOPS, TRITON_TEXT, arg, assignments, ast_arg, ast_nodes, block_bounds,
+    cast_source, compile_time_branch, dotted, innermost_loop, is_load, is_none, kernels, names_in, nodes_under,
+    reaches_only_masked, runtime_value, tl_op, triton_gate_view,
 )
 from kcheck.rules.triton.launches import code, divisors, grid_text, launches, passed_values
 
-STOPS = {"minimum", "where", "load"}
 # A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
 SCRATCH = re.compile(r"partial|scratch|workspace|tmp|_buf$|^(Mp|Lp|Op|Mid_O|Mid_LSE)$", re.IGNORECASE)
 INDEX_LIST = re.compile(r"ids|idx|indices|sorted|slot|table|loc", re.IGNORECASE)
@@ -202,7 +202,7 @@ def fill(out, val, n):
             if not unmasked or not any(_gate_blocked(call) for call, _ in k.tl_calls("arange")):
                 continue
             fixed = k.compile_time()
-            if fixed:  # an unmasked fast path under ``if EVEN_K:`` is on purpose (``_guarded``)
+            if fixed:  # an unmasked fast path under ``if EVEN_K:`` is on purpose (``compile_time_branch``)
                 guards = [n for n in k.statements(ast.If) if fixed.intersection(
                     m.id for m in ast_nodes([n.test], into_scopes=False) if type(m) is ast.Name)]
                 unmasked = [call for call in unmasked if not any(_inside(call, n) for n in guards)]
@@ -278,28 +278,10 @@ def fill(out, val, n):
                 continue
             for a, b in ((cmp.left, right), (right, cmp.left)):
                 bounds = self._bounds(a, tainted)
-                if bounds and self._runtime(b, k):
-                    loop = self._loop(cmp, k)
+                if bounds and runtime_value(b, k):
+                    loop = innermost_loop(self.model, cmp, k)
                     for bound in bounds:
                         self._ragged_in.setdefault(bound, set()).add(loop)
-
-    def _loop(self, node: cst.CSTNode, k):
-        """The innermost ``for``/``while`` loop of the kernel around ``node`` (None outside loops)."""
-        for anc in self.model.ancestors(node):
-            if anc is k.fn:
-                return None
-            if type(anc) in (cst.For, cst.While):
-                return anc
-        return None
-
-    def _runtime(self, expr: cst.CSTNode, k) -> bool:
-        """A value known only at run time: a non-constexpr parameter, a local, a load or a call."""
-        if type(expr) in (cst.Integer, cst.Float):
-            return False
-        names = names_in(expr) - k.constexprs
-        if any(type(n) is cst.Call for n in nodes_under(expr)):
-            return True
-        return any(n in k.params or not n.isupper() for n in names)
 
     def _checked_bounds(self, k) -> set[str]:
         """The kernel's block parameters that every launch in the module passes a value whose
@@ -319,34 +301,11 @@ def fill(out, val, n):
         return not any(re.search(r"cdiv|//|ceil|\+.*-\s*1|lambda|grid", code(call.func.slice[0].slice))
                        for call in launches(self.model, k) if call.func.slice)
 
-    def _bounds_in(self, expr: cst.CSTNode, tainted: dict[str, str]):
-        """Each BLOCK bound whose tl.arange offsets ``expr`` carries unwrapped, in the order found.
-
-        Wrapping (``%``), clamping (``tl.minimum``, ``tl.where``) and loading (a loaded value is
-        data, bounded by that load's own mask) stop the offsets."""
-        stack = [expr]
-        while stack:
-            node = stack.pop()
-            if type(node) is cst.BinaryOperation and type(node.operator) is cst.Modulo:
-                continue
-            if type(node) is cst.Call:
-                op = tl_op(self.model, node)
-                if op in STOPS:
-                    continue
-                if op == "arange":
-                    bound = arg(node, 1, "end")
-                    if type(bound) is cst.Name and BLOCKED_BOUND.search(bound.value) \
-                            and not EXACT_BOUND.search(bound.value):
-                        yield bound.value
-            if type(node) is cst.Name and node.value in tainted:
-                yield tainted[node.value]
-            stack.extend(node.children)
-
     def _bounds(self, expr: cst.CSTNode, tainted: dict[str, str]) -> set[str]:
-        return set(self._bounds_in(expr, tainted))
+        return set(block_bounds(self.model, expr, tainted))
 
     def _bound(self, expr: cst.CSTNode, tainted: dict[str, str]) -> str | None:
-        return next(self._bounds_in(expr, tainted), None)
+        return next(block_bounds(self.model, expr, tainted), None)
 
     def _check(self, k) -> None:
         """One pass in source order: the offsets a name carries are those of its latest assignment."""
@@ -364,7 +323,8 @@ def fill(out, val, n):
             for name, stmt in assignments(node):
                 fresh = type(stmt) is not cst.AugAssign
                 # ``page = tl.load(table + i)``, then ``page = page.to(tl.int64)``: widened, still a page id
-                loaded = fresh and (self._is_load(stmt.value) or cast_source(self.model, stmt.value) in self._loaded)
+                loaded = fresh and (is_load(self.model, stmt.value)
+                                    or cast_source(self.model, stmt.value) in self._loaded)
                 self._bare.discard(name)
                 self._loaded.discard(name)
                 if fresh and tl_op(self.model, stmt.value) == "arange":
@@ -398,11 +358,11 @@ def fill(out, val, n):
             return  # row * BLOCK + tl.arange(0, BLOCK) on a one-program-per-row grid
         if bound is not None:
             # only where the kernel or its launch shows the size is not a whole number of blocks
-            loop = self._loop(call, k)
+            loop = innermost_loop(self.model, call, k)
             bound = next((b for b in sorted(self._bounds(pointer, tainted))
                           if b in self._ragged or (loop is None and b in self._ragged_in)
                           or loop in self._ragged_in.get(b, ())), None)
-        if bound is not None and not self._guarded(call, k):
+        if bound is not None and not compile_time_branch(self.model, call, k):
             what = "reads" if op == "load" else "writes"
             if bound in self._dropped:
                 what = f"is never launched (the grid floor-divides the size) and, launched, {what}"
@@ -451,13 +411,6 @@ def fill(out, val, n):
         loaded = {t.value for t in targets if type(t) is cst.Name}
         return any(type(n) is cst.Comparison and names_in(n) & loaded for n in nodes_under(k.fn.body))
 
-    def _is_load(self, expr: cst.CSTNode) -> bool:
-        """``tl.load(...)``, or ``tl.load(...).to(...)``: a value read from memory."""
-        while type(expr) is cst.Call and type(expr.func) is cst.Attribute and \
-                expr.func.attr.value in ("to", "cast") and type(expr.func.value) is cst.Call:
-            expr = expr.func.value
-        return tl_op(self.model, expr) == "load"
-
     def _page_local(self, pointer: cst.CSTNode, tainted: dict[str, str], k) -> bool:
         """``cache + page * stride_page + tl.arange(0, BLOCK) * stride_pos`` with ``page`` read from
         a table (``page = tl.load(block_table + blk)``) and the block's offsets the bare arange, not
@@ -468,7 +421,7 @@ def fill(out, val, n):
         the block.)"""
         def paged(expr) -> bool:
             return any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply and any(
-                (type(side) is cst.Name and side.value in self._loaded) or self._is_load(side)
+                (type(side) is cst.Name and side.value in self._loaded) or is_load(self.model, side)
                 for side in (n.left, n.right)) for n in nodes_under(expr))
 
         exprs, seen = [pointer], set()
@@ -506,16 +459,6 @@ def fill(out, val, n):
             return False
         return reaches_only_masked(self.model, k, {t.target.value for t in stmt.targets}, call, depth=2)
 
-    def _guarded(self, call: cst.Call, k) -> bool:
-        """Inside an ``if`` on a constexpr parameter, or a local computed from them alone (an
-        unmasked fast path chosen at launch)."""
-        fixed = k.compile_time()
-        for anc in self.model.ancestors(call):
-            if anc is k.fn:
-                return False
-            if type(anc) in (cst.If, cst.IfExp) and names_in(anc.test) & fixed:
-                return True
-        return False
 
 
 def _gate_unmasked(call: ast.Call, op: str) -> bool:
@@ -527,7 +470,7 @@ def _gate_unmasked(call: ast.Call, op: str) -> bool:
 
 
 def _gate_blocked(arange: ast.Call) -> str | None:
-    """The bound of ``tl.arange(0, BOUND)`` when it names a blocked dimension (``_bounds_in``)."""
+    """The bound of ``tl.arange(0, BOUND)`` when it names a blocked dimension (``block_bounds``)."""
     end = ast_arg(arange, 1, "end")
     if isinstance(end, ast.Name) and BLOCKED_BOUND.search(end.id) and not EXACT_BOUND.search(end.id):
         return end.id
@@ -535,7 +478,7 @@ def _gate_blocked(arange: ast.Call) -> str | None:
 
 
 class _GateBounds:
-    """``_bounds_in`` over ``ast``: the blocked bounds whose offsets an expression may carry,
+    """``block_bounds`` over ``ast``: the blocked bounds whose offsets an expression may carry,
     directly (``tl.arange(0, BLOCK)``) or through the names it reads and every value the kernel
     assigns them."""
 
@@ -568,7 +511,7 @@ class _GateBounds:
                 continue
             if kind is ast.Call:
                 op = self.view.tl_op(node)
-                if op in STOPS:
+                if op in OFFSET_STOPS:
                     continue
                 if op == "arange":
                     bound = _gate_blocked(node)
@@ -590,7 +533,7 @@ def _inside(node: ast.AST, statement: ast.stmt) -> bool:
 
 
 def _gate_loops(k) -> dict[int, int]:
-    """id(node) -> id of the innermost ``for``/``while`` around it in the kernel (``_loop``), for
+    """id(node) -> id of the innermost ``for``/``while`` around it in the kernel (``innermost_loop``), for
     each node inside a loop."""
     out: dict[int, int] = {}
     stack = [(node, None) for node in k.node.body]
