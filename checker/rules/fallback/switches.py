@@ -26,6 +26,10 @@ CONFIG_ROOTS = {"config", "cfg", "args", "opts", "options", "settings", "conf", 
 SUPPORT_FLAG = re.compile(r"^_?(HAVE|HAS|CAN)_[A-Z0-9_]+$|[A-Z0-9]_(AVAILABLE|SUPPORTED|INSTALLED)$|^_?has_\w+"
                           r"|_(available|supported|installed)$")
 SUPPORT_CALL = re.compile(r"(get_device_capability|is_available|_supported|_available|is_sm\d+\w*|version)$")
+# ``x in S`` asks about support when x is an input's size, dtype, head or the chip, or S names what is supported.
+INPUT_PROP = re.compile(r"(size|dim|dtype|head|shape|arch|capab|(^|_)sm)\w*$", re.I)
+SUPPORTED_SET = re.compile(r"support|sizes|dims|dtypes|archs|capab", re.I)
+SEQUENCES = (cst.Name, cst.List, cst.Tuple, cst.Set, cst.Attribute)
 OFF = ("False",)  # a switch turned off; None is as often data cleared (``logits = None``)
 
 
@@ -67,9 +71,11 @@ def _support_test(model, test: cst.CSTNode) -> bool:
             found = True
         elif type(n) is cst.Call and SUPPORT_CALL.search(model.call_name(n) or model.dotted(n.func) or ""):
             found = True
-        elif type(n) is cst.ComparisonTarget and type(n.operator) in (cst.In, cst.NotIn) and type(
-                n.comparator) in (cst.Name, cst.List, cst.Tuple, cst.Set, cst.Attribute):
-            found = True
+        elif type(n) is cst.Comparison and any(
+                type(c.operator) in (cst.In, cst.NotIn) and type(c.comparator) in SEQUENCES and (
+                    INPUT_PROP.search(model.dotted(n.left) or "") or SUPPORTED_SET.search(model.dotted(c.comparator) or ""))
+                for c in n.comparisons):
+            found = True  # ``hidden_size not in PERSIST_SIZES``: an input outside what the kernel takes
     return found
 
 
