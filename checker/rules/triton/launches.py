@@ -8,6 +8,7 @@ KC502 (what tensor does a program-id product address?). Read from source only; n
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -133,3 +134,32 @@ def divisors(model, module: cst.Module) -> set[str | None]:
 
 def _norm(text: str) -> str:
     return text.replace("'", '"').replace(" ", "")
+
+
+def launched_ragged(model, k, checked: set) -> tuple[set[str], set[str]]:
+    """The block parameters a launch in the module rounds up from a size (passed as
+    ``triton.next_power_of_2(n)``, or divided into a runtime size by a ``cdiv`` in the grid), and
+    among them those the grid floor-divides a size by (``size // BLOCK`` programs, with no check
+    of the size against a divisor in ``checked``: the tail block is dropped)."""
+    ragged: set[str] = set()
+    dropped: set[str] = set()
+    for call in launches(model, k):
+        grid = grid_text(model, call)
+        for a in call.args:
+            if a.keyword is None:
+                continue
+            kw = a.keyword.value
+            value = code(a.value)
+            dotted_value = model.dotted(a.value) or value
+            for m in re.finditer(r"([\w.()\[\]]+)\s*//\s*([\w.]+)", grid):
+                if m.group(2) == value and not m.group(1).isdigit() and dotted_value not in checked:
+                    ragged.add(kw)
+                    dropped.add(kw)
+            if type(a.value) is cst.Call and (model.dotted(a.value.func) or "").endswith("next_power_of_2") \
+                    and not all(type(x.value) is cst.Integer for x in a.value.args):
+                ragged.add(kw)
+            for m in re.finditer(r"cdiv\(([^,()]+(?:\([^()]*\))?[^,()]*),\s*([^()]+?)\s*\)", grid):
+                if m.group(2) == value or re.fullmatch(r"\w+\[['\"]%s['\"]\]" % re.escape(kw), m.group(2)):
+                    if not m.group(1).strip().isdigit():
+                        ragged.add(kw)
+    return ragged, dropped

@@ -12,7 +12,7 @@ from kcheck.rules.triton import (
     cast_source, compile_time_branch, dotted, innermost_loop, is_load, is_none, kernels, names_in, nodes_under,
     reaches_only_masked, runtime_value, tl_op, triton_gate_view,
 )
-from kcheck.rules.triton.launches import code, divisors, grid_text, launches, passed_values
+from kcheck.rules.triton.launches import code, divisors, launched_ragged, launches, passed_values
 
 # A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
 SCRATCH = re.compile(r"partial|scratch|workspace|tmp|_buf$|^(Mp|Lp|Op|Mid_O|Mid_LSE)$", re.IGNORECASE)
@@ -233,38 +233,13 @@ def fill(out, val, n):
             doc = k.fn.get_docstring() or ""
             if not (DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name)):
                 self._exact = self._checked_bounds(k)
-                self._dropped: set[str] = set()  # blocks whose grid floor-divides the size
-                self._ragged = self._launched_ragged(k)
+                # blocks a launch rounds up from a size, and those whose grid floor-divides the size
+                self._ragged, self._dropped = launched_ragged(self.model, k, self._divisors)
                 self._report = False
                 self._ragged_in: dict[str, set] = {}  # bound -> innermost loops holding a ragged comparison
                 self._check(k)  # first pass: which bounds the kernel itself treats as ragged
                 self._report = True
                 self._check(k)
-
-    def _launched_ragged(self, k) -> set[str]:
-        """Block parameters that a launch in the module rounds up from a size: passed as
-        ``triton.next_power_of_2(n)``, or divided into a runtime size by a ``cdiv`` in the grid."""
-        ragged: set[str] = set()
-        for call in launches(self.model, k):
-            grid = grid_text(self.model, call)
-            for a in call.args:
-                if a.keyword is None:
-                    continue
-                kw = a.keyword.value
-                value = code(a.value)
-                dotted_value = self.model.dotted(a.value) or value
-                for m in re.finditer(r"([\w.()\[\]]+)\s*//\s*([\w.]+)", grid):
-                    if m.group(2) == value and not m.group(1).isdigit() and dotted_value not in self._divisors:
-                        ragged.add(kw)  # size // BLOCK programs, size never checked: the tail block is dropped
-                        self._dropped.add(kw)
-                if type(a.value) is cst.Call and (self.model.dotted(a.value.func) or "").endswith("next_power_of_2") \
-                        and not all(type(x.value) is cst.Integer for x in a.value.args):
-                    ragged.add(kw)
-                for m in re.finditer(r"cdiv\(([^,()]+(?:\([^()]*\))?[^,()]*),\s*([^()]+?)\s*\)", grid):
-                    if m.group(2) == value or re.fullmatch(r"\w+\[['\"]%s['\"]\]" % re.escape(kw), m.group(2)):
-                        if not m.group(1).strip().isdigit():
-                            ragged.add(kw)
-        return ragged
 
     def _note_ragged(self, node: cst.CSTNode, k, tainted: dict[str, str]) -> None:
         """``offs < n`` with offs carrying a BLOCK bound and n a runtime value: the kernel itself
