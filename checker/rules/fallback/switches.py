@@ -29,7 +29,6 @@ SUPPORT_CALL = re.compile(r"(get_device_capability|is_available|_supported|_avai
 # ``x in S`` asks about support when x is an input's size, dtype, head or the chip, or S names what is supported.
 INPUT_PROP = re.compile(r"(size|dim|dtype|head|shape|arch|capab|(^|_)sm)\w*$", re.I)
 SUPPORTED_SET = re.compile(r"support|sizes|dims|dtypes|archs|capab", re.I)
-SEQUENCES = (cst.Name, cst.List, cst.Tuple, cst.Set, cst.Attribute)
 OFF = ("False",)  # a switch turned off; None is as often data cleared (``logits = None``)
 
 
@@ -72,11 +71,23 @@ def _support_test(model, test: cst.CSTNode) -> bool:
         elif type(n) is cst.Call and SUPPORT_CALL.search(model.call_name(n) or model.dotted(n.func) or ""):
             found = True
         elif type(n) is cst.Comparison and any(
-                type(c.operator) in (cst.In, cst.NotIn) and type(c.comparator) in SEQUENCES and (
+                type(c.operator) in (cst.In, cst.NotIn) and _named_or_literal(c.comparator) and (
                     INPUT_PROP.search(model.dotted(n.left) or "") or SUPPORTED_SET.search(model.dotted(c.comparator) or ""))
                 for c in n.comparisons):
             found = True  # ``hidden_size not in PERSIST_SIZES``: an input outside what the kernel takes
     return found
+
+
+def _named_or_literal(node: cst.CSTNode) -> bool:
+    """A set of supported values: a name (``PERSIST_SIZES``) or a literal of constants. A literal
+    holding another argument (``group_size in (-1, in_features)``) compares arguments with each
+    other: a case where the setting means nothing, not a support test."""
+    if type(node) in (cst.Name, cst.Attribute):
+        return True
+    if type(node) not in (cst.List, cst.Tuple, cst.Set):
+        return False
+    return all(type(e.value) in (cst.Integer, cst.Float, cst.SimpleString) or type(e.value) is cst.UnaryOperation
+               and type(e.value.expression) in (cst.Integer, cst.Float) for e in node.elements)
 
 
 def _requested(model, fn: cst.FunctionDef, key: str) -> bool:
