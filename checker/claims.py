@@ -21,13 +21,14 @@ from __future__ import annotations
 import builtins
 import fnmatch
 import re
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import libcst as cst
 
 from kcheck.model import SCOPES_AND_LAMBDAS, subtree, walk
-from kcheck.native import file_host_syncs
+from kcheck.native import _BLANK, _CALLED, _function_name, _host_functions, _matching, file_host_syncs
 
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 
@@ -109,8 +110,11 @@ COMPUTE_TL = {"dot", "dot_scaled", "sum", "max", "min", "reduce", "argmax", "arg
               "associative_scan", "xor_sum", "histogram", "atomic_add", "atomic_max", "atomic_min",
               "atomic_cas", "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "sort"}
 # Library ops an extension's C++/CUDA source may call instead of a kernel of its own.
-CUDA_LIBRARY = re.compile(r"\b(cublas\w*[Gg]emm\w*|cublasLt\w*Matmul|cudnn\w*Forward\w*"
-                          r"|(at|torch)::(matmul|mm|bmm|addmm|baddbmm|linear|conv\w+|scaled_dot_product_attention))\s*\(")
+CUDA_LIBRARY = re.compile(r"\b(cublas\w*[Gg]emm\w*|cublasLt\w*Matmul|cublas[SDHCZ](symm|syrk|trmm)\w*|cudnn(?!Get|Set|Create|Destroy)\w*Forward\w*"
+                          r"|(at|torch)::(matmul|mm|bmm|addmm|baddbmm|linear|conv\w+|cudnn_convolution\w*"
+                          r"|scaled_dot_product_attention))\s*\(")
+# A kernel launch in host code: ``name<<<grid, block>>>`` (also ``name<scalar_t><<<...``).
+CUDA_LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^<>;(){}]*>)?\s*<<<")
 CUDA_COMPUTE = re.compile(r"\bfor\s*\(|\bwhile\s*\(|atomic\w*\(|__shfl|\bmma\b|wmma|cublas|cutlass|__syncthreads")
 # Registration helpers that are graph or export plumbing, not a kernel.
 PLUMBING = ("register_fake", "impl_abstract", "register_autograd", "register_meta", "register_torch_dispatch",
@@ -129,6 +133,10 @@ SOLUTION_PATH = re.compile(
     r"|trajector(y|ies)|agent[\w.-]*|iterations?)(/|$)", re.IGNORECASE)
 
 
+# A leaderboard submission file (``submission.py``, ``submission_v2.py``).
+SUBMISSION_ENTRY_FILE = re.compile(r"(^|/)submission\w*\.py$")
+
+
 def is_solution_file(path: str, authors_kernel: bool) -> bool:
     """Whether a file's ``Model`` is a solution rather than a task's reference: it lives where
     solutions are kept, or the file itself builds or defines a kernel (a reference never does)."""
@@ -144,6 +152,9 @@ class Launch:
     name: str  # what is launched, as written (``_rms_kernel``, ``torch.ops._C.rms_norm``)
     side_job: bool = False  # known to do only elementwise or data-movement work (no dot, reduction, loop)
     library: str = ""  # an extension with no kernel of its own whose source calls this library op
+    alongside: str = ""  # the library op the extension function calls beside its own launches
+    entry: str = ""  # the extension's host function the call enters
+    library_in: str = ""  # the host function of the extension's source that calls ``library``/``alongside``
     host_sync: str = ""  # what the extension function's host code waits on (kcheck.native), if anything
 
 
@@ -234,7 +245,7 @@ def _module_bindings(model, module: cst.Module) -> tuple[dict[str, str], dict[st
     (with their CUDA source when this file holds it)."""
     consts: dict[str, str] = {}
     extensions: dict[str, str | None] = {}
-    for stmt in module.body:
+    for stmt in _module_statements(module.body):
         if type(stmt) is not cst.SimpleStatementLine:
             continue
         for small in stmt.body:
@@ -247,18 +258,44 @@ def _module_bindings(model, module: cst.Module) -> tuple[dict[str, str], dict[st
             if text is not None:
                 consts[target.value] = text
             elif type(small.value) is cst.Call and _is_extension_build(model, small.value):
-                extensions[target.value] = _string_value(_kwarg(small.value, "cuda_sources"), consts)
+                cuda = _string_value(_kwarg(small.value, "cuda_sources"), consts)
+                cpp = _string_value(_kwarg(small.value, "cpp_sources"), consts)
+                # the host functions may be defined in either (a wrapper in cpp_sources, kernels in cuda_sources)
+                extensions[target.value] = cuda if not cpp or cpp in (cuda or "") else (
+                    cpp if cuda is None else cpp + "\n" + cuda)
     return consts, extensions
+
+
+def _module_statements(body) -> Iterator[cst.CSTNode]:
+    """The module's top-level statements, with those of a top-level ``try`` (its body, handlers,
+    ``else`` and ``finally``) and ``if`` in order: an extension is often built under
+    ``try: ext = load_inline(...) except Exception: ext = None``."""
+    for stmt in body:
+        if type(stmt) is cst.Try:
+            yield from _module_statements(stmt.body.body)
+            for handler in stmt.handlers:
+                yield from _module_statements(handler.body.body)
+            for extra in (stmt.orelse, stmt.finalbody):
+                if extra is not None:
+                    yield from _module_statements(extra.body.body)
+        elif type(stmt) is cst.If:
+            yield from _module_statements(stmt.body.body)
+            orelse = stmt.orelse
+            if orelse is not None:
+                yield from _module_statements(orelse.body.body if type(orelse) is cst.Else else [orelse])
+        else:
+            yield stmt
 
 
 def _is_extension_build(model, call: cst.Call) -> bool:
     return (model.call_name(call) or "") in ("torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load")
 
 
-def _extension_attrs(model, module, extensions) -> tuple[set[str], dict[str, str]]:
-    """``self.<attr>`` names bound to an extension (``self.ext = load_inline(...)`` or a module
-    name), and those bound to one of its functions (``self.act = ext.act_cuda``: attr -> ext)."""
-    out: set[str] = set()
+def _extension_attrs(model, module, extensions) -> tuple[dict[str, str | None], dict[str, str]]:
+    """``self.<attr>`` names bound to an extension (``self.ext = load_inline(...)``: attr -> None, or
+    a module name: attr -> that name), and those bound to one of its functions
+    (``self.act = ext.act_cuda``: attr -> ext)."""
+    out: dict[str, str | None] = {}
     functions: dict[str, str] = {}
     if not extensions:
         return out, functions
@@ -267,14 +304,16 @@ def _extension_attrs(model, module, extensions) -> tuple[set[str], dict[str, str
             target = node.targets[0].target
             if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
                 value = node.value
-                if (type(value) is cst.Name and value.value in extensions) or (
-                    type(value) is cst.Call and _is_extension_build(model, value)
-                ):
-                    out.add(target.attr.value)
+                if type(value) is cst.Name and value.value in extensions:
+                    bound = out.setdefault(target.attr.value, value.value)
+                    if bound != value.value:  # bound to two extensions: which one is unknown
+                        out[target.attr.value] = None
+                elif type(value) is cst.Call and _is_extension_build(model, value):
+                    out[target.attr.value] = None
                 elif type(value) is cst.Attribute and type(value.value) is cst.Name and (
                     value.value.value in extensions and value.value.value not in model.imports
                 ):
-                    functions[target.attr.value] = value.value.value
+                    functions[target.attr.value] = f"{value.value.value}.{value.attr.value}"
     return out, functions
 
 
@@ -308,17 +347,16 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
             model.launch_sites[id(node)] = Launch("torch-ops", node, name)
         elif parts[0] in extensions and len(parts) >= 2 and parts[0] not in model.imports:
             source = extensions[parts[0]]
-            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
-                                                  _cuda_library(source), syncs.get(parts[-1], ""))
+            model.launch_sites[id(node)] = _extension_launch(node, name, source, parts[-1], syncs.get(parts[-1], ""))
         elif parts[0] == "self" and len(parts) >= 3 and parts[1] in ext_attrs:
-            source = next((s for s in extensions.values() if s), None) if len(extensions) == 1 else None
-            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
-                                                  _cuda_library(source), syncs.get(parts[-1], ""))
+            source = extensions.get(ext_attrs[parts[1]]) if ext_attrs[parts[1]] else (
+                next((s for s in extensions.values() if s), None) if len(extensions) == 1 else None)
+            model.launch_sites[id(node)] = _extension_launch(node, name, source, parts[-1], syncs.get(parts[-1], ""))
         elif parts[0] == "self" and len(parts) == 2 and ext_functions and parts[1] in ext_functions:
             # ``self.act = ext.act_cuda`` in __init__, ``self.act(x)`` in forward
-            source = extensions.get(ext_functions[parts[1]])
-            model.launch_sites[id(node)] = Launch("extension", node, name, _cuda_side_job(source),
-                                                  _cuda_library(source))
+            ext, function = ext_functions[parts[1]].split(".")
+            source = extensions.get(ext)
+            model.launch_sites[id(node)] = _extension_launch(node, name, source, function)
         elif (model.dotted(func) or "").split(".")[0] in model.imports and not name.startswith("torch.") and \
                 in_kernel_module(name):  # torch._C is the framework's own binding, not a kernel module
             model.launch_sites[id(node)] = Launch("kernel-module", node, name)
@@ -394,6 +432,94 @@ def _cuda_library(source: str | None) -> str:
     return found.group(1) if found else ""
 
 
+def library_op_family(op: str) -> str:
+    """The family of a library op an extension's C++ calls (``cudnnConvolutionForward``: conv)."""
+    low = op.lower()
+    if "conv" in low:
+        return "conv"
+    return "attention" if "attention" in low else "gemm"
+
+
+@lru_cache(maxsize=256)
+def _device_bodies(source: str) -> dict[str, str]:
+    """``__global__``/``__device__`` function bodies of ``source`` by name (comments blanked)."""
+    code = _BLANK.sub(lambda m: " " * len(m.group(0)), source)
+    out: dict[str, str] = {}
+    for m in re.finditer(r"\b__(global|device)__\b", code):
+        brace = code.find("{", m.end())
+        stop = code.find(";", m.end())
+        if brace < 0 or (0 <= stop < brace):
+            continue  # a declaration
+        header = code[m.end():brace].replace("__launch_bounds__", " ")
+        name = _function_name(re.sub(r"__\w+__\s*(\([^()]*\))?", " ", header))
+        if name is not None:
+            out[name] = out.get(name, "") + code[brace + 1:_matching(code, brace)]
+    return out
+
+
+@lru_cache(maxsize=256)
+def extension_function_work(source: str, function: str) -> tuple[str, frozenset[str], str] | None:
+    """What the host function ``function`` of an extension's source (and the host functions of the
+    same source it calls) does: the first library op it calls (:data:`CUDA_LIBRARY`, "" if none),
+    the kernels it launches (``k<<<...>>>``) and the host function that calls the library op. None
+    when the source does not define it."""
+    bodies = _host_functions(_BLANK.sub(lambda m: " " * len(m.group(0)), source))
+    if function not in bodies:
+        return None
+    library, where, kernels, todo, seen = "", "", set(), [function], {function}
+    while todo:
+        name = todo.pop()
+        body = bodies[name]
+        found = CUDA_LIBRARY.search(body)
+        if found and not library:
+            library, where = found.group(1), name
+        kernels.update(CUDA_LAUNCH.findall(body))
+        for callee in _CALLED.findall(body):
+            if callee in bodies and callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return library, frozenset(kernels), where
+
+
+def _kernels_side_job(source: str, kernels: frozenset[str]) -> bool:
+    """Whether every launched kernel (and the device functions it calls) only does per-element
+    work: no loop, atomic, shuffle, barrier or MMA (:data:`CUDA_COMPUTE`)."""
+    bodies = _device_bodies(source)
+    todo, seen = list(kernels), set(kernels)
+    while todo:
+        body = bodies.get(todo.pop())
+        if body is None or CUDA_COMPUTE.search(body):
+            return False  # a kernel this source does not show, or one that loops
+        for callee in _CALLED.findall(body):
+            if callee in bodies and callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return True
+
+
+def _extension_launch(call: cst.Call, name: str, source: str | None, function: str, host_sync: str = "") -> Launch:
+    """The launch record of a call of the extension function ``function`` built from ``source``."""
+    side_job, library, alongside, where = _extension_work(source, function)
+    return Launch("extension", call, name, side_job, library, host_sync=host_sync, alongside=alongside, entry=function,
+                  library_in=where)
+
+
+def _extension_work(source: str | None, function: str) -> tuple[bool, str, str, str]:
+    """(side_job, library, alongside) of a call of ``function`` in an extension built from
+    ``source``, read from that host function's own body where the source defines it: a library op
+    with no launch is the whole work (``library``: a kernel written in the source but never
+    launched from here does not count); a library op beside launches is the main op those kernels
+    sit beside (``alongside``), and the launches are a side job when every launched kernel is.
+    Where the function is not found, the whole source is read (:func:`_cuda_library`)."""
+    work = extension_function_work(source, function) if source else None
+    if work is None or not (work[0] or work[1]):
+        return _cuda_side_job(source), _cuda_library(source), "", ""
+    library, kernels, where = work
+    if not kernels:
+        return False, library, "", where
+    return _kernels_side_job(source, kernels), "", library, where
+
+
 def _cuda_side_job(source: str | None) -> bool:
     """Whether inline CUDA source only does per-element work: no loop, atomics, shuffles or MMA."""
     return source is not None and "__global__" in source and not CUDA_COMPUTE.search(source)
@@ -439,6 +565,13 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
         add(Claim("custom-op", f"custom op {fn.name.value}", fn))
     for fn in _compiled_custom_kernel(model, module):
         add(Claim("custom-kernel", f"custom_kernel (torch.compile of {fn.name.value})", fn))
+    if not model.kernel_claims and SUBMISSION_ENTRY_FILE.search(model.path):
+        # a leaderboard submission whose task names other entry points (cross_entropy_forward,
+        # cross_entropy_backward): its public top-level functions are what it submits
+        for stmt in module.body:
+            if type(stmt) is cst.FunctionDef and not stmt.name.value.startswith("_") and \
+                    stmt not in model.triton_kernels:
+                add(Claim("custom-kernel", f"submitted {stmt.name.value}", stmt))
     if model.config.kernel_paths and model.config.is_kernel_path(model.path):
         for defs in model.functions.values():
             for fn in defs:
@@ -632,6 +765,37 @@ def _parameter_default(model, func: cst.CSTNode) -> cst.CSTNode | None:
     return None
 
 
+def _parameter_argument(model, func: cst.CSTNode) -> cst.CSTNode | None:
+    """The class every same-module caller passes for the enclosing function's parameter that ``func``
+    names (``self._make_layer(BasicBlock, 64, 2)`` into ``def _make_layer(self, block, ...)``, where
+    ``block(...)`` builds the layers): that class, when the callers agree on one name."""
+    if type(func) is not cst.Name:
+        return None
+    function = model.enclosing_function(func)
+    if function is None:
+        return None
+    params = [p.name.value for p in function.params.params]
+    if func.value not in params and func.value not in [p.name.value for p in function.params.kwonly_params]:
+        return None
+    index = params.index(func.value) if func.value in params else None
+    method = bool(params) and params[0] in ("self", "cls") and type(model.parent(model.parent(function))) is cst.ClassDef
+    found: list[cst.CSTNode] = []
+    for call in model.calls:
+        if model.callee(call) is not function:
+            continue
+        arg = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == func.value), None)
+        positional = [a.value for a in call.args if a.keyword is None and not a.star]
+        at = None if index is None else index - (1 if method else 0)
+        if arg is None and at is not None and 0 <= at < len(positional):
+            arg = positional[at]
+        if type(arg) is not cst.Name:
+            return None  # a caller passes something else, or nothing this file shows
+        found.append(arg)
+    if found and len({a.value for a in found}) == 1 and found[0].value in model.classes:
+        return found[0]
+    return None
+
+
 def module_kind(model, cls_name: str, extensions=frozenset()) -> tuple:
     """A same-module ``nn.Module`` class used as a layer: ("module", name) for the rules to follow."""
     return ("module", cls_name)
@@ -642,7 +806,7 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
     if type(value) is cst.Name and value.value in extensions:
         return ("extension",)
     if type(value) is cst.Call:
-        default = _parameter_default(model, value.func)
+        default = _parameter_default(model, value.func) or _parameter_argument(model, value.func)
         if default is not None:  # ``norm_layer(dim)`` with ``norm_layer=nn.LayerNorm`` in the signature
             return _attr_kind(model, value.with_changes(func=default), extensions)
         name = model.call_name(value) or ""
@@ -659,6 +823,8 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
                 return ("library", f"torch.compile({inner_name})", family)
             return ("unknown", "torch.compile(...)")
         if name == "Model":
+            if _launches_kernels(model, "Model", extensions):
+                return module_kind(model, "Model")  # a solution's Model rewritten around its kernels
             return ("library", "the baseline Model", "baseline")
         if name in model.classes:
             return module_kind(model, name)  # a layer of this module: its forward is followed
@@ -712,6 +878,20 @@ class Use:
     launch: Launch | None = None
 
 
+def _launches_kernels(model, cls_name: str, extensions) -> bool:
+    """Whether the ``forward`` of this module's class ``cls_name`` (and the layers and helpers it
+    reaches) launches a kernel of the file: then it is no reference baseline but part of the
+    solution (a ``ModelNew`` that wraps a ``Model`` edited to call the extension)."""
+    memo = model.__dict__.setdefault("_claim_launching_classes", {})
+    if cls_name not in memo:
+        memo[cls_name] = False  # while it is being read: a class that holds itself is no launch
+        cls = model.classes.get(cls_name)
+        forward = _method(cls, "forward")
+        memo[cls_name] = forward is not None and any(
+            u.kind == "launch" for u in compute_uses(model, forward, _class_attrs(model, cls, extensions)))
+    return memo[cls_name]
+
+
 def compute_uses(model, function: cst.FunctionDef, attrs: dict[str, tuple], depth: int = 3) -> list[Use]:
     """Library ops, launches and opaque calls reached from ``function``'s body, following
     same-module helpers (not reference functions or ``forward_native``) to ``depth``."""
@@ -746,6 +926,9 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
         if use is not None:
             use.via = via
             uses.append(use)
+            if use.launch is not None and use.launch.alongside:  # the extension's own library op
+                uses.append(Use("library", node, via, f"{use.launch.alongside}() in the extension {use.launch.name}",
+                                library_op_family(use.launch.alongside)))
 
 
 def _autograd_forward(model, call: cst.Call) -> cst.FunctionDef | None:
@@ -855,7 +1038,8 @@ def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:
     launch = model.launch_sites.get(id(call))
     if launch is not None:
         if launch.library:  # an extension whose source only calls cuBLAS/cuDNN/ATen
-            return Use("library", call, None, f"{launch.library}() in the extension {launch.name}", "gemm")
+            return Use("library", call, None, f"{launch.library}() in the extension {launch.name}",
+                       library_op_family(launch.library))
         return Use("launch", call, None, launch.name, launch=launch)
     func = call.func
     if type(func) is cst.Call and (model.call_name(func) or "") == "torch.compile" and func.args:

@@ -127,8 +127,30 @@ def arg(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
     for a in call.args:
         if a.keyword is not None and a.keyword.value == keyword:
             return a.value
-    positional = [a.value for a in call.args if a.keyword is None and not a.star]
-    return positional[index] if index < len(positional) else None
+    positional = []
+    for a in call.args:
+        if a.star:  # ``f(*args)``: positions after it are unknown
+            break
+        if a.keyword is None:
+            positional.append(a.value)
+    return positional[index] if 0 <= index < len(positional) else None
+
+
+def param_arg(call: cst.Call, fn: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
+    """What ``call`` (a call that reaches ``fn``) passes for ``fn``'s parameter ``name``; None when
+    it passes nothing for it (a default), or the receiver (``self``/``cls``, never an argument of a
+    bound call ``obj.m(...)``), or the position cannot be known."""
+    ps = fn.params
+    positional = [p.name.value for p in [*ps.posonly_params, *ps.params]]
+    if name not in positional:
+        kwonly = {p.name.value for p in ps.kwonly_params}
+        return arg(call, -1, name) if name in kwonly else None
+    index = positional.index(name)
+    if positional[0] in ("self", "cls") and type(call.func) is cst.Attribute:
+        index -= 1  # ``self.m(a)`` binds ``a`` to the second parameter
+    if index < 0:
+        return None
+    return arg(call, index, name)
 
 
 def _names(node) -> set[str]:

@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 import libcst as cst
 
 from kcheck.claims import (
-    BROAD_FAMILIES, CUDA_LIBRARY, is_solution_file, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, Claim, Use, compute_uses, families, is_reference_name, library_family,
+    BROAD_FAMILIES, CUDA_LIBRARY, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, Claim, Use, compute_uses, families, is_reference_name, library_family,
 )
 from kcheck.facts import fact
 from kcheck.gate import ast_children, by_name, dotted, import_bindings, reachable, resolve, stack_fields
@@ -177,6 +177,14 @@ def analyse(model) -> list[Analysis]:
     return out
 
 
+def main_use(library: list[Use]) -> Use:
+    """The library op a finding names: a heavy one (GEMM, attention, convolution) before the rest,
+    and among those first one that an extension presented as the kernel calls in its own C++
+    (``torch::conv2d`` inside ``conv_relu_cuda``), where the claim hides the library's work."""
+    heavy = [u for u in library if u.family in HEAVY_FAMILIES] or library
+    return next((u for u in heavy if " in the extension " in u.name), heavy[0])
+
+
 # -- the family's facts (kcheck.facts), over the ast ----------------------------------------------------
 
 # Last components of the library ops (``torch.nn.functional.linear`` -> ``linear``), the tensor
@@ -262,6 +270,8 @@ def _claims(summary, config) -> tuple[set[str], bool, list[ast.AST]] | None:
                            if isinstance(a, ast.Name) and a.id in local}
     if registered:
         claims += [fn for name in registered for fn in ast_facts(summary).defs.get(name, ())]
+    if SUBMISSION_FILE.search(summary.path):  # claims.SUBMISSION_ENTRY_FILE: its public functions may be claims
+        claims += [s for s in summary.tree.body if isinstance(s, _FUNCTION_DEFS) and not s.name.startswith("_")]
     live = model_new + claims
     if live and not config.library_ops:
         facts = ast_facts(summary)
@@ -330,6 +340,22 @@ def _opaque_call(summary, facts: AstFacts, call: ast.Call) -> bool:
     return name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims")
 
 
+def _top_statements(body):
+    """Top-level statements with those of a top-level ``try``/``if`` (``claims._module_statements``)."""
+    for stmt in body:
+        if isinstance(stmt, ast.Try):
+            yield from _top_statements(stmt.body)
+            for handler in stmt.handlers:
+                yield from _top_statements(handler.body)
+            yield from _top_statements(stmt.orelse)
+            yield from _top_statements(stmt.finalbody)
+        elif isinstance(stmt, ast.If):
+            yield from _top_statements(stmt.body)
+            yield from _top_statements(stmt.orelse)
+        else:
+            yield stmt
+
+
 def _builds_extension(facts: AstFacts, call: ast.Call) -> bool:
     """A call that may be ``torch.utils.cpp_extension.load_inline``/``load`` (under any import name)."""
     return _last_name(call.func) in EXTENSION_BUILDERS or (
@@ -394,7 +420,7 @@ def claim_launches_kernel(summary, config) -> bool:
     if claims is None:
         return True
     facts = ast_facts(summary)
-    for stmt in summary.tree.body:
+    for stmt in _top_statements(summary.tree.body):
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and _builds_extension(facts, stmt.value):
             return True
     kernels = {name for name, fns in facts.defs.items()

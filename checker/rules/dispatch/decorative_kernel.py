@@ -3,7 +3,8 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.claims import HEAVY_FAMILIES
-from kcheck.rules.dispatch import ClaimRule, analyse
+from kcheck.native import line_of
+from kcheck.rules.dispatch import ClaimRule, analyse, main_use
 
 
 class DecorativeKernel(ClaimRule):
@@ -14,7 +15,10 @@ class DecorativeKernel(ClaimRule):
     function or a `load_inline` extension in the same file — but where that kernel only moves or
     scales data (no loop, no `tl.dot`, no reduction, no atomics; for inline CUDA, no loop, shuffle,
     atomic or MMA), while the heavy op the baseline also runs — a GEMM, attention, a convolution,
-    an `nn.Linear` or the baseline `Model` itself — is still a library call.
+    an `nn.Linear` or the baseline `Model` itself — is still a library call. That library call may
+    sit in the extension's own C++: an entry function that calls `torch::conv3d` or `cublasSgemm`
+    (itself or through a host helper) and then launches an elementwise kernel is reported at the
+    C++ line of the library call; only the kernels that function launches are judged.
 
     ## Why is this bad?
     The custom kernel makes the code look like a kernel submission, but the time that matters is
@@ -107,7 +111,10 @@ class ModelNew(torch.nn.Module):
                 continue
             if not all(u.launch.side_job for u in found.launches):
                 continue
-            use = heavy[0]
+            use = main_use(heavy)
             where = use.via if use.via is not None else use.node
-            op = use.name if use.name.startswith(("@", ".", "the ")) else f"{use.name}()"
-            self.report(where, claim=found.claim.label, op=op, kernel=found.launches[0].name)
+            op = use.name if use.name.startswith(("@", ".", "the ", "cu", "at::", "torch::")) else f"{use.name}()"
+            launch = self.model.launch_sites.get(id(use.node))
+            line = line_of(self.context.source, launch.library_in or launch.name.split(".")[-1], launch.alongside + "(") \
+                if launch is not None and launch.alongside else None  # the C++ line that calls the library
+            self.report(where, claim=found.claim.label, op=op, kernel=found.launches[0].name, line=line)

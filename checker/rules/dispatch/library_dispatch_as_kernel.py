@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kcheck.claims import HEAVY_FAMILIES, unlaunched_builds
+from kcheck.claims import unlaunched_builds
 from kcheck.native import line_of
-from kcheck.rules.dispatch import ClaimRule, analyse
+from kcheck.rules.dispatch import ClaimRule, analyse, main_use
 
 
 class LibraryDispatchAsKernel(ClaimRule):
@@ -21,8 +21,10 @@ class LibraryDispatchAsKernel(ClaimRule):
     around a third-party kernel (FlashAttention, FlashInfer, AITER, ...) binds that kernel for
     `torch.compile`: an integration point, not a claim, and not reported. When the baseline
     (`Model.forward`) is in the same file, only library ops the baseline also calls count. An
-    inline extension with no kernel of its own whose C++ calls cuBLAS, cuDNN or ATen is reported
-    at the C++ line of that call, with the line that enters it.
+    inline extension function that launches no kernel (its own body and the host functions of the
+    source it calls) and whose C++ calls cuBLAS, cuDNN or ATen is reported at the C++ line of that
+    call, with the line that enters it, even where the source holds a `__global__` kernel that
+    nothing launches.
 
     The compute path is followed where the work is: same-module helpers, layers (`self.layer(x)`,
     `nn.Sequential`/`nn.ModuleList` built inline, from a local list or by a factory such as
@@ -146,13 +148,13 @@ def custom_kernel(data):
         for found in analyse(self.model):
             if not found.library or found.launches or found.unknown:
                 continue
-            use = next((u for u in found.library if u.family in HEAVY_FAMILIES), found.library[0])
+            use = main_use(found.library)
             where = use.via if use.via is not None else use.node
             helper = f" (inside {self.model.dotted(use.via.func)}())" if use.via is not None else ""
             whose = "a library op the baseline in this file also uses" if found.claim.baseline is not None \
                 else "a library op"
-            launch = self.model.launch_sites.get(id(use.node)) if use.via is None else None
-            line = line_of(self.context.source, launch.name.split(".")[-1], launch.library + "(") \
+            launch = self.model.launch_sites.get(id(use.node))
+            line = line_of(self.context.source, launch.library_in or launch.name.split(".")[-1], launch.library + "(") \
                 if launch is not None and launch.library else None  # the C++ line that calls the library
             related = ((use.node, f"{_shown(use.name)} does the work here"),) if use.via is not None else ()
             related += unlaunched

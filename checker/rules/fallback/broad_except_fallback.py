@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 
 import libcst as cst
 
@@ -8,7 +9,10 @@ from kcheck.rule import Rule
 from kcheck.model import walk
 from kcheck.project import TEST_PATH
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, DYNAMIC_IMPORTS, KERNEL_LIBRARY, KERNEL_LOADERS, PROBE_NAME, QUERY_NAME, dispatchers, dynamic_import, is_announcer, kernel_module, statements, warns,
+    BROAD_EXCEPTIONS, PROBE_NAME, dispatchers, is_announcer, statements, warns,
+)
+from kcheck.rules.fallback.kernel_imports import (
+    announced_by_callers, answers_no, keeps_error, loads_kernel, nothing_to_fall_back_to, returns_reason,
 )
 
 
@@ -169,270 +173,81 @@ def moe(x, w):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         reported: set[int] = set()
-        for disp in dispatchers(model, claimed=False):
+        testing = bool(TEST_PATH.search(model.path))  # a test's guard turns a failure into a skip or a recorded error
+        for disp in () if testing else dispatchers(model, claimed=False):
             for node in _walk(disp.function.body):
                 if type(node) is not cst.Try or not disp.dispatches(statements(node.body)):
                     continue
                 for handler in node.handlers:
                     caught = _broad(model, handler)
                     if caught and not _reraises(handler) and _falls_back(model, handler, node) \
-                            and id(handler) not in reported:
+                            and id(handler) not in reported \
+                            and not _says_or_ends(model, handler, say=_answers(handler)):
                         reported.add(id(handler))
                         self.report(handler, handler=caught, kernel=disp.label)
-        for node in () if TEST_PATH.search(model.path) else walk(original_node):  # a test's import guard skips tests
+        for node in () if testing else walk(original_node):
             if type(node) is not cst.Try:
                 continue
-            what = _loads_kernel(model, statements(node.body))
+            what = loads_kernel(model, statements(node.body))
             if what is None:
                 continue
             probe = model.enclosing_function(node)
             if probe is not None and (PROBE_NAME.search(probe.name.value) or any(
-                    _answers_no(h) for h in node.handlers)) and _announced_by_callers(model, probe):
+                    answers_no(h) for h in node.handlers)) and announced_by_callers(model, probe):
                 continue  # a capability probe whose callers say what they chose
             for handler in node.handlers:
                 caught = _broad(model, handler)
                 body = statements(handler.body)
                 if caught and id(handler) not in reported and not _reraises(handler) and not warns(
                     model, body
-                ) and not _keeps_error(model, handler) and not _returns_reason(handler) \
-                        and not _nothing_to_fall_back_to(model, node, handler):
+                ) and not _says_or_ends(model, handler) and not keeps_error(model, handler) and not returns_reason(handler) \
+                        and not nothing_to_fall_back_to(model, node, handler):
                     self.report(handler, handler=caught, kernel=what)
 
 
-def _loads_kernel(model, body) -> str | None:
-    """"the import of `m`" or "`load_inline()`" for the first kernel import or build in ``body``."""
-    for stmt in body:
-        for node in _walk(stmt):
-            if type(node) is cst.Import:
-                for alias in node.names:
-                    name = model.dotted(alias.name) or ""
-                    if kernel_module(name):
-                        return f"the import of `{name}`"
-            elif type(node) is cst.ImportFrom:
-                mod = "." * len(node.relative) + (model.dotted(node.module) or "" if node.module is not None else "")
-                names = [] if type(node.names) is cst.ImportStar else [model.dotted(a.name) or "" for a in node.names]
-                if kernel_module(mod):
-                    return f"the import of `{mod}`"
-                sub = next((n for n in names if kernel_module(f"{mod}.{n}" if node.module is not None else n)), None)
-                if sub is not None:  # ``from vllm import _custom_ops as ops``
-                    return f"the import of `{mod + '.' if node.module is not None else mod}{sub}`"
-            elif type(node) is cst.Call:
-                name = model.call_name(node) or ""
-                if _loader(name):
-                    return f"`{model.dotted(node.func)}()`"
-                dynamic = dynamic_import(node.args[0].value if node.args else None) \
-                    if name.split(".")[-1] in DYNAMIC_IMPORTS else None
-                if dynamic:
-                    return f"the import of `{dynamic}`"
-                if "." in name and KERNEL_LIBRARY.match(name) and not _own_package(model, name) \
-                        and not QUERY_NAME.match(name.rsplit(".", 1)[-1]):
-                    return f"`{name}()`"
-                if type(node.func) is cst.Name and node.func.value in _builders(model):
-                    return f"`{node.func.value}()`, which builds a kernel,"
-    return None
+# Calls that end the process or the test: the failure stops the run instead of falling back.
+ENDS = {"sys.exit", "exit", "quit", "os._exit", "os.abort", "pytest.skip", "pytest.fail", "pytest.exit",
+        "pytest.xfail"}
+ENDS_NAME = re.compile(r"(^|_)(and_)?(exit|abort)$")  # ``self.log_and_exit(e)`` of a base class elsewhere
 
 
-def _own_package(model, name: str) -> bool:
-    """Whether ``name`` lies in the package the file belongs to (flashinfer's own ``flashinfer.utils``
-    is its plumbing, not a kernel library it calls into)."""
-    return name.split(".")[0] in model.path.replace("\\", "/").split("/")[:-1]
-
-
-def _loader(name: str) -> bool:
-    need = KERNEL_LOADERS.get(name.split(".")[-1])
-    return bool(need) and (name == need or name.endswith("." + need))
-
-
-def _builders(model) -> set[str]:
-    """This module's top-level functions whose own body calls a kernel loader (``load_jit(...)``)."""
-    found = model.__dict__.get("_kernel_builders")
-    if found is None:
-        found = model.__dict__["_kernel_builders"] = {
-            name for name, defs in model.functions.items() for fn in defs
-            if model.parent(fn) is model.module and any(
-                type(n) is cst.Call and _loader(model.call_name(n) or "") for n in _walk(fn.body))}
-    return found
-
-
-def _announced_by_callers(model, probe: cst.FunctionDef) -> bool:
-    """Whether the probe's answer is announced where it is used: a caller in this module tests it
-    (``if not is_fused_available(): logger.warning(...)``) and a branch of that test warns."""
-    for call in model.callers(probe):
-        for anc in model.ancestors(call):
-            if type(anc) is cst.If:
-                branches = [anc.body] + ([anc.orelse] if anc.orelse is not None else [])
-                if warns(model, branches):
-                    return True
-                break
-            if type(anc) in (cst.FunctionDef, cst.IndentedBlock):
-                break
+def _says_or_ends(model, handler: cst.ExceptHandler, say: bool = True, depth: int = 2) -> bool:
+    """Whether the handler, or a same-module helper it calls (``self._disable(e)``,
+    ``self.log_and_exit(e)``), ends the process or test, or (``say``) announces at a level a user
+    sees: the failure is visible, not a silent fallback. Around a launch a warning counts only where
+    the handler answers with a constant (:func:`_answers`): a warning beside a replacement computed
+    per call still lets a CUDA fault or a bug pass as the fallback."""
+    seen: set[int] = set()
+    stack = [(s, 0) for s in statements(handler.body)]
+    while stack:
+        root, level = stack.pop()
+        if type(root) in (cst.FunctionDef, cst.ClassDef):
+            continue  # defining a replacement announces nothing
+        if say and warns(model, [root]):
+            return True
+        for n in _walk(root):
+            if type(n) is not cst.Call:
+                continue
+            name = model.call_name(n) or model.dotted(n.func) or ""
+            if name in ENDS or ENDS_NAME.search(name.rsplit(".", 1)[-1]):
+                return True
+            target = model.callee(n)
+            if target is not None and level < depth and id(target) not in seen:
+                seen.add(id(target))
+                stack.extend((s, level + 1) for s in statements(target.body))
     return False
 
 
-def _answers_no(handler: cst.ExceptHandler) -> bool:
-    """The handler only answers ``return False`` (or None): the function is a capability probe,
-    whatever its name (``aiter_has_dense_mxscale()``)."""
+def _answers(handler: cst.ExceptHandler) -> bool:
+    """The handler ends by answering its caller with a constant (``return False``, ``return None``,
+    ``return``) instead of computing a replacement: a set-up or probe that says no. Announced, that
+    is the once-per-cause fallback the family asks for."""
     body = statements(handler.body)
-    return len(body) == 1 and type(body[0]) is cst.SimpleStatementLine and type(body[0].body[0]) is cst.Return \
-        and type(body[0].body[0].value) is cst.Name and body[0].body[0].value.value in ("False", "None")
-
-
-def _returns_reason(handler: cst.ExceptHandler) -> bool:
-    """``return False, "requires aiter"``: a capability check that hands its caller (a kernel
-    selector, which reports it) the reason it said no."""
-    strings = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
-    return any(type(n) is cst.Return and type(n.value) is cst.Tuple
-               and any(type(e.value) in strings for e in n.value.elements)
-               for s in statements(handler.body) for n in _walk(s))
-
-
-def _nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
-    """Whether a failed import leaves no slower path behind, so there is nothing silent to report:
-    what it imports keeps a stub bound before the ``try`` that raises when called
-    (``gptq_repack = _unavailable`` then ``try: from .ops import gptq_repack``), or is used only
-    as a type (``isinstance(m, TEModule)``), or every use of the flag the handler sets refuses
-    (``assert HAVE_TE``, ``if not HAVE_TE: raise ...``)."""
-    imported = _imported_names(model, node)
-    flags = {t.value for s in statements(handler.body) if type(s) is cst.SimpleStatementLine
-             for small in s.body if type(small) is cst.Assign for t in (x.target for x in small.targets)
-             if type(t) is cst.Name}
-    module_level = model.parent(node) is model.module
-    if imported and module_level and all(_stub_before(model, node, name) for name in imported):
-        return True
-    scope = model.enclosing_function(node)
-    uses = [n for name in imported | flags for n in model.names_of(name)
-            if not model.inside(n, node) and _same_binding(model, n, scope)]
-    if not uses:
+    last = body[-1] if body else None
+    if type(last) is not cst.SimpleStatementLine or type(last.body[-1]) is not cst.Return:
         return False
-    if all(n.value in imported and _as_type(model, n) or n.value in flags and _refuses(model, n) for n in uses):
-        return True
-    if scope is not None and any(type(small) in (cst.Return, cst.Raise) for s in statements(handler.body)
-                                 if type(s) is cst.SimpleStatementLine for small in s.body):
-        return False  # the function's later uses run only when the import worked; the handler's answer is the fallback
-    return _used_unguarded(model, handler, imported, flags, uses)
-
-
-def _same_binding(model, n: cst.Name, scope) -> bool:
-    """Whether a use of a name refers to what the ``try`` bound: inside the same function for a
-    ``try`` in a function; for one at module level, not in a function that binds the name itself
-    (``from aiter import f`` again inside a method is another binding)."""
-    if scope is not None:
-        return model.inside(n, scope)
-    fn = model.enclosing_function(n)
-    return fn is None or n.value not in _local_bindings(model, fn)
-
-
-def _local_bindings(model, fn: cst.FunctionDef) -> set[str]:
-    cache = model.__dict__.setdefault("_fallback_local_bindings", {})
-    found = cache.get(id(fn))
-    if found is None:
-        found = cache[id(fn)] = set()
-        for n in _walk(fn.body):
-            if type(n) in (cst.Import, cst.ImportFrom) and type(n.names) is not cst.ImportStar:
-                found.update((model.dotted(a.asname.name if a.asname else a.name) or "").split(".")[0] for a in n.names)
-            elif type(n) is cst.AssignTarget and type(n.target) is cst.Name:
-                found.add(n.target.value)
-    return found
-
-
-def _used_unguarded(model, handler: cst.ExceptHandler, imported: set[str], flags: set[str], uses: list) -> bool:
-    """Whether the module uses what it imports as if the import had worked: no flag the handler sets
-    is read, the handler binds no replacement, and no use is tested for or guarded (``import awq_ext``
-    then ``self.linear = awq_ext.gemm_forward_cuda``). A failed import then fails loudly at the first
-    use (a NameError), with no slower path to fall into silently."""
-    if any(n.value not in imported for n in uses):
-        return False  # a flag is read: the code chooses on it
-    for s in statements(handler.body):
-        for n in _walk(s):
-            if type(n) in (cst.Import, cst.ImportFrom):
-                return False  # the handler imports a replacement
-            if type(n) is cst.Assign and type(n.value) is not cst.Name and any(
-                    type(t.target) is cst.Name and t.target.value in imported for t in n.targets):
-                return False  # a replacement bound to the imported name (``gemm = slow_gemm``)
-    names = imported | flags
-    for n in uses:
-        for anc in model.ancestors(n):
-            test = getattr(anc, "test", None)
-            if type(anc) in (cst.If, cst.IfExp, cst.While) and any(
-                    type(m) is cst.Name and m.value in names for m in _walk(test)):
-                return False  # used under a test of the import: a choice, judged by the rest of the rule
-            if type(anc) in (cst.Try, cst.BooleanOperation):
-                return False
-            if type(anc) in (cst.FunctionDef, cst.ClassDef) and model.parent(anc) is model.module:
-                break
-    return True
-
-
-def _imported_names(model, node: cst.Try) -> set[str]:
-    out = set()
-    for s in statements(node.body):
-        for small in (s.body if type(s) is cst.SimpleStatementLine else ()):
-            if type(small) is cst.Import:  # ``import awq_ext`` binds awq_ext; ``import a.b`` binds a
-                out.update(a.asname.name.value if a.asname and type(a.asname.name) is cst.Name
-                           else (model.dotted(a.name) or "").split(".")[0] for a in small.names)
-            if type(small) is cst.ImportFrom and type(small.names) is not cst.ImportStar:
-                out.update((a.asname.name if a.asname else a.name).value for a in small.names
-                           if type(a.asname.name if a.asname else a.name) is cst.Name)
-    return out
-
-
-def _stub_before(model, node: cst.Try, name: str) -> bool:
-    """``name`` is bound at module level above the ``try`` to a function whose body only raises."""
-    body = list(model.module.body)
-    for stmt in reversed(body[:body.index(node)] if node in body else []):
-        for small in (stmt.body if type(stmt) is cst.SimpleStatementLine else ()):
-            if type(small) is cst.Assign and any(type(t.target) is cst.Name and t.target.value == name
-                                                for t in small.targets):
-                value = small.value
-                stubs = model.functions.get(value.value, []) if type(value) is cst.Name else []
-                return bool(stubs) and all(_only_raises(fn) for fn in stubs)
-    return False
-
-
-def _only_raises(fn: cst.FunctionDef) -> bool:
-    body = [s for s in statements(fn.body) if not (type(s) is cst.SimpleStatementLine and all(
-        type(x) is cst.Expr and type(x.value) in (cst.SimpleString, cst.ConcatenatedString) for x in s.body))]
-    return len(body) == 1 and type(body[0]) is cst.SimpleStatementLine and type(body[0].body[0]) is cst.Raise
-
-
-def _as_type(model, n: cst.Name) -> bool:
-    """``n`` is a class tested against (``isinstance(m, n)``, ``issubclass(c, (n, M))``) or an annotation."""
-    for anc in model.ancestors(n):
-        if type(anc) is cst.Annotation:
-            return True
-        if type(anc) is cst.Call:
-            return type(anc.func) is cst.Name and anc.func.value in ("isinstance", "issubclass") \
-                and len(anc.args) == 2 and model.inside(n, anc.args[1])
-    return False
-
-
-def _refuses(model, n: cst.Name) -> bool:
-    """``n`` is read by an ``assert`` or by the test of an ``if`` whose body raises."""
-    for anc in model.ancestors(n):
-        if type(anc) is cst.Assert:
-            return True
-        if type(anc) is cst.If:
-            first = statements(anc.body)[:1]
-            return model.inside(n, anc.test) and bool(first) and type(first[0]) is cst.SimpleStatementLine \
-                and type(first[0].body[0]) is cst.Raise
-        if type(anc) in (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef):
-            return False  # read by a plain statement, or the name bound by a definition
-    return False
-
-
-def _keeps_error(model, handler: cst.ExceptHandler) -> bool:
-    """Whether the handler keeps the error it caught (``except Exception as exc: self.reason = exc``):
-    a probe that records why it chose the fallback, for whoever reports the choice."""
-    if handler.name is None or type(handler.name.name) is not cst.Name:
-        return False
-    bound = handler.name.name.value
-    logged = set()  # the error's uses inside a log call say it, they do not keep it
-    for s in statements(handler.body):
-        for n in _walk(s):
-            if type(n) is cst.Call and type(n.func) is cst.Attribute and "log" in (model.dotted(n.func.value) or "").lower():
-                logged.update(id(m) for m in _walk(n))
-    return any(type(n) is cst.Name and n.value == bound and id(n) not in logged
-               for s in statements(handler.body) for n in _walk(s))
+    value = last.body[-1].value
+    return value is None or type(value) is cst.Name and value.value in ("False", "None", "True")
 
 
 def _falls_back(model, handler: cst.ExceptHandler, node: cst.Try) -> bool:

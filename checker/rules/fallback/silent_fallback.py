@@ -6,6 +6,7 @@ from kcheck.rule import Rule
 from kcheck.rules.fallback import (
     DISPATCH_TEXT, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
 )
+from kcheck.rules.fallback.switches import switched_off
 
 
 class SilentFallback(Rule):
@@ -27,6 +28,13 @@ class SilentFallback(Rule):
     dispatch, not a fallback from a claimed kernel, and are not checked. The announcers are
     `logger.warning_once` and other logger methods, `warnings.warn`, `print`, and the functions
     named in `fallback-announcers`.
+
+    It also finds a kernel the caller or the configuration asked for that is switched off without
+    a word: a setting read from the configuration (`persist = self.config.persist_layer_norm`) or
+    passed in (`use_fused_rope=True`) is set to False under a test of what the machine,
+    the install or the input supports (a size outside the supported list, `HAVE_APEX`, the device
+    capability, a version), and neither that branch nor a later test of the setting says so. A
+    test of the environment (`os.environ`) is the user's own switch.
 
     ## Why is this bad?
     A silent fallback turns "the kernel does not support this input" into "the kernel is slow",
@@ -133,11 +141,13 @@ class Rotary(CustomOp):
 """,
     ]
     OPTIONS = ("fallback-announcers",)
-    PREFILTER = (DISPATCH_TEXT, r"\bif\b")
-    NEEDS = ("claimed dispatcher",)
+    PREFILTER = (DISPATCH_TEXT + r"|False", r"\bif\b")
+    NEEDS = ("claimed dispatcher", "setting switched off")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
+        for node, name in switched_off(model):
+            self.report(node.test, kernel=f"the requested `{name}`")
         for disp in dispatchers(model):
             for node, branch in fallback_branches(model, disp):
                 if device_only(model, node.test) and not claims_only(model, disp.function):

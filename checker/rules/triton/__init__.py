@@ -18,7 +18,7 @@ from kcheck.claims import TRITON_DECORATORS
 from kcheck.facts import fact
 from kcheck.gate import dotted, import_bindings
 from kcheck.model import SCOPES_AND_LAMBDAS, children, subtree
-from kcheck.triton_values import arg  # noqa: F401 - the rules import it from here
+from kcheck.triton_values import arg, param_arg  # noqa: F401 - the rules import them from here
 
 TRITON_TEXT = r"triton"
 KERNEL_NAMES = {"jit", "autotune", "heuristics"}
@@ -172,6 +172,127 @@ def names_outside_loads(model, expr: cst.CSTNode) -> Iterator[str]:
             yield node.value
             continue
         stack.extend(children(node))
+
+
+# Calls that stop a block's offsets: wrapping and clamping bound them, and a loaded value is data.
+OFFSET_STOPS = {"minimum", "where", "load"}
+
+
+def block_bounds(model, expr: cst.CSTNode, tainted: dict[str, str]) -> Iterator[str]:
+    """Each BLOCK bound whose ``tl.arange`` offsets ``expr`` carries unwrapped, in the order found;
+    ``tainted`` maps a local name to the bound its offsets come from. Wrapping (``%``), clamping
+    (``tl.minimum``, ``tl.where``) and loading (a loaded value is data, bounded by that load's own
+    mask) stop the offsets."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.BinaryOperation and type(node.operator) is cst.Modulo:
+            continue
+        if type(node) is cst.Call:
+            op = tl_op(model, node)
+            if op in OFFSET_STOPS:
+                continue
+            if op == "arange":
+                bound = arg(node, 1, "end")
+                if type(bound) is cst.Name and BLOCKED_BOUND.search(bound.value) \
+                        and not EXACT_BOUND.search(bound.value):
+                    yield bound.value
+        if type(node) is cst.Name and node.value in tainted:
+            yield tainted[node.value]
+        stack.extend(node.children)
+
+
+def innermost_loop(model, node: cst.CSTNode, k: Kernel):
+    """The innermost ``for``/``while`` loop of the kernel around ``node`` (None outside loops)."""
+    for anc in model.ancestors(node):
+        if anc is k.fn:
+            return None
+        if type(anc) in (cst.For, cst.While):
+            return anc
+    return None
+
+
+def runtime_value(expr: cst.CSTNode, k: Kernel) -> bool:
+    """A value known only at run time: a non-constexpr parameter, a local, a load or a call."""
+    if type(expr) in (cst.Integer, cst.Float):
+        return False
+    names = names_in(expr) - k.constexprs
+    if any(type(n) is cst.Call for n in nodes_under(expr)):
+        return True
+    return any(n in k.params or not n.isupper() for n in names)
+
+
+def is_load(model, expr: cst.CSTNode) -> bool:
+    """``tl.load(...)``, or ``tl.load(...).to(...)``: a value read from memory."""
+    while type(expr) is cst.Call and type(expr.func) is cst.Attribute and \
+            expr.func.attr.value in ("to", "cast") and type(expr.func.value) is cst.Call:
+        expr = expr.func.value
+    return tl_op(model, expr) == "load"
+
+
+def compile_time_branch(model, node: cst.CSTNode, k: Kernel) -> bool:
+    """Inside an ``if`` on a constexpr parameter, or a local computed from them alone (an unmasked
+    fast path chosen at launch)."""
+    fixed = k.compile_time()
+    for anc in model.ancestors(node):
+        if anc is k.fn:
+            return False
+        if type(anc) in (cst.If, cst.IfExp) and names_in(anc.test) & fixed:
+            return True
+    return False
+
+
+def cast_source(model, call) -> str | None:
+    """``pid`` of ``pid.to(...)``, ``pid.cast(...)`` or ``tl.cast(pid, ...)``."""
+    if type(call) is not cst.Call:
+        return None
+    if type(call.func) is cst.Attribute and call.func.attr.value in ("to", "cast"):
+        source = call.func.value
+    elif tl_op(model, call) == "cast" and call.args:
+        source = call.args[0].value
+    else:
+        return None
+    return source.value if type(source) is cst.Name else None
+
+
+def reaches_only_masked(model, k: Kernel, ids: set[str], skip: cst.Call | None, depth: int) -> bool:
+    """Whether the values of ``ids`` (page ids), and every address the kernel computes from them,
+    reach only masked loads and stores, here or in the module's jit helpers they are passed to
+    (``depth`` levels down). ``skip`` is the load that produced them."""
+    ids = set(ids)
+    changed = True
+    while changed:  # every address computed from the page ids, in any order (loaded values are data)
+        changed = False
+        for name, value, _ in k.assigns:
+            if name not in ids and not ids.isdisjoint(names_outside_loads(model, value)):
+                ids.add(name)
+                changed = True
+    for n in nodes_under(k.fn.body):
+        if type(n) is not cst.Call or n is skip:
+            continue
+        op = tl_op(model, n)
+        if all(ids.isdisjoint(names_outside_loads(model, a.value)) for a in n.args):
+            continue
+        if op in ("load", "store"):
+            mask = arg(n, 1 if op == "load" else 2, "mask")
+            if (mask is None or is_none(mask)) and arg(n, 99, "boundary_check") is None \
+                    and not ids.isdisjoint(names_outside_loads(model, arg(n, 0, "pointer") or n)):
+                return False  # a page id dereferenced unmasked
+        elif op is None and not (type(n.func) is cst.Attribute and n.func.attr.value in ("to", "cast")):
+            helper = next((h for h in kernels(model) if type(n.func) is cst.Name and h.name == n.func.value), None)
+            if helper is None or depth == 0:
+                return False  # handed to a function the rules do not read
+            order, passed, i = list(helper.params), set(), 0
+            for a in n.args:
+                if a.star:
+                    return False
+                name = a.keyword.value if a.keyword is not None else (order[i] if i < len(order) else None)
+                i += a.keyword is None
+                if name is not None and not ids.isdisjoint(names_outside_loads(model, a.value)):
+                    passed.add(name)
+            if not reaches_only_masked(model, helper, passed, None, depth - 1):
+                return False
+    return True
 
 
 # -- the family's facts (kcheck.facts), over the ast ----------------------------------------------

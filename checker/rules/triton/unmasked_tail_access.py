@@ -6,14 +6,13 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.triton import (
-    BLOCKED_BOUND, EXACT_BOUND, TRITON_TEXT, arg, assignments, is_none, kernels, names_in, names_outside_loads, nodes_under,
-    tl_op,
+    TRITON_TEXT, arg, assignments, block_bounds, cast_source, compile_time_branch, innermost_loop, is_load, is_none,
+    kernels, nodes_under, runtime_value, tl_op,
 )
+from kcheck.rules.triton.allocations import page_local, page_table_lookup, padded_index_list, scratch, static_tiles
+from kcheck.rules.triton.launches import code, divisors, launched_ragged, launches, passed_values
 
-STOPS = {"minimum", "where", "load"}
 # A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
-SCRATCH = re.compile(r"partial|scratch|workspace|tmp|_buf$|^(Mp|Lp|Op|Mid_O|Mid_LSE)$", re.IGNORECASE)
-INDEX_LIST = re.compile(r"ids|idx|indices|sorted|slot|table|loc", re.IGNORECASE)
 DECLARED_EXACT = re.compile(r"no[ _-]?(column[ _-])?mask|unmasked|nomask|\beven\b|divisib|multiple of", re.IGNORECASE)
 
 
@@ -183,75 +182,18 @@ def fill(out, val, n):
     def leave_Module(self, original_node: cst.Module) -> None:
         # names and literals the module checks divisibility by (``H % _BLOCK_H != 0`` ahead of a
         # fallback, ``assert n % BLOCK == 0``): the launcher guarantees whole blocks of them
-        self._divisors = {self.model.dotted(n.right) or getattr(n.right, "value", None)
-                          for n in nodes_under(original_node, nested=True)
-                          if type(n) is cst.BinaryOperation and type(n.operator) is cst.Modulo}
+        self._divisors = divisors(self.model, original_node)
         for k in kernels(self.model):
             doc = k.fn.get_docstring() or ""
             if not (DECLARED_EXACT.search(doc) or DECLARED_EXACT.search(k.name)):
-                self._exact = self._checked_bounds(k, original_node)
-                self._dropped: set[str] = set()  # blocks whose grid floor-divides the size
-                self._ragged = self._launched_ragged(k)
+                self._exact = self._checked_bounds(k)
+                # blocks a launch rounds up from a size, and those whose grid floor-divides the size
+                self._ragged, self._dropped = launched_ragged(self.model, k, self._divisors)
                 self._report = False
                 self._ragged_in: dict[str, set] = {}  # bound -> innermost loops holding a ragged comparison
                 self._check(k)  # first pass: which bounds the kernel itself treats as ragged
                 self._report = True
                 self._check(k)
-
-    def _launched_ragged(self, k) -> set[str]:
-        """Block parameters that a launch in the module rounds up from a size: passed as
-        ``triton.next_power_of_2(n)``, or divided into a runtime size by a ``cdiv`` in the grid."""
-        ragged: set[str] = set()
-        for site in self.model.launch_sites.values():
-            func = site.call.func
-            if not (type(func) is cst.Subscript and self.model.dotted(func.value) == k.name):
-                continue
-            grid = self._grid_text(site.call)
-            for a in site.call.args:
-                if a.keyword is None:
-                    continue
-                kw = a.keyword.value
-                value = cst.Module([]).code_for_node(a.value)
-                dotted_value = self.model.dotted(a.value) or value
-                for m in re.finditer(r"([\w.()\[\]]+)\s*//\s*([\w.]+)", grid):
-                    if m.group(2) == value and not m.group(1).isdigit() and dotted_value not in self._divisors:
-                        ragged.add(kw)  # size // BLOCK programs, size never checked: the tail block is dropped
-                        self._dropped.add(kw)
-                if type(a.value) is cst.Call and (self.model.dotted(a.value.func) or "").endswith("next_power_of_2") \
-                        and not all(type(x.value) is cst.Integer for x in a.value.args):
-                    ragged.add(kw)
-                for m in re.finditer(r"cdiv\(([^,()]+(?:\([^()]*\))?[^,()]*),\s*([^()]+?)\s*\)", grid):
-                    if m.group(2) == value or re.fullmatch(r"\w+\[['\"]%s['\"]\]" % re.escape(kw), m.group(2)):
-                        if not m.group(1).strip().isdigit():
-                            ragged.add(kw)
-        return ragged
-
-    def _grid_text(self, call: cst.Call) -> str:
-        """The source of a launch's grid, followed by what the launching function assigns to the
-        names in it (``grid = (n // BLOCK,)``, then ``k[grid](...)``)."""
-        if not call.func.slice:
-            return ""
-        grid = call.func.slice[0].slice
-        text = cst.Module([]).code_for_node(grid)
-        fn = self.model.enclosing_function(call)
-        names = {n.value for n in nodes_under(grid) if type(n) is cst.Name}
-        if fn is None or not names:
-            return text
-        extra, more = _assigned_text(fn, names)
-        text += extra
-        ps = fn.params
-        params = [p.name.value for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]]
-        for name in (names | more) & set(params):  # ``def launch(x, n_blocks): k[(n_blocks,)](...)``
-            index = params.index(name) - (1 if params[0] in ("self", "cls") else 0)
-            for caller in self.model.callers(fn):
-                value = arg(caller, index, name)
-                if value is None:
-                    continue
-                text += " " + cst.Module([]).code_for_node(value)
-                outer = self.model.enclosing_function(caller)
-                if outer is not None:  # ``n_blocks = x.numel() // BLOCK; launch(x, n_blocks)``
-                    text += _assigned_text(outer, {n.value for n in nodes_under(value) if type(n) is cst.Name})[0]
-        return text
 
     def _note_ragged(self, node: cst.CSTNode, k, tainted: dict[str, str]) -> None:
         """``offs < n`` with offs carrying a BLOCK bound and n a runtime value: the kernel itself
@@ -265,58 +207,18 @@ def fill(out, val, n):
                 continue
             for a, b in ((cmp.left, right), (right, cmp.left)):
                 bounds = self._bounds(a, tainted)
-                if bounds and self._runtime(b, k):
-                    loop = self._loop(cmp, k)
+                if bounds and runtime_value(b, k):
+                    loop = innermost_loop(self.model, cmp, k)
                     for bound in bounds:
                         self._ragged_in.setdefault(bound, set()).add(loop)
 
-    def _loop(self, node: cst.CSTNode, k):
-        """The innermost ``for``/``while`` loop of the kernel around ``node`` (None outside loops)."""
-        for anc in self.model.ancestors(node):
-            if anc is k.fn:
-                return None
-            if type(anc) in (cst.For, cst.While):
-                return anc
-        return None
-
-    def _runtime(self, expr: cst.CSTNode, k) -> bool:
-        """A value known only at run time: a non-constexpr parameter, a local, a load or a call."""
-        if type(expr) in (cst.Integer, cst.Float):
-            return False
-        names = names_in(expr) - k.constexprs
-        if any(type(n) is cst.Call for n in nodes_under(expr)):
-            return True
-        return any(n in k.params or not n.isupper() for n in names)
-
-    def _checked_bounds(self, k, module: cst.Module) -> set[str]:
+    def _checked_bounds(self, k) -> set[str]:
         """The kernel's block parameters that every launch in the module passes a value whose
         divisibility the module checks (``BLOCK_H=_BLOCK_H`` beside ``if H % _BLOCK_H != 0:``)."""
-        passed: dict[str, set[str | None]] = {}
-        launches = 0
-        for site in self.model.launch_sites.values():
-            func = site.call.func
-            if not (type(func) is cst.Subscript and self.model.dotted(func.value) == k.name):
-                continue
-            launches += 1
-            order = list(k.params)
-            positional = 0
-            for a in site.call.args:
-                if a.star:
-                    if a.keyword is None:
-                        positional = len(order)  # ``*args``: the positions after it are unknown
-                    continue
-                if a.keyword is not None:
-                    name = a.keyword.value
-                elif positional < len(order):
-                    name, positional = order[positional], positional + 1
-                else:
-                    continue
-                value = self.model.dotted(a.value) or getattr(a.value, "value", None)
-                passed.setdefault(name, set()).add(value)
-        exact = {name for name, values in passed.items()
-                 if launches and len(values) == 1 and None not in values and values <= self._divisors}
-        self._row_blocks = {name for name, values in passed.items() if launches and self._whole_rows(k, values)}
-        return exact
+        count, passed = passed_values(self.model, k)
+        self._row_blocks = {name for name, values in passed.items() if count and self._whole_rows(k, values)}
+        return {name for name, values in passed.items()
+                if count and len(values) == 1 and None not in values and values <= self._divisors}
 
     def _whole_rows(self, k, values) -> bool:
         """Every launch gives the block a fixed size (a literal or a module constant) on a grid of
@@ -325,42 +227,14 @@ def fill(out, val, n):
         if not values or not all(isinstance(v, str) and (v.isdigit() or v.isupper() or v.lstrip("_").isupper())
                                  for v in values):
             return False
-        for site in self.model.launch_sites.values():
-            func = site.call.func
-            if type(func) is cst.Subscript and self.model.dotted(func.value) == k.name:
-                grid = cst.Module([]).code_for_node(func.slice[0].slice) if func.slice else ""
-                if re.search(r"cdiv|//|ceil|\+.*-\s*1|lambda|grid", grid):
-                    return False
-        return True
-
-    def _bounds_in(self, expr: cst.CSTNode, tainted: dict[str, str]):
-        """Each BLOCK bound whose tl.arange offsets ``expr`` carries unwrapped, in the order found.
-
-        Wrapping (``%``), clamping (``tl.minimum``, ``tl.where``) and loading (a loaded value is
-        data, bounded by that load's own mask) stop the offsets."""
-        stack = [expr]
-        while stack:
-            node = stack.pop()
-            if type(node) is cst.BinaryOperation and type(node.operator) is cst.Modulo:
-                continue
-            if type(node) is cst.Call:
-                op = tl_op(self.model, node)
-                if op in STOPS:
-                    continue
-                if op == "arange":
-                    bound = arg(node, 1, "end")
-                    if type(bound) is cst.Name and BLOCKED_BOUND.search(bound.value) \
-                            and not EXACT_BOUND.search(bound.value):
-                        yield bound.value
-            if type(node) is cst.Name and node.value in tainted:
-                yield tainted[node.value]
-            stack.extend(node.children)
+        return not any(re.search(r"cdiv|//|ceil|\+.*-\s*1|lambda|grid", code(call.func.slice[0].slice))
+                       for call in launches(self.model, k) if call.func.slice)
 
     def _bounds(self, expr: cst.CSTNode, tainted: dict[str, str]) -> set[str]:
-        return set(self._bounds_in(expr, tainted))
+        return set(block_bounds(self.model, expr, tainted))
 
     def _bound(self, expr: cst.CSTNode, tainted: dict[str, str]) -> str | None:
-        return next(self._bounds_in(expr, tainted), None)
+        return next(block_bounds(self.model, expr, tainted), None)
 
     def _check(self, k) -> None:
         """One pass in source order: the offsets a name carries are those of its latest assignment."""
@@ -377,11 +251,14 @@ def fill(out, val, n):
                     self._access(sub, k, tainted)
             for name, stmt in assignments(node):
                 fresh = type(stmt) is not cst.AugAssign
+                # ``page = tl.load(table + i)``, then ``page = page.to(tl.int64)``: widened, still a page id
+                loaded = fresh and (is_load(self.model, stmt.value)
+                                    or cast_source(self.model, stmt.value) in self._loaded)
                 self._bare.discard(name)
                 self._loaded.discard(name)
                 if fresh and tl_op(self.model, stmt.value) == "arange":
                     self._bare.add(name)
-                if fresh and self._is_load(stmt.value):
+                if loaded:
                     self._loaded.add(name)
                 bound = self._bound(stmt.value, tainted)
                 if bound is not None:
@@ -396,12 +273,12 @@ def fill(out, val, n):
             return
         pointer = arg(call, 0, "pointer")
         bound = self._bound(pointer, tainted) if pointer is not None else None
-        if bound in self._exact or (op == "load" and (self._padded_index_list(call, pointer, k)
-                                                      or self._page_table_lookup(call, pointer, k, tainted))):
+        if bound in self._exact or (op == "load" and (padded_index_list(self.model, call, pointer, k)
+                                                      or page_table_lookup(self.model, call, pointer, k, tainted))):
             return
-        if bound is not None and self._page_local(pointer, tainted):
+        if bound is not None and page_local(self.model, k, pointer, tainted, self._loaded, self._bare):
             return
-        if bound is not None and (self._scratch(pointer, k) or self._static_tiles(call, pointer, bound, k)):
+        if bound is not None and (scratch(pointer, k) or static_tiles(self.model, call, pointer, bound, k)):
             return
         if bound in self._row_blocks and any(
                 type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply
@@ -410,164 +287,14 @@ def fill(out, val, n):
             return  # row * BLOCK + tl.arange(0, BLOCK) on a one-program-per-row grid
         if bound is not None:
             # only where the kernel or its launch shows the size is not a whole number of blocks
-            loop = self._loop(call, k)
+            loop = innermost_loop(self.model, call, k)
             bound = next((b for b in sorted(self._bounds(pointer, tainted))
                           if b in self._ragged or (loop is None and b in self._ragged_in)
                           or loop in self._ragged_in.get(b, ())), None)
-        if bound is not None and not self._guarded(call, k):
+        if bound is not None and not compile_time_branch(self.model, call, k):
             what = "reads" if op == "load" else "writes"
             if bound in self._dropped:
                 what = f"is never launched (the grid floor-divides the size) and, launched, {what}"
             self.report(call, op=op, bound=bound, what=what)
-
-    def _scratch(self, pointer: cst.CSTNode, k) -> bool:
-        """A scratch buffer the launcher allocates in whole blocks (``ts_partial_ptr``, ``Mp``,
-        ``workspace``): split-K and split-KV partials are sized by the block, never by the data."""
-        names = names_in(pointer)
-        for _ in range(2):  # through the kernel's own assignments (mp_ptrs = Mp + pid * BLOCK_M + ...)
-            for n in nodes_under(k.fn.body):
-                if type(n) is cst.Assign and any(type(t.target) is cst.Name and t.target.value in names
-                                                     for t in n.targets):
-                    names |= names_in(n.value)
-        return any(SCRATCH.search(n) for n in names & set(k.params))
-
-    def _static_tiles(self, call: cst.Call, pointer: cst.CSTNode, bound: str, k) -> bool:
-        """``for t in tl.static_range(NUM_TILES): ptr + t * TILE + tl.arange(0, TILE)`` with both
-        compile-time constants: the loop covers NUM_TILES whole tiles by construction."""
-        for anc in self.model.ancestors(call):
-            if anc is k.fn:
-                return False
-            if type(anc) is cst.For and type(anc.iter) is cst.Call and \
-                    tl_op(self.model, anc.iter) == "static_range" and type(anc.target) is cst.Name:
-                extent = set().union(*(names_in(a.value) for a in anc.iter.args)) if anc.iter.args else set()
-                if not extent <= k.constexprs:
-                    return False  # a runtime trip count: the tiles need not cover a whole row
-                var = anc.target.value
-                return any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply
-                           and {getattr(n.left, "value", None), getattr(n.right, "value", None)} == {var, bound}
-                           for n in nodes_under(pointer))
-        return False
-
-    def _padded_index_list(self, call: cst.Call, pointer: cst.CSTNode, k) -> bool:
-        """A load of an index list (``sorted_token_ids``, ``ids``, ``slots``) whose values the kernel
-        then compares (``ids < num_valid``, ``ids >= 0``): the list is padded to whole blocks with a
-        sentinel, as MoE block alignment and paged-attention tables are."""
-        if not INDEX_LIST.search(" ".join(names_in(pointer))):
-            return False
-        stmt = self.model.parent(call)
-        while stmt is not None and type(stmt) not in (cst.Assign, cst.AnnAssign, cst.SimpleStatementLine):
-            stmt = self.model.parent(stmt)
-        if type(stmt) not in (cst.Assign, cst.AnnAssign):
-            return False
-        targets = [t.target for t in stmt.targets] if type(stmt) is cst.Assign else [stmt.target]
-        loaded = {t.value for t in targets if type(t) is cst.Name}
-        return any(type(n) is cst.Comparison and names_in(n) & loaded for n in nodes_under(k.fn.body))
-
-    def _is_load(self, expr: cst.CSTNode) -> bool:
-        """``tl.load(...)``, or ``tl.load(...).to(...)``: a value read from memory."""
-        while type(expr) is cst.Call and type(expr.func) is cst.Attribute and \
-                expr.func.attr.value in ("to", "cast") and type(expr.func.value) is cst.Call:
-            expr = expr.func.value
-        return tl_op(self.model, expr) == "load"
-
-    def _page_local(self, pointer: cst.CSTNode, tainted: dict[str, str]) -> bool:
-        """``cache + page * stride_page + tl.arange(0, BLOCK) * stride_pos`` with ``page`` read from
-        a table (``page = tl.load(block_table + blk)``) and the block's offsets the bare arange, not
-        shifted by a tile start: the access stays inside one page of a paged cache, and pages are
-        allocated whole. (A row base from a program id, ``row * n_cols + cols``, is no page: a row
-        can be narrower than the block.)"""
-        paged = any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply and any(
-            (type(side) is cst.Name and side.value in self._loaded) or self._is_load(side)
-            for side in (n.left, n.right)) for n in nodes_under(pointer))
-        if not paged:
-            return False
-        for n in nodes_under(pointer):
-            if type(n) is cst.Name and n.value in tainted and n.value not in self._bare:
-                return False  # offsets shifted by a start (``pos = i + off_k``) can leave the page
-        return True
-
-    def _page_table_lookup(self, call: cst.Call, pointer: cst.CSTNode, k, tainted: dict[str, str]) -> bool:
-        """``page = tl.load(block_table + row + offs // PAGE_SIZE)``: a page table read one entry per
-        page (the offsets divided down by the page size), whose values address only masked loads
-        and stores. The lanes past the sequence read the padding of the table's row (sized for the
-        longest sequence), and the page ids they get are never dereferenced unmasked."""
-        if not INDEX_LIST.search(" ".join(names_in(pointer) & set(k.params))):
-            return False
-        exprs, seen = [pointer], set()
-        for expr in exprs:  # the pointer and the values of the offset names it reads (l_blk = offs // PAGE)
-            for n in names_in(expr) & set(tainted) - seen:
-                seen.add(n)
-                exprs.extend(k.values(n))
-        if not any(type(n) is cst.BinaryOperation and type(n.operator) is cst.FloorDivide
-                   and self._bounds(n.left, tainted) for e in exprs for n in nodes_under(e)):
-            return False
-        stmt = self.model.parent(call)
-        while stmt is not None and type(stmt) not in (cst.Assign, cst.SimpleStatementLine):
-            stmt = self.model.parent(stmt)
-        if type(stmt) is not cst.Assign or not all(type(t.target) is cst.Name for t in stmt.targets):
-            return False
-        return self._masked_uses(k, {t.target.value for t in stmt.targets}, call, depth=2)
-
-    def _masked_uses(self, k, ids: set[str], skip: cst.Call | None, depth: int) -> bool:
-        """Whether the values of ``ids`` (page ids), and every address the kernel computes from
-        them, reach only masked loads and stores, here or in the module's jit helpers they are
-        passed to (``depth`` levels down)."""
-        ids = set(ids)
-        changed = True
-        while changed:  # every address computed from the page ids, in any order (loaded values are data)
-            changed = False
-            for name, value, _ in k.assigns:
-                if name not in ids and not ids.isdisjoint(names_outside_loads(self.model, value)):
-                    ids.add(name)
-                    changed = True
-        for n in nodes_under(k.fn.body):
-            if type(n) is not cst.Call or n is skip:
-                continue
-            op = tl_op(self.model, n)
-            if all(ids.isdisjoint(names_outside_loads(self.model, a.value)) for a in n.args):
-                continue
-            if op in ("load", "store"):
-                mask = arg(n, 1 if op == "load" else 2, "mask")
-                if (mask is None or is_none(mask)) and arg(n, 99, "boundary_check") is None \
-                        and not ids.isdisjoint(names_outside_loads(self.model, arg(n, 0, "pointer") or n)):
-                    return False  # a page id dereferenced unmasked
-            elif op is None and not (type(n.func) is cst.Attribute and n.func.attr.value in ("to", "cast")):
-                helper = next((h for h in kernels(self.model) if type(n.func) is cst.Name
-                               and h.name == n.func.value), None)
-                if helper is None or depth == 0:
-                    return False  # handed to a function this rule does not read
-                order, passed, i = list(helper.params), set(), 0
-                for a in n.args:
-                    if a.star:
-                        return False
-                    name = a.keyword.value if a.keyword is not None else (order[i] if i < len(order) else None)
-                    i += a.keyword is None
-                    if name is not None and not ids.isdisjoint(names_outside_loads(self.model, a.value)):
-                        passed.add(name)
-                if not self._masked_uses(helper, passed, None, depth - 1):
-                    return False
-        return True
-
-    def _guarded(self, call: cst.Call, k) -> bool:
-        """Inside an ``if`` on a constexpr parameter, or a local computed from them alone (an
-        unmasked fast path chosen at launch)."""
-        fixed = k.compile_time()
-        for anc in self.model.ancestors(call):
-            if anc is k.fn:
-                return False
-            if type(anc) in (cst.If, cst.IfExp) and names_in(anc.test) & fixed:
-                return True
-        return False
-
-
-def _assigned_text(fn: cst.FunctionDef, names: set[str]) -> tuple[str, set[str]]:
-    """The source of what ``fn`` assigns to ``names``, and the names those values read."""
-    text, read = "", set()
-    for node in nodes_under(fn.body):
-        if type(node) is cst.Assign and any(type(t.target) is cst.Name and t.target.value in names
-                                             for t in node.targets):
-            text += " " + cst.Module([]).code_for_node(node.value)
-            read |= {n.value for n in nodes_under(node.value) if type(n) is cst.Name}
-    return text, read
 
 

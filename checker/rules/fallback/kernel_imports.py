@@ -1,0 +1,299 @@
+"""What a ``try`` loads and what its failure leaves behind: the import-path half of KC303
+(:mod:`kcheck.rules.fallback.broad_except_fallback`).
+
+A ``try`` that imports a kernel module, calls into a kernel library or builds an extension is a
+kernel load (:func:`loads_kernel`); whether its broad handler hides a slower path depends on what
+the module does with the names afterwards (:func:`nothing_to_fall_back_to`), on whether the
+function is a probe whose callers announce its answer (:func:`announced_by_callers`,
+:func:`answers_no`), and on whether the handler keeps or returns the reason (:func:`keeps_error`,
+:func:`returns_reason`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from kcheck.claims import _walk
+from kcheck.rules.fallback import (
+    DYNAMIC_IMPORTS, KERNEL_LIBRARY, KERNEL_LOADERS, QUERY_NAME, dynamic_import, kernel_module, statements, warns,
+)
+
+
+# A library's own test, benchmark and profiling helpers (``flashinfer.testing.bench_gpu_time``):
+# calling one times or checks kernels, it does not set one up.
+TOOLING = re.compile(r"(^|\.)(testing|tests?|benchmarks?|profil\w*|bench_\w+)(\.|$)")
+
+
+def _outside_guarded(stmt) -> Iterator[cst.CSTNode]:
+    """The nodes of ``stmt``, less the bodies of nested ``try`` blocks with a broad handler: such a
+    ``try`` is judged on its own handler (torchao's per-library ``load_library`` that warns inside
+    an outer debug-only ``try``), and what it guards cannot reach the outer one."""
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        yield node
+        if type(node) is cst.Try and node is not stmt and any(_catches_all(h) for h in node.handlers):
+            stack.extend(h for h in node.handlers)
+            stack.extend(x for x in (node.orelse, node.finalbody) if x is not None)
+            continue
+        stack.extend(reversed(node.children))
+
+
+def _catches_all(handler: cst.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    types = [e.value for e in handler.type.elements] if type(handler.type) is cst.Tuple else [handler.type]
+    return any(type(t) in (cst.Name, cst.Attribute) and (t.value if type(t) is cst.Name else t.attr.value)
+               in ("Exception", "BaseException") for t in types)
+
+
+def loads_kernel(model, body) -> str | None:
+    """"the import of `m`" or "`load_inline()`" for the first kernel import or build in ``body``."""
+    for stmt in body:
+        for node in _outside_guarded(stmt):
+            if type(node) is cst.Import:
+                for alias in node.names:
+                    name = model.dotted(alias.name) or ""
+                    if kernel_module(name):
+                        return f"the import of `{name}`"
+            elif type(node) is cst.ImportFrom:
+                mod = "." * len(node.relative) + (model.dotted(node.module) or "" if node.module is not None else "")
+                names = [] if type(node.names) is cst.ImportStar else [model.dotted(a.name) or "" for a in node.names]
+                if kernel_module(mod):
+                    return f"the import of `{mod}`"
+                sub = next((n for n in names if kernel_module(f"{mod}.{n}" if node.module is not None else n)), None)
+                if sub is not None:  # ``from vllm import _custom_ops as ops``
+                    return f"the import of `{mod + '.' if node.module is not None else mod}{sub}`"
+            elif type(node) is cst.Call:
+                name = model.call_name(node) or ""
+                if _loader(name):
+                    return f"`{model.dotted(node.func)}()`"
+                dynamic = dynamic_import(node.args[0].value if node.args else None) \
+                    if name.split(".")[-1] in DYNAMIC_IMPORTS else None
+                if dynamic:
+                    return f"the import of `{dynamic}`"
+                if "." in name and KERNEL_LIBRARY.match(name) and not _own_package(model, name) \
+                        and not QUERY_NAME.match(name.rsplit(".", 1)[-1]) and not TOOLING.search(name):
+                    return f"`{name}()`"
+                if type(node.func) is cst.Name and node.func.value in _builders(model):
+                    return f"`{node.func.value}()`, which builds a kernel,"
+    return None
+
+
+def _own_package(model, name: str) -> bool:
+    """Whether ``name`` lies in the package the file belongs to (flashinfer's own ``flashinfer.utils``
+    is its plumbing, not a kernel library it calls into)."""
+    return name.split(".")[0] in model.path.replace("\\", "/").split("/")[:-1]
+
+
+def _loader(name: str) -> bool:
+    need = KERNEL_LOADERS.get(name.split(".")[-1])
+    return bool(need) and (name == need or name.endswith("." + need))
+
+
+def _builders(model) -> set[str]:
+    """This module's top-level functions whose own body calls a kernel loader (``load_jit(...)``)."""
+    found = model.__dict__.get("_kernel_builders")
+    if found is None:
+        found = model.__dict__["_kernel_builders"] = {
+            name for name, defs in model.functions.items() for fn in defs
+            if model.parent(fn) is model.module and any(
+                type(n) is cst.Call and _loader(model.call_name(n) or "") for n in _walk(fn.body))}
+    return found
+
+
+def announced_by_callers(model, probe: cst.FunctionDef) -> bool:
+    """Whether the probe's answer is announced where it is used: a caller in this module tests it
+    (``if not is_fused_available(): logger.warning(...)``) and a branch of that test warns."""
+    for call in model.callers(probe):
+        for anc in model.ancestors(call):
+            if type(anc) is cst.If:
+                branches = [anc.body] + ([anc.orelse] if anc.orelse is not None else [])
+                if warns(model, branches):
+                    return True
+                break
+            if type(anc) in (cst.FunctionDef, cst.IndentedBlock):
+                break
+    return False
+
+
+def answers_no(handler: cst.ExceptHandler) -> bool:
+    """The handler only answers ``return False`` (or None): the function is a capability probe,
+    whatever its name (``aiter_has_dense_mxscale()``)."""
+    body = statements(handler.body)
+    return len(body) == 1 and type(body[0]) is cst.SimpleStatementLine and type(body[0].body[0]) is cst.Return \
+        and type(body[0].body[0].value) is cst.Name and body[0].body[0].value.value in ("False", "None")
+
+
+def returns_reason(handler: cst.ExceptHandler) -> bool:
+    """``return False, "requires aiter"``: a capability check that hands its caller (a kernel
+    selector, which reports it) the reason it said no."""
+    strings = (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
+    return any(type(n) is cst.Return and type(n.value) is cst.Tuple
+               and any(type(e.value) in strings for e in n.value.elements)
+               for s in statements(handler.body) for n in _walk(s))
+
+
+def nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
+    """Whether a failed import leaves no slower path behind, so there is nothing silent to report:
+    what it imports keeps a stub bound before the ``try`` that raises when called
+    (``gptq_repack = _unavailable`` then ``try: from .ops import gptq_repack``), or is used only
+    as a type (``isinstance(m, TEModule)``), or every use of the flag the handler sets refuses
+    (``assert HAVE_TE``, ``if not HAVE_TE: raise ...``)."""
+    imported = _imported_names(model, node)
+    flags = {t.value for s in statements(handler.body) if type(s) is cst.SimpleStatementLine
+             for small in s.body if type(small) is cst.Assign for t in (x.target for x in small.targets)
+             if type(t) is cst.Name}
+    module_level = model.parent(node) is model.module
+    if imported and module_level and all(_stub_before(model, node, name) for name in imported):
+        return True
+    scope = model.enclosing_function(node)
+    uses = [n for name in imported | flags for n in model.names_of(name)
+            if not model.inside(n, node) and _same_binding(model, n, scope)]
+    if not uses:
+        return False
+    if all(n.value in imported and _as_type(model, n) or n.value in flags and (
+            _refuses(model, n) or _beside_type_test(model, n, imported)) for n in uses):
+        return True
+    if scope is not None and any(type(small) in (cst.Return, cst.Raise) for s in statements(handler.body)
+                                 if type(s) is cst.SimpleStatementLine for small in s.body):
+        return False  # the function's later uses run only when the import worked; the handler's answer is the fallback
+    return _used_unguarded(model, handler, imported, flags, uses)
+
+
+def _same_binding(model, n: cst.Name, scope) -> bool:
+    """Whether a use of a name refers to what the ``try`` bound: inside the same function for a
+    ``try`` in a function; for one at module level, not in a function that binds the name itself
+    (``from aiter import f`` again inside a method is another binding)."""
+    if scope is not None:
+        return model.inside(n, scope)
+    fn = model.enclosing_function(n)
+    return fn is None or n.value not in _local_bindings(model, fn)
+
+
+def _local_bindings(model, fn: cst.FunctionDef) -> set[str]:
+    cache = model.__dict__.setdefault("_fallback_local_bindings", {})
+    found = cache.get(id(fn))
+    if found is None:
+        found = cache[id(fn)] = set()
+        for n in _walk(fn.body):
+            if type(n) in (cst.Import, cst.ImportFrom) and type(n.names) is not cst.ImportStar:
+                found.update((model.dotted(a.asname.name if a.asname else a.name) or "").split(".")[0] for a in n.names)
+            elif type(n) is cst.AssignTarget and type(n.target) is cst.Name:
+                found.add(n.target.value)
+    return found
+
+
+def _used_unguarded(model, handler: cst.ExceptHandler, imported: set[str], flags: set[str], uses: list) -> bool:
+    """Whether the module uses what it imports as if the import had worked: no flag the handler sets
+    is read, the handler binds no replacement, and no use is tested for or guarded (``import awq_ext``
+    then ``self.linear = awq_ext.gemm_forward_cuda``). A failed import then fails loudly at the first
+    use (a NameError), with no slower path to fall into silently."""
+    if any(n.value not in imported for n in uses):
+        return False  # a flag is read: the code chooses on it
+    for s in statements(handler.body):
+        for n in _walk(s):
+            if type(n) in (cst.Import, cst.ImportFrom):
+                return False  # the handler imports a replacement
+            if type(n) is cst.Assign and type(n.value) is not cst.Name and any(
+                    type(t.target) is cst.Name and t.target.value in imported for t in n.targets):
+                return False  # a replacement bound to the imported name (``gemm = slow_gemm``)
+    names = imported | flags
+    for n in uses:
+        for anc in model.ancestors(n):
+            test = getattr(anc, "test", None)
+            if type(anc) in (cst.If, cst.IfExp, cst.While) and any(
+                    type(m) is cst.Name and m.value in names for m in _walk(test)):
+                return False  # used under a test of the import: a choice, judged by the rest of the rule
+            if type(anc) in (cst.Try, cst.BooleanOperation):
+                return False
+            if type(anc) in (cst.FunctionDef, cst.ClassDef) and model.parent(anc) is model.module:
+                break
+    return True
+
+
+def _imported_names(model, node: cst.Try) -> set[str]:
+    out = set()
+    for s in statements(node.body):
+        for small in (s.body if type(s) is cst.SimpleStatementLine else ()):
+            if type(small) is cst.Import:  # ``import awq_ext`` binds awq_ext; ``import a.b`` binds a
+                out.update(a.asname.name.value if a.asname and type(a.asname.name) is cst.Name
+                           else (model.dotted(a.name) or "").split(".")[0] for a in small.names)
+            if type(small) is cst.ImportFrom and type(small.names) is not cst.ImportStar:
+                out.update((a.asname.name if a.asname else a.name).value for a in small.names
+                           if type(a.asname.name if a.asname else a.name) is cst.Name)
+    return out
+
+
+def _stub_before(model, node: cst.Try, name: str) -> bool:
+    """``name`` is bound at module level above the ``try`` to a function whose body only raises."""
+    body = list(model.module.body)
+    for stmt in reversed(body[:body.index(node)] if node in body else []):
+        for small in (stmt.body if type(stmt) is cst.SimpleStatementLine else ()):
+            if type(small) is cst.Assign and any(type(t.target) is cst.Name and t.target.value == name
+                                                for t in small.targets):
+                value = small.value
+                stubs = model.functions.get(value.value, []) if type(value) is cst.Name else []
+                return bool(stubs) and all(_only_raises(fn) for fn in stubs)
+    return False
+
+
+def _only_raises(fn: cst.FunctionDef) -> bool:
+    body = [s for s in statements(fn.body) if not (type(s) is cst.SimpleStatementLine and all(
+        type(x) is cst.Expr and type(x.value) in (cst.SimpleString, cst.ConcatenatedString) for x in s.body))]
+    return len(body) == 1 and type(body[0]) is cst.SimpleStatementLine and type(body[0].body[0]) is cst.Raise
+
+
+def _as_type(model, n: cst.Name) -> bool:
+    """``n`` is a class tested against (``isinstance(m, n)``, ``issubclass(c, (n, M))``) or an annotation."""
+    for anc in model.ancestors(n):
+        if type(anc) is cst.Annotation:
+            return True
+        if type(anc) is cst.Call:
+            return type(anc.func) is cst.Name and anc.func.value in ("isinstance", "issubclass") \
+                and len(anc.args) == 2 and model.inside(n, anc.args[1])
+    return False
+
+
+def _beside_type_test(model, n: cst.Name, imported: set[str]) -> bool:
+    """The flag is read only beside a type test of what the ``try`` imported
+    (``return HAVE_FP8 and isinstance(t, Float8Tensor)``): without the class no such object exists,
+    so the flag picks no slower path."""
+    for anc in model.ancestors(n):
+        if type(anc) is cst.BooleanOperation and type(anc.operator) is cst.And:
+            return any(type(m) is cst.Name and m.value in imported and _as_type(model, m) for m in _walk(anc))
+        if type(anc) in (cst.SimpleStatementLine, cst.If, cst.FunctionDef, cst.ClassDef):
+            return False
+    return False
+
+
+def _refuses(model, n: cst.Name) -> bool:
+    """``n`` is read by an ``assert`` or by the test of an ``if`` whose body raises."""
+    for anc in model.ancestors(n):
+        if type(anc) is cst.Assert:
+            return True
+        if type(anc) is cst.If:
+            first = statements(anc.body)[:1]
+            return model.inside(n, anc.test) and bool(first) and type(first[0]) is cst.SimpleStatementLine \
+                and type(first[0].body[0]) is cst.Raise
+        if type(anc) in (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef):
+            return False  # read by a plain statement, or the name bound by a definition
+    return False
+
+
+def keeps_error(model, handler: cst.ExceptHandler) -> bool:
+    """Whether the handler keeps the error it caught (``except Exception as exc: self.reason = exc``):
+    a probe that records why it chose the fallback, for whoever reports the choice."""
+    if handler.name is None or type(handler.name.name) is not cst.Name:
+        return False
+    bound = handler.name.name.value
+    logged = set()  # the error's uses inside a log call say it, they do not keep it
+    for s in statements(handler.body):
+        for n in _walk(s):
+            if type(n) is cst.Call and type(n.func) is cst.Attribute and "log" in (model.dotted(n.func.value) or "").lower():
+                logged.update(id(m) for m in _walk(n))
+    return any(type(n) is cst.Name and n.value == bound and id(n) not in logged
+               for s in statements(handler.body) for n in _walk(s))
