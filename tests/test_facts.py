@@ -6,6 +6,7 @@ walks."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,7 +146,7 @@ async def f(p, /, q: int = 1, *r, s=2, **t) -> None:
             await k[i:2, ...]
     try:
         pass
-    except* ValueError as e:
+    except{star} ValueError as e:
         raise
     match m:
         case {"k": 1, **rest}: pass
@@ -160,6 +161,8 @@ class C(B, metaclass=M):
     def m(self):
         nonlocal_free = [i for i in range(3)]
 """
+    # ``except*`` (a TryStar node) parses from 3.11 on; older Pythons walk the same snippet without it
+    snippet = snippet.replace("{star}", "*" if sys.version_info >= (3, 11) else "")
     skipped = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
 
     def reference(roots, into_scopes):
