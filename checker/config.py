@@ -413,11 +413,16 @@ def config_for(directory: Path, explicit: Path | None = None) -> Config:
     return load_file(found)
 
 
-@lru_cache(maxsize=256)
 def project_root(directory: Path) -> Path:
-    """The folder report paths are relative to: a config with root = true, else the git top level, else the folder."""
+    """The folder report paths are relative to: a config with root = true, else the git top level,
+    else the current folder when ``directory`` lies inside it (``kcheck check runs/a/x.py`` keeps
+    ``runs/a/`` in the path that rules and reports see), else ``directory`` itself."""
     directory = directory.resolve()
-    return _root_at_or_above(directory) or directory
+    found = _root_at_or_above(directory)
+    if found is not None:
+        return found
+    cwd = Path.cwd().resolve()
+    return cwd if cwd == directory or cwd in directory.parents else directory
 
 
 @lru_cache(maxsize=4096)
@@ -439,5 +444,5 @@ def _root_at_or_above(folder: Path) -> Path | None:
 
 def clear_caches() -> None:
     """Forget discovered configuration files (for long-lived processes and tests)."""
-    for cached in (find_config_file, config_for, project_root, _root_at_or_above):
+    for cached in (find_config_file, config_for, _root_at_or_above):
         cached.cache_clear()

@@ -93,6 +93,26 @@ def test_extend_cycle_is_reported(tmp_path):
         load_file(tmp_path / "a.toml")
 
 
+def test_without_a_root_marker_paths_stay_relative_to_the_current_folder(tmp_path, run_kcheck, monkeypatch):
+    # no .git, no root config: the folders between the current folder and a file named on the
+    # command line are part of its path, so a solution dump's ``runs/`` still marks a solution
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    write(tmp_path / "runs" / "a" / "solution.py",
+          "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+          "    def forward(self, a, b):\n        return torch.matmul(a, b)\n")
+    monkeypatch.chdir(tmp_path)
+    clear_caches()
+    assert project_root(tmp_path / "runs" / "a") == tmp_path.resolve()
+    code, out, _ = run_kcheck("check", "--no-cache", "--preview", "--select", "KC101", "runs/a/solution.py")
+    assert code == 1 and "runs/a/solution.py:7:" in out, out
+    monkeypatch.chdir(tmp_path / "runs")  # from inside the dump the path no longer says so
+    clear_caches()
+    assert project_root(tmp_path / "runs" / "a") == (tmp_path / "runs").resolve()
+    # a folder outside the current one is its own root
+    monkeypatch.chdir(tmp_path / "runs" / "a")
+    assert project_root(tmp_path / "elsewhere") == (tmp_path / "elsewhere").resolve()
+
+
 def test_cli_bad_config_exits_2_with_message(tmp_path, run_kcheck, monkeypatch):
     write(tmp_path / "kcheck.toml", 'ignor = ["KC2"]\n')
     write(tmp_path / "bench.py", BENCH)
