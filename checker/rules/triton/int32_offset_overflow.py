@@ -10,70 +10,69 @@ from kcheck.rules.triton import (
 )
 from kcheck.rules.triton.launches import launch_words
 from kcheck.rules.triton.sizes import (
-    DECODE_QUERY, INDEX_OPS, LARGE_TENSOR, PARTIAL, SEQUENCE, SMALL, SMALL_FILE, SMALL_KERNEL, SMALL_TENSOR, feature_rows,
-    latent_rows, mirror, one_token_batch, sequence_batch, strides,
+    BATCH_HEAD, CACHE_TENSOR, DECODE_QUERY, INDEX_OPS, LOGITS_TENSOR, PARTIAL, ROTARY, SEQUENCE, SMALL, SMALL_FILE,
+    SMALL_KERNEL, SMALL_TENSOR, mirror, one_token_batch, sequence_batch, strides,
 )
 from kcheck.triton_values import I64, values as triton_values
 
 
 class Int32OffsetOverflow(Rule):
-    """A program id multiplied by a runtime stride or size in 32-bit, into a tensor the file shows is large.
+    """An int32 index product into a tensor that can pass 2^31 elements: a KV cache, logits, a batch of sequences.
 
     ## What it does
     Inside a `@triton.jit` function, finds products of a program id (`tl.program_id(...)`, or a
-    name computed from one) with a runtime argument (a stride or a size that is not a
-    `tl.constexpr`) or a compile-time stride or size (`stride_row: tl.constexpr`,
-    `hidden_size: tl.constexpr`: an int32 in the product all the same) that the Triton value
+    name computed from one) with a runtime stride or size, or a lower-case compile-time one
+    (`stride_row: tl.constexpr`: an int32 in the product all the same), that the Triton value
     model (`kcheck.triton_values`) finds 32-bit: neither side cast to `tl.int64` (`.to`,
-    `tl.cast(n, tl.int64)`, also through a name, as in `stride = tl.cast(stride, tl.int64)`),
-    annotated `tl.int64`, or loaded from an int64 tensor the module's launcher allocates; and reports one only when
-    the file gives evidence that the tensor it addresses can pass 2^31 elements:
+    `tl.cast`, also through a name), annotated `tl.int64`, or loaded from an int64 tensor the
+    module's launcher allocates.
 
-    - a large tensor's name on the pointer the product offsets, on the stride or size, or on
-      what the module's launches of the kernel pass for them (`logits.stride(0)`, `vocab_size`,
-      `kv_cache`, `k_buffer`, `hidden_states`, `hidden_size`, `embed`);
-    - a product of two runtime sizes (`b * max_len * hidden_dim`, also when the program id
-      side holds one: `(off_bh * n) * d`), or a row index over a
-      batch of sequences times a row stride (`base = batch * seq_len + t`, then
-      `base * row_stride`; not `bid * block_size + row`, rows of a small draft block);
-    - a batch stride beside a sequence stride and a head stride (`stride_vb`, `stride_vt`,
-      `stride_vh`; `stride_b` beside `stride_s`; attention's `stride_qz` beside `stride_qm`
-      and `stride_qh`): each batch entry holds a sequence of per-head vectors;
-    - a normalisation kernel (`norm` in its name) that loads a per-feature weight
-      (`tl.load(W + cols)`): its rows are hidden vectors, tokens x hidden in all, unless the
-      file shows they are a model's low-rank latent (the launches pass a `kv_lora_rank`-like
-      width, or the module's or kernel's docstring says it serves multi-head latent attention);
-    - the same program id cast to `tl.int64` for the same dimension of a sibling tensor
-      (`pid_n.to(tl.int64) * stride_qn` beside `pid_n * stride_on`).
+    Whether such a product can wrap depends on the extent of the tensor it addresses, not on
+    the product's shape, so the rule reports one only where the file shows why that tensor can
+    pass 2^31 elements, and names the reason in the message:
 
-    Left alone: products with a block size (an upper-case `tl.constexpr`, or a parameter named like one,
-    which KC504 reports), with a literal, with head, expert, top-k, group and tile counts or ids
-    (`head * stride_h`, `pid_h`, `i_hv`), with a row of a decode batch (`rows = request *
-    DECODE_QUERY_LEN + q`: requests times the query tokens each brings to the step, whatever
-    the row width), with a remainder by a compile-time constant
-    (`slot = token % PAGE_SIZE`, a slot inside a page, unless the launches pass a whole tensor's
-    `numel()` for the other factor, which makes it an index of whole slices), strides of per-row statistics (`rstd`, `mean`, `lse`),
-    index tables and rotary tables; offsets into block-sized buffers (`*partial*`, `scratch`,
-    `workspace`, `lock`) and into routing, index and scale tables (`gating_output`,
-    `router_logits`, `topk_ids`, block tables, `slot_mapping`, positions, sequence lengths,
-    per-group scales, `index` flags, per-program `dW`/`dB` partial gradients); batch strides
-    of a tensor with no sequence stride (one token per batch entry: a decode step); kernels of
-    routing, sampling, speculative decoding, timestep-embedding tables, attention metadata,
-    split-KV reduction and decode-step state updates (by kernel name), and files of
-    speculative decoding and sampling. Those address per-token or per-request tensors a few
-    values wide: tokens x experts or a draft-token table stays far below 2^31.
+    - **a KV cache or cache pool**: the pointer, the stride, or what the module's launches pass
+      for them names one (`kv_cache`, `k_cache`, `key_cache`, `k_buffer`, `kv_pool`, a `cache`
+      pointer that is not a rotary table). A pool holds every live request's pages, often for
+      every layer, so a page, block or slot id times the page stride covers tens of billions of
+      elements;
+    - **vocabulary-wide logits**: `logits`, `vocab_size`, `lm_head` on the pointer, stride or
+      launch. Tokens x vocabulary reaches 2^31 at 16K tokens of a 150K vocabulary;
+    - **a batch of sequences**: the batch stride of a tensor whose other strides show a sequence
+      and a head dimension (`stride_qz` beside `stride_qm` and `stride_qh`, `stride_vb` beside
+      `stride_vt` and `stride_vh`), or a batch index times a sequence length and a width
+      (`b * seq_len * width`): one step of the index skips a whole sequence;
+    - **a [batch, heads, seq, dim] tensor**: a program id over batch x heads (`off_bh`, `i_bh`,
+      `off_hz`) times a runtime size or stride: one step skips a head's whole sequence;
+    - **a dimension the kernel itself widens**: the same program id cast to `tl.int64` for the
+      same dimension of a sibling tensor (`pid_n.to(tl.int64) * stride_qn` beside
+      `pid_n * stride_on`).
 
-    Limits: the rule cannot read shapes, so a large tensor with none of this evidence (a
-    generic `x`/`out` row of a kernel that is not a norm, `q` behind `*q.stride()`) is not
-    reported, and a name can mislead (a `hidden` table that is small).
+    Left alone, because the addressed tensor stays far below 2^31 elements under realistic
+    workloads: a row of one activation matrix (a norm's, an MLP's or a GEMV's rows: one call's
+    tokens x hidden, including `[B, M, F]` and `[N, C, L]` activations addressed by
+    `batch * M * F`), whose size the engine's per-step token budget or the training micro-batch
+    bounds; small indices (head, expert, top-k, group and tile ids, `pid_h`, `i_hv`; a row of a
+    decode batch, `request * DECODE_QUERY_LEN + q`; a remainder by a compile-time constant,
+    `token % PAGE_SIZE`) times any stride; buffers sized by the grid or a few values per row
+    (`*partial*`, `scratch`, `workspace`, `lock`, per-program `dW`/`dB`, per-row statistics such
+    as `lse`, `rstd`, `mean`, `delta`); routing, index and scale tables (`gating_output`,
+    `topk_ids`, block tables, `slot_mapping`, positions, sequence lengths, per-group scales);
+    batch strides of a tensor with no sequence stride (one token per batch entry); kernels of
+    routing, sampling, speculative decoding, attention metadata, split-KV reduction and
+    decode-step state updates, and files of speculative decoding and sampling.
+
+    Limits: the rule reads names and launches, not shapes. A large tensor with none of this
+    evidence is not reported (a generic softmax over attention scores `[B*H*S, S]`, a linear
+    layer used as an LM head, a batch x heads index named `head`), and the page or block id
+    loaded from a block table is not followed (only program-id products are checked).
 
     ## Why is this bad?
     Program ids and the integer arguments Triton receives are 32-bit, so `pid * stride` wraps
     once the offset passes 2^31 and the kernel reads and writes at a wrong address, without an
-    error. Serving and training tensors get there: logits for 16,384 tokens over a
-    151,936-token vocabulary have about 2.5 billion elements, a KV cache pool is larger still,
-    and a 262,144-token batch of 8,192-wide hidden states has 2^31. Casting after the
-    multiplication is too late.
+    error. Tensors that outgrow one forward's activations get there: logits for 16,384 tokens
+    over a 151,936-token vocabulary have about 2.5 billion elements, and a KV cache pool of
+    tens of gigabytes holds tens of billions. Casting after the multiplication is too late.
 
     ## Example
     ```python
@@ -90,8 +89,8 @@ class Int32OffsetOverflow(Rule):
 
     CODE = "KC502"
     NAME = "int32-offset-overflow"
-    MESSAGE = ("{pid} * {other} is computed in 32 bits: it wraps past 2^31 on large tensors (logits, KV cache, "
-               "MoE buffers); cast the program id to tl.int64 before multiplying")
+    MESSAGE = ("{pid} * {other} is computed in 32 bits and addresses {why}, which can pass 2^31 elements: "
+               "cast the index to tl.int64 before multiplying")
     SEVERITY = "warning"
     PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("triton-cuda/int64-offsets",)
@@ -124,6 +123,18 @@ def k(gating_output_ptr, stride_gm, BLOCK_E: tl.constexpr):
     token = tl.program_id(0)
     scores = tl.load(gating_output_ptr + token * stride_gm + tl.arange(0, BLOCK_E))
 """,
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def rms_norm(x_ptr, w_ptr, stride_row, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cols < n_cols)
+    r = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    tl.store(x_ptr + row * stride_row + cols, x * r * w, mask=cols < n_cols)
+""",
     ]
     INVALID = [
         """
@@ -142,6 +153,14 @@ import triton.language as tl
 def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
     offset = (tl.program_id(axis=0) * vocab_size).to(tl.int64)
 """,
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def k(k_cache_ptr, stride_page, PAGE: tl.constexpr):
+    page = tl.program_id(0)
+    tl.store(k_cache_ptr + page * stride_page + tl.arange(0, PAGE), tl.zeros((PAGE,), tl.float16))
+""",
     ]
     PREFILTER = (TRITON_TEXT, r"program_id")
     NEEDS = ("triton kernel",)
@@ -157,7 +176,6 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
         runtime = k.runtime_params() | strides(k.constexprs)
         pids: set[str] = set()
         ever_pids: set[str] = set()
-        scaled: set[str] = set()  # pid names already multiplied by a runtime size (batch * seq_len + t)
 
         vals = triton_values(model, k.fn)
 
@@ -210,13 +228,22 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
 
         launched = launch_words(self.model, k)
 
+        adds = [m for m in nodes_under(k.fn.body) if type(m) is cst.BinaryOperation and type(m.operator) is cst.Add]
+
+        def used_with(name: str) -> set[str]:
+            """The parameters summed with ``name`` where it is used: the pointers an offset held in
+            a name is added to (``base = b * stride``, then ``x_ptr + base + cols``)."""
+            return {x for m in adds if name in names_in(m) for x in names_in(m) & params}
+
         def bases(n) -> set[str]:
-            """The pointer parameters the product offsets: the other terms of its address sum, or
-            the target of ``ptr += pid * stride``."""
+            """The pointer parameters the product offsets: the other terms of its address sum, the
+            target of ``ptr += pid * stride``, or where a name holding the product is added."""
             out: set[str] = set()
             for anc in model.ancestors(n):
                 if type(anc) is cst.AugAssign and type(anc.target) is cst.Name:
                     out.add(anc.target.value)
+                if type(anc) is cst.Assign and len(anc.targets) == 1 and type(anc.targets[0].target) is cst.Name:
+                    out |= used_with(anc.targets[0].target.value)  # base = b * stride, then x_ptr + base
                 if isinstance(anc, (cst.BaseSmallStatement, cst.Call)):
                     break
                 if type(anc) is cst.BinaryOperation and type(anc.operator) is cst.Add:
@@ -224,10 +251,11 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
             return out
 
         def evidence(n, pid_side, other, big) -> str:
-            """What the file says about the size of the tensor this product addresses (see the
-            docstring): a large tensor's name, a product of two sizes, a sequence-holding batch
-            stride, a feature row with a per-feature weight, or a sibling offset already widened;
-            "" when it says nothing or names a small table."""
+            """Why the tensor this product addresses can pass 2^31 elements (see the docstring): a KV
+            cache or cache pool, vocabulary-wide logits, the batch stride of a batch of sequences, a
+            batch x heads index over whole sequences, or a dimension the kernel widens elsewhere;
+            "" when the file shows none of these (a row of one activation matrix, a small index,
+            a buffer sized by the grid)."""
             ptrs = bases(n)
             ptr_words = ptrs | {w for p in ptrs for w in launched.get(p, set())} - {"stride", "shape", "size"}
             if any(SMALL_TENSOR.search(w) for w in ptr_words):
@@ -236,19 +264,28 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
             words = set(names)
             for name in names:
                 words |= launched.get(name, set())
-            if any(LARGE_TENSOR.search(w) and not SMALL_TENSOR.search(w) for w in words):
-                return "name:" + ",".join(sorted(w for w in words if LARGE_TENSOR.search(w)))
-            # sizes over the whole product: (off_bh * n) * d multiplies two sizes as pid * (n * d) does
+            words = {w for w in words if not (SMALL_TENSOR.search(w) or ROTARY.search(w))}
+            cache = sorted(w for w in words if CACHE_TENSOR.search(w))
+            if cache:
+                return "a KV cache or cache pool (" + ", ".join(cache[:2]) + ")"
+            logits = sorted(w for w in words if LOGITS_TENSOR.search(w))
+            if logits:
+                return "vocabulary-wide logits (" + ", ".join(logits[:2]) + ")"
+            batch = sorted(x for x in big if sequence_batch(x, params))
+            if batch:
+                return "a batch of sequences (the batch stride " + batch[0] + ")"
+            pid_names = names_in(pid_side)
+            if any(BATCH_HEAD.search(x) for x in pid_names):
+                return "a [batch, heads, seq, dim] tensor (a batch x heads index)"
+            # pid * seq_len * width: a batch index times a whole sequence of rows
             sizes = {x for x in (names_in(other) | names_in(pid_side)) & runtime - ever_pids
-                     if not (SMALL.search(x) or META_PARAM.search(x) or re.search(r"_1$|col", x, re.IGNORECASE))}
-            if len(sizes) >= 2 or (names_in(pid_side) & scaled and sizes):
-                return "dims"  # pid * seq_len * stride, (b * T + t) * row_stride: two sizes multiplied
-            if any(sequence_batch(x, params) for x in big):
-                return "seqbatch"
-            if norm_rows:
-                return "rows"
-            return "widened" if any(mirror(x, y) for x in big for p in names_in(pid_side) & set(widened)
-                                    for y in widened[p]) else ""
+                     if not (SMALL.search(x) or META_PARAM.search(x))}
+            if len(sizes) >= 2 and any(SEQUENCE.search(x) for x in sizes):
+                return "a batch of sequences (" + " x ".join(sorted(sizes)) + ")"
+            wide_sib = sorted(x for x in big for p in pid_names & set(widened) for y in widened[p] if mirror(x, y))
+            if wide_sib:
+                return "a dimension the kernel widens to int64 for a sibling tensor (" + wide_sib[0] + ")"
+            return ""
 
         def check(root, report: bool) -> None:
             for n in nodes_under(root):
@@ -263,8 +300,9 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                         if big and is_pid(pid_side) and not wide(other) and not small_index:
                             if below_constant(pid_side) and not whole_slices(other):
                                 break  # slot * stride_slot with slot = token % PAGE_SIZE: inside one page
-                            if report and evidence(n, pid_side, other, big):
-                                self.report(n, pid=_text(pid_side), other=_text(other))
+                            why = evidence(n, pid_side, other, big) if report else ""
+                            if why:
+                                self.report(n, pid=_text(pid_side), other=_text(other), why=why)
                             break
 
         def decode_rows(expr) -> bool:
@@ -295,10 +333,6 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                         if is_pid(stmt.value) or (type(stmt) is cst.AugAssign and name in pids):
                             pids.add(name)
                             ever_pids.add(name)
-                            if any(type(m) is cst.BinaryOperation and type(m.operator) is cst.Multiply
-                                   and any(SEQUENCE.search(x) for x in names_in(m) & runtime)
-                                   for m in nodes_under(stmt.value)):
-                                scaled.add(name)  # batch * seq_len + t: a row of a whole batch of sequences
                             if decode_rows(stmt.value) or (type(stmt) is cst.AugAssign and name in decode_batch):
                                 decode_batch.add(name)
                             else:
@@ -312,7 +346,6 @@ def k(logits_ptr, vocab_size, BLOCK: tl.constexpr):
                     check(node.iter, report)
 
         walk(report=False)
-        norm_rows = feature_rows(model, k) and not latent_rows(model, k, self.context.module)
         # pid -> the strides it multiplies after a cast to int64 (``pid_n.to(tl.int64) * stride_qn``)
         widened: dict[str, set[str]] = {}
         for n in nodes_under(k.fn.body):

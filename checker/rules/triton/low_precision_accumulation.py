@@ -6,7 +6,7 @@ import libcst as cst
 
 from kcheck.rule import Rule
 from kcheck.rules.triton import TRITON_TEXT, arg, is_tl_attr, kernels, nodes_under, tl_op
-from kcheck.triton_values import INT_POINTER, LOADED, LOW, values
+from kcheck.triton_values import F32, INT_POINTER, LOADED, LOW, values
 
 LOW_DTYPES = ("float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16")
 LOW_TEXT = re.compile(r"bfloat16|float16|\bhalf\b|bf16|fp16")
@@ -28,27 +28,33 @@ class LowPrecisionAccumulation(Rule):
     Inside a `@triton.jit` function, finds three ways of accumulating in 16 bits or less:
     an accumulator created with `tl.zeros`/`tl.full` in `tl.float16`/`tl.bfloat16` (or in the
     input pointer's element type) and then added to; `tl.dot(..., out_dtype=tl.float16)`; and
-    `tl.sum` over values loaded from memory and never cast to `tl.float32`, in a module that
-    handles FP16/BF16 data. What each value holds comes from the Triton value model
-    (`kcheck.triton_values`): a load's element type is what every launch of the kernel in the
-    module passes (`torch.empty(..., dtype=torch.float32)`, `.float()`, directly, through a
-    helper's parameter or through an attribute its class sets up; launched by name or through a
-    table of kernels, `k.combine[grid](...)` beside `SimpleNamespace(combine=_combine)`), else integers by the load
-    (`other=-1`) or the pointer's names (ids, counts, offsets), fp32 by the names of buffers
-    kernels keep in FP32 (partials, scratch, sums, maxima, statistics, scales, also through a
-    local row pointer such as `row = state_ptr + slot * stride`). The type survives reshapes
-    and slices (`tl.reshape`, `tl.trans`, `tl.extract_slice`, `tl.split`, `tl.join`) and
-    reductions, so a sum of int64 loads is an integer sum and a slice of an fp32 buffer stays
-    fp32. Values cast to 16 bits explicitly (`(x * x).to(tl.bfloat16)`: a kernel that
-    reproduces a BF16 reference on purpose) do not count, nor a 16-bit accumulator every term
-    of which is cast to 16 bits first, nor a kernel whose docstring or comments say it models
-    16-bit rounding on purpose (bit-exact with, or mirroring, bf16 atomics), nor a 16-bit zero
-    tile created in a block that returns after it (written out for an empty causal block: the
-    name's later updates belong to a new accumulator). Values that meet
-    an FP32 accumulator or running maximum (`tl.zeros(..., dtype=tl.float32)`, a Python float
-    carried through a loop) are FP32 by promotion, and a sum masked by an equality
-    (`tl.sum(tl.where(offs == j, x, 0))`) selects one element and is exact. `tl.dot` without
-    `out_dtype` accumulates in FP32 and is fine.
+    `tl.sum` over values loaded from memory, never cast to `tl.float32`, that the file shows are
+    16-bit: every launch of the kernel in the module passes a tensor the module allocates or
+    casts to bf16/fp16 (`torch.empty(..., dtype=torch.bfloat16)`, `x.to(torch.bfloat16)`,
+    `.half()`, directly, through a helper's parameter or an attribute its class sets up). A sum
+    over data whose type the file does not show (a caller's tensor, a buffer allocated in another
+    module) is not reported: on the dev trees such data was as often fp32 or integer (states kept
+    in fp32, int32 tile tables, fp32 logits) as bf16, so the guess was wrong more often than right.
+
+    What each value holds comes from the Triton value model (`kcheck.triton_values`): launches
+    by name or through a table of kernels (`k.combine[grid](...)` beside
+    `SimpleNamespace(combine=_combine)`); integers by the load (`other=-1`) or the pointer's
+    names (ids, counts, offsets); fp32 by the names of buffers kernels keep in FP32 (partials,
+    scratch, sums, maxima, statistics, scales, also through a local row pointer such as
+    `row = state_ptr + slot * stride`). The type survives reshapes and slices (`tl.reshape`,
+    `tl.trans`, `tl.extract_slice`, `tl.split`, `tl.join`) and reductions. Values cast to 16 bits
+    explicitly (`(x * x).to(tl.bfloat16)`: a kernel that reproduces a BF16 reference on purpose)
+    do not count, nor a 16-bit accumulator every term of which is cast to 16 bits first, nor a
+    kernel whose docstring or comments say it models 16-bit rounding on purpose (bit-exact with,
+    or mirroring, bf16 atomics), nor a 16-bit zero tile created in a block that returns after it
+    (written out for an empty causal block). Values that meet an FP32 accumulator or running
+    maximum (`tl.zeros(..., dtype=tl.float32)`, a Python float carried through a loop) are FP32
+    by promotion, and a sum masked by an equality (`tl.sum(tl.where(offs == j, x, 0))`) selects
+    one element and is exact. `tl.dot` without `out_dtype` accumulates in FP32 and is fine.
+
+    Limits: an accumulator created in a `dtype` that a helper receives from another module (a
+    kernel library whose launchers pass `dtype=<the input's dtype>` from a separate file) is not
+    seen, nor a `tl.sum` over a caller's bf16 activations when the file does not show their type.
 
     ## Why is this bad?
     BF16 keeps 8 bits of mantissa: once a running sum is a few hundred times larger than the
@@ -122,14 +128,18 @@ def sample(logits):
     ]
     INVALID = [
         """
+import torch
 import triton
 import triton.language as tl
 @triton.jit
-def k(x_ptr, n_cols, BLOCK: tl.constexpr):
+def k(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + cols, mask=cols < n_cols, other=0.0)
-    var = tl.sum(x * x, axis=0) / n_cols
-# bf16 activations
+    tl.store(out_ptr, tl.sum(x * x, axis=0) / n_cols)
+def mean_square(x):
+    out = torch.empty((), dtype=torch.float32, device=x.device)
+    k[(1,)](x.to(torch.bfloat16), out, x.numel(), BLOCK=4096)
+    return out
 """,
         """
 import triton
@@ -249,6 +259,26 @@ def k(a, b):
         ``x * (cols == idx)``): the sum picks one element per row and adds nothing."""
         return _equality(values) or any(type(n) is cst.Name and n.value in selectors for n in nodes_under(values))
 
+    def _shown_low(self, expr, k) -> bool:
+        """Some load feeding ``expr`` reads a pointer every launch in the module fills with a 16-bit
+        tensor (``torch.empty(..., dtype=torch.bfloat16)``, ``x.half()``, a parameter its callers
+        fill that way), and none reads one shown in FP32: the sum's data is 16-bit by what the file
+        shows, not by a guess. Followed through the names ``expr`` reads (three assignments deep)."""
+        elements = self._values.elements
+        seen: set[str] = set()
+        todo, found = [expr], set()
+        while todo:
+            node = todo.pop()
+            for sub in nodes_under(node):
+                if type(sub) is cst.Call and tl_op(self.model, sub) == "load":
+                    pointer = arg(sub, 0, "pointer")
+                    if pointer is not None:
+                        found |= {elements.get(b) for b in self._values.buffers(pointer)}
+                elif type(sub) is cst.Name and sub.value not in seen and len(seen) < 24:
+                    seen.add(sub.value)
+                    todo.extend(k.values(sub.value))
+        return LOW in found and not (found & {F32})
+
     def _sums(self, k) -> None:
         model = self.model
         selectors: set[str] = set()  # names holding an equality mask (cols == idx)
@@ -262,8 +292,9 @@ def k(a, b):
                         summed = arg(sub, 0, "input")
                         if summed is None or self._selects(summed, selectors):
                             continue  # sum(where(idx == j, x, 0)): picks one element, exact
-                        # LOADED, not LOW: an explicit 16-bit cast is on purpose
-                        if self._values.of(summed) == LOADED:
+                        # LOADED, not LOW: an explicit 16-bit cast is on purpose; and only data the
+                        # module shows is 16-bit (what its launches pass), not data of unknown type
+                        if self._values.of(summed) == LOADED and self._shown_low(summed, k):
                             self.report(sub, what="tl.sum over 16-bit values loaded from memory keeps their precision")
                 for stmt in node.body:
                     if type(stmt) is cst.Assign and len(stmt.targets) == 1 and type(stmt.targets[0].target) is cst.Name \

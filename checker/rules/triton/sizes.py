@@ -1,9 +1,9 @@
 """What names and launches say about the sizes a Triton kernel addresses, for KC502:
 which sizes stay small in serving and training (heads, experts, top-k, per-row
-statistics), which tensors reach 2^31 elements (logits, KV caches, hidden states), which stride
-names show a batch entry holding a whole sequence, and when a norm kernel's rows are feature
-vectors or a low-rank latent. Names are evidence here, read beside what the module's launches
-pass; nothing is run.
+statistics), which tensors reach 2^31 elements (KV caches and pools, vocabulary-wide logits),
+which stride names show a batch entry holding a whole sequence, and which program ids run over
+batch x heads. Names are evidence here, read beside what the module's launches pass; nothing is
+run.
 """
 
 from __future__ import annotations
@@ -25,19 +25,25 @@ PARTIAL = re.compile(r"partial|scratch|workspace|lock|counter|semaphore"
                      r"|topk|_ids?(_|$)|idx|indices|table|_bt(_|$)|parent|slot|mapping", re.IGNORECASE)
 # Calls that keep an index an index; any other call (tl.load, tl.arange, math) makes data or a vector.
 INDEX_OPS = {"multiple_of", "max_contiguous", "minimum", "maximum"}
-# Tensors that reach 2^31 elements in serving or training: vocabulary logits, KV caches and
-# pools, hidden states and embeddings.
-LARGE_TENSOR = re.compile(r"logit|vocab|kv_cache|k_cache|v_cache|key_cache|value_cache|kv_buffer|k_buffer|v_buffer"
-                          r"|kv_pool|lm_head|hidden|embed", re.IGNORECASE)
+# Tensors that reach 2^31 elements whatever one forward's token count: KV caches and cache pools
+# (every layer's pages of every live request), and vocabulary-wide logits (tokens x vocab). Rotary
+# caches (cos/sin) are small tables, not KV caches.
+CACHE_TENSOR = re.compile(r"kv_cache|k_cache|v_cache|key_cache|value_cache|kv_buffer|k_buffer|v_buffer"
+                          r"|kv_pool|kv_data|paged_?kv|(^|_)(kv|k|v)?_?cache(_|$)|(^|_)pool(_|$)", re.IGNORECASE)
+LOGITS_TENSOR = re.compile(r"logit|vocab|lm_head", re.IGNORECASE)
+ROTARY = re.compile(r"cos|sin|rope|rotary|freq|inv_freq", re.IGNORECASE)
+# A program id over batch x heads (``off_bh``, ``i_bh``, ``off_hz``, ``pid_bh``): a step of it skips
+# one head's whole sequence, so the product spans a [batch, heads, seq, dim] tensor.
+BATCH_HEAD = re.compile(r"(^|_)(bh|hb|hz|zh|bnh|bhz)$", re.IGNORECASE)
 # Tensors a few values wide per token or request: router outputs, draft and sampling tables,
-# positions and sequence lengths.
+# positions and sequence lengths, and per-row statistics.
 SMALL_TENSOR = re.compile(r"gating|router|expert|topk|top_k|draft|accept|bonus|candidate|position|seq_?len"
                           r"|req_to|token_ids?$|_ids?(_|$)|indptr|mask|scale|idx|ind(ex|ices)"
-                          r"|^d[wb](_|$)", re.IGNORECASE)  # dW/dB: per-program partial gradient buffers
+                          r"|^d[wb](_|$)"  # dW/dB: per-program partial gradient buffers
+                          # per-row statistics: one value per (batch, head, query row)
+                          r"|lse|rstd|log2?_?sum|(^|_)(mean|delta|m_i|l_i|stats?)(_|$)", re.IGNORECASE)
 # Sequence lengths: a pid multiplied by one indexes the rows of a whole batch of sequences.
 SEQUENCE = re.compile(r"seq|len$|_len_|tokens|^[TL]$", re.IGNORECASE)
-# Per-feature parameters of a normalisation or affine row op.
-WEIGHT = re.compile(r"^(w|gamma|beta)(_ptr)?$|weight", re.IGNORECASE)
 # Kernels of routing, sampling, speculative decoding and attention metadata: they address
 # per-token or per-request tables a few values wide.
 SMALL_KERNEL = re.compile(r"routing|router|gating|_gate_?kernel|topk|top_k|sampl|spec|draft|verify|metadata|accept"
@@ -48,13 +54,6 @@ SMALL_FILE = re.compile(r"speculative|sampling|sampler|/spec|state_update", re.I
 # The number of query tokens each request brings to a decode step: a program id over requests
 # times it (``rows = request * DECODE_QUERY_LEN + q``) indexes the rows of a decode batch.
 DECODE_QUERY = re.compile(r"decode_?(query_?|q_?)?len(gth)?$|(query|queries|tokens)_per_req(uest)?$", re.IGNORECASE)
-# Names of a model's low-rank latent width (MLA's q_lora_rank and kv_lora_rank)...
-LATENT_WIDTH = re.compile(r"lora_rank|low_?rank|latent_(dim|size|rank|width)", re.IGNORECASE)
-# ...and a docstring saying the kernels serve multi-head latent attention, whose norms (q_a, kv_a)
-# run over those latents.
-LATENT_DOC = re.compile(r"\bMLA\b|multi-head latent attention|lora_rank", re.IGNORECASE)
-
-
 def strides(constexprs: set[str]) -> set[str]:
     """The ``tl.constexpr`` parameters that are strides or sizes, not block sizes: lower-case names
     (``stride_xm: tl.constexpr``, ``hidden_size: tl.constexpr``) and upper-case ones naming a
@@ -96,32 +95,3 @@ def mirror(a: str, b: str) -> bool:
         m = re.fullmatch(r"stride_?[a-z]+?_?([a-z0-9]+)|[a-z]+?_?stride_?([a-z0-9]+)", s, re.IGNORECASE)
         return (m.group(1) or m.group(2)) if m else ""
     return a != b and dim(a) != "" and dim(a) == dim(b)
-
-
-def latent_rows(model, k, module: cst.Module) -> bool:
-    """The file shows a norm kernel's rows are a model's low-rank latent (hundreds to ~1.5k
-    values: MLA's q_lora_rank, kv_lora_rank), not hidden states: the module's launches pass a
-    latent width (``kv_lora_rank``), or the module's or the kernel's docstring says the kernels
-    serve multi-head latent attention. Such rows reach 2^31 only with millions of tokens in one
-    forward, past a serving step's token budget and the model's context length."""
-    if any(LATENT_WIDTH.search(w) for words in launch_words(model, k).values() for w in words):
-        return True
-    docs = (module.get_docstring(), k.fn.get_docstring())
-    return any(d and LATENT_DOC.search(d) for d in docs)
-
-
-def feature_rows(model, k) -> bool:
-    """A normalisation kernel (``norm`` in its name) that loads a per-feature weight
-    (``tl.load(W + cols)``: a parameter named like a weight, offset by no program id): the
-    rows it addresses are feature vectors (hidden states, per-head q/k), tokens x features."""
-    if "norm" not in k.name.lower():
-        return False
-    for call in k.calls(model, "load"):
-        if not call.args:
-            continue
-        addr = call.args[0].value
-        ptrs = names_in(addr) & set(k.params)
-        if any(WEIGHT.search(p) for p in ptrs) and not any(
-                type(n) is cst.Call and tl_op(model, n) == "program_id" for n in nodes_under(addr)):
-            return True
-    return False
