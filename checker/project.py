@@ -114,6 +114,133 @@ def once_per_input(owner: str, path: str) -> bool:
     return any(VISION_MODULE_WORD.match(word) for word in stem.split("_"))
 
 
+# -- contexts: what kind of code a function is, decided once per function, with the reason -------
+#
+# A per-step hot path is serving code that runs on every step. Code of another kind never is,
+# whatever its name or caller: training (an optimizer's step, a loss, a backward pass, a function
+# that calls ``.backward()``), calibration observers, memoized builders (once per distinct input),
+# and the modules of tests, benchmarks, examples, scripts and training loops. ``function_context``
+# answers for one function from what its definition shows (module path, class and its bases,
+# decorators, name, whether its body trains); the index (``FileFacts.contexts``) and the rules
+# (over libcst) ask the same function, so both decide alike.
+
+# A training module: a trainer, a training loop, losses, optimizers (``training.py``,
+# ``trainer/``, ``optimizers.py``, ``sft_trainer.py``, ``losses/``).
+TRAINING_PATH = re.compile(
+    r"(^|/)(train|training|trainers?|finetun\w*|fine_tun\w*|losses?|optim|optimi[sz]ers?)(/|\.py$)"
+    r"|(^|/)\w+_(trainer|training|loss|losses)\.py$")
+# decorators whose function's body runs once per argument set (or once), not on every call
+MEMOIZERS = {"lru_cache", "cache", "cached", "cache_once", "run_once", "once", "cached_property"}
+# Training-only by name: a training step or loop, an autograd backward, a loss.
+TRAINING_NAME = re.compile(r"^_?(train|training)(_\w+)?$|_train(ing)?_(step|loop|epoch)$|^backward$|^_?\w*_?loss(es)?$")
+# An optimizer (``class Madgrad(torch.optim.Optimizer)``), a loss module (``class FusedCELoss(_Loss)``),
+# a calibration observer or fake-quantizer (``MinMaxObserver``, ``HistogramCalibrator``).
+OPTIMIZER_CLASS = re.compile(r"Optimi[sz]er$")
+LOSS_CLASS = re.compile(r"Loss$")
+OBSERVER_CLASS = re.compile(r"(Observer|Calibrator|FakeQuant\w*)$")
+# A diffusers-style attention processor: its ``__call__`` is what the attention layer's forward
+# calls on every step (``attn.processor(attn, hidden_states, ...)``), a call the index cannot
+# resolve because the processor is chosen at run time.
+ATTENTION_PROCESSOR = re.compile(r"(Attn|Attention)\w*Processor\w*$")
+PROCESSOR_CALL = "an attention processor's __call__, run on every forward of its attention layer"
+
+
+def function_context(path: str, klass: str, bases: tuple[str, ...], name: str, decorators: tuple[str, ...],
+                     trains: bool = False) -> str | None:
+    """Why a function is not serving code that could run every step, or None when it may be.
+
+    ``klass`` is the class it is a method of ("" for a function), ``bases`` that class's bases as
+    written, ``decorators`` the last components of its decorators' names, ``trains`` whether its body
+    calls ``.backward()``, ``.zero_grad()`` or an optimizer's ``step()``."""
+    path = path.replace("\\", "/")
+    if TEST_PATH.search(path):
+        return "test code (by its module's path)"
+    if NOT_SERVING_PATH.search(path):
+        return "a benchmark, example, script or tool (by its module's path)"
+    if TRAINING_PATH.search(path):
+        return "training code (by its module's path)"
+    if any(d in MEMOIZERS for d in decorators):
+        return "memoized (@" + next(d for d in decorators if d in MEMOIZERS) + "): runs once per distinct input"
+    lasts = [b.rsplit(".", 1)[-1] for b in bases]
+    if klass and (OPTIMIZER_CLASS.search(klass) or any(OPTIMIZER_CLASS.search(b) for b in lasts)):
+        return "training-only: a method of an optimizer"
+    if klass and (LOSS_CLASS.search(klass) or any(LOSS_CLASS.search(b) for b in lasts)):
+        return "training-only: a method of a loss"
+    if klass and (OBSERVER_CLASS.search(klass) or any(OBSERVER_CLASS.search(b) for b in lasts)):
+        return "calibration: a method of an observer or calibrator"
+    if TRAINING_NAME.search(name):
+        return "training-only (by its name)"
+    if trains:
+        return "training-only: it calls .backward(), .zero_grad() or an optimizer's step()"
+    return None  # one-time work by name (``ONE_TIME``) is the walk's to skip: a configured entry point may match it
+
+
+def _trains(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether a function's body (not its nested functions) runs a training step: it calls
+    ``.backward()`` or ``.zero_grad()``, or ``step()`` of something named for an optimizer."""
+    for node in _own_nodes(fn):
+        if type(node) is ast.Call and type(node.func) is ast.Attribute:
+            attr = node.func.attr
+            if attr in ("backward", "zero_grad") or attr == "step" and re.search(
+                    r"optim", dotted(node.func.value) or "", re.I):
+                return True
+    return False
+
+
+def _own_nodes(fn: ast.AST):
+    """The nodes of a function's body, not entering nested functions, classes or lambdas."""
+    stack = list(fn.body) if hasattr(fn, "body") and type(fn.body) is list else [fn]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if type(child) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
+                stack.append(child)
+
+
+def _decorator_lasts(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+    out = []
+    for dec in fn.decorator_list:
+        target = dec.func if type(dec) is ast.Call else dec
+        text = dotted(target) or ""
+        out.append(text.rsplit(".", 1)[-1])
+    return tuple(out)
+
+
+# -- step loops: the loop over generation or denoising steps -------------------------------------
+
+# What a loop over steps names in its target, what it iterates or its test: ``for i, t in
+# enumerate(timesteps)``, ``for step in range(num_inference_steps)``, ``while
+# token_index_to_generate <= last``, ``for _ in range(max_new_tokens)``.
+STEP_LOOP = re.compile(r"(^|_)(time)?steps?($|_)|timesteps|sigmas$|new_tokens|to_generate|(^|_)decode_steps?($|_)",
+                       re.I)
+
+
+def step_loop_names(names) -> bool:
+    return any(STEP_LOOP.search(n) for n in names)
+
+
+def _loop_names(loop: ast.For | ast.AsyncFor | ast.While) -> list[str]:
+    parts = [loop.target, loop.iter] if type(loop) is not ast.While else [loop.test]
+    return [n.id if type(n) is ast.Name else n.attr for part in parts for n in ast.walk(part)
+            if type(n) in (ast.Name, ast.Attribute)]
+
+
+def step_loops(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
+    """The outermost loops over steps in a function's own body that do not train (a loop whose body
+    calls ``.backward()`` is a training loop)."""
+    out = []
+    stack = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if type(node) in (ast.For, ast.AsyncFor, ast.While) and step_loop_names(_loop_names(node)) and not _trains(node):
+            out.append(node)
+            continue
+        stack.extend(c for c in ast.iter_child_nodes(node)
+                     if type(c) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+    return out
+
+
 @dataclass
 class FileFacts:
     """What the index needs of one file: its module name, imports and each function's calls."""
@@ -138,6 +265,11 @@ class FileFacts:
     # "f" or "Cls.m" -> {index of the call in ``passes[f]``: (positions, keywords)} for the calls that
     # pass an argument spelled as a host array there (the others pass none)
     hosts: dict[str, dict[int, tuple[tuple[int, ...], tuple[str, ...]]]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> why it is not serving code that may run every step (``function_context``);
+    # absent for functions that may be
+    contexts: dict[str, str] = field(default_factory=dict)
+    # "f" or "Cls.m" -> the calls written inside its loops over steps (``step_loops``): they run every step
+    step_calls: dict[str, list[str]] = field(default_factory=dict)
 
 
 def module_name(path: str) -> str:
@@ -167,6 +299,9 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
     # (node, the function or method it is in: "f", "Cls.m", or "" outside any, nested functions "")
     stack: list[tuple[ast.AST, str, str]] = [(n, "", "") for n in tree.body]
     typed: dict[str, dict[str, str]] = {}  # function -> its parameters annotated with a class name
+    bases: dict[str, tuple[str, ...]] = {}  # class -> its bases as written
+    setters: dict[str, dict[str, set[str]]] = {}  # class -> method -> the ``self.x`` it assigns
+    declared: dict[str, set[str]] = {}  # function -> the names it declares ``global`` or ``nonlocal``
     while stack:
         node, owner, klass = stack.pop()
         kind = type(node)
@@ -184,12 +319,26 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                 if found:
                     facts.options[name] = found
                 facts.params[name] = _params(node)
-            every = per_call_statements(node)
+            if not owner:
+                declared[name] = {g for n in _own_nodes(node) if type(n) in (ast.Global, ast.Nonlocal) for g in n.names}
+                reason = function_context(path, klass, bases.get(klass, ()), node.name, _decorator_lasts(node),
+                                          _trains(node))
+                if reason is not None:
+                    facts.contexts[name] = reason
+                loops = step_loops(node) if reason is None else []
+                if loops:
+                    facts.step_calls[name] = [text for loop in loops for n in _own_nodes(loop)
+                                              if type(n) is ast.Call and (text := dotted(n.func))]
+            every = per_call_statements(node, setters.get(klass) if klass and not owner else None)
             if len(every) < len(node.body) and not owner:
                 facts.once_after[name] = len(every) - 1
             stack.extend((n, inner or "<nested>", "") for n in every)
             continue
         if kind is ast.ClassDef:
+            if not owner and not klass:
+                bases[node.name] = tuple(t for b in node.bases if (t := dotted(b)))
+                setters[node.name] = {m.name: _self_assigned(m) for m in node.body
+                                      if type(m) in (ast.FunctionDef, ast.AsyncFunctionDef)}
             stack.extend((n, owner, node.name if not owner and not klass else "") for n in node.body)
             continue
         if kind is ast.Lambda:
@@ -213,9 +362,13 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
         if kind is ast.If and type(node.test) is ast.Constant and not node.test.value:
             stack.extend((n, owner, klass) for n in node.orelse)  # ``if False:``: never runs
             continue
-        if kind is ast.If and (_other_backend(node.test) or _fills_cache(node)):
+        if kind is ast.If and (_other_backend(node.test) or _fills_cache(node, declared.get(owner, set()))):
             # not that backend's branch; a branch that fills the cache its test reads runs once
             stack.extend((n, owner, klass) for n in [node.test, *node.orelse])
+            continue
+        if kind is ast.If and node.orelse and _fills_cache(node, declared.get(owner, set()), other=True):
+            # ``if self._c is not None and self._c[0] == key: use it / else: fill self._c``
+            stack.extend((n, owner, klass) for n in [node.test, *node.body])
             continue
         stack.extend((n, owner, klass) for n in ast.iter_child_nodes(node))
     return facts
@@ -341,10 +494,34 @@ def _annotated_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, s
     return out
 
 
-def _fills_cache(node: ast.If) -> bool:
-    """``if self._adapter is None: self._adapter = make()``, ``if not _table: _table = build()``,
-    ``if key not in cache: cache[key] = build(key)``: a branch that runs once (per key)."""
+def _fills_cache(node: ast.If, declared: set[str] = frozenset(), other: bool = False) -> bool:
+    """``if self._adapter is None: self._adapter = make()``, ``if not _table: _table = build()`` (with
+    ``global _table``), ``if key not in cache: cache[key] = build(key)``: a branch that runs once (per
+    key). With ``other``, the ``else`` of a test that the cache holds what is wanted (``if
+    self._c is not None and self._c[0] == key: ... else: self._c = (key, build())``).
+
+    What is filled must outlive the call: an attribute, a container filled by subscript, or a name
+    the function declares ``global``/``nonlocal``. A local name rebound in the branch (``if x is
+    None: x = default()``) is an ordinary branch, taken on every call that passes ``None``."""
     test = node.test
+    names = _absent_names(test) if not other else _present_names(test)
+    if not names:
+        return False
+    for stmt in (node.body if not other else node.orelse):
+        for sub in ast.walk(stmt):
+            targets = sub.targets if type(sub) is ast.Assign else [sub.target] if type(sub) is ast.AnnAssign else []
+            for t in targets:
+                for el in (t.elts if type(t) is ast.Tuple else [t]):
+                    filled = dotted(el.value if type(el) is ast.Subscript else el)
+                    if filled in names and (type(el) is ast.Subscript or "." in filled or filled in declared):
+                        return True
+    return False
+
+
+def _absent_names(test: ast.expr) -> set[str]:
+    """What a test asks is missing: ``x is None``, ``not x``, ``k not in cache`` (the first of an ``or``)."""
+    if type(test) is ast.BoolOp and type(test.op) is ast.Or:
+        test = test.values[0]
     if type(test) is ast.Compare and len(test.ops) == 1 and type(test.ops[0]) is ast.Is \
             and type(test.comparators[0]) is ast.Constant and test.comparators[0].value is None:
         target = test.left
@@ -353,17 +530,34 @@ def _fills_cache(node: ast.If) -> bool:
     elif type(test) is ast.Compare and len(test.ops) == 1 and type(test.ops[0]) is ast.NotIn:
         target = test.comparators[0]
     else:
-        return False
+        return set()
     name = dotted(target) if type(target) in (ast.Name, ast.Attribute) else None
-    if not name:
-        return False
-    for stmt in node.body:
-        for sub in ast.walk(stmt):
-            targets = sub.targets if type(sub) is ast.Assign else [sub.target] if type(sub) is ast.AnnAssign else []
-            for t in targets:
-                if dotted(t.value if type(t) is ast.Subscript else t) == name:
-                    return True
-    return False
+    return {name} if name else set()
+
+
+def _present_names(test: ast.expr) -> set[str]:
+    """What a test asks is cached: ``x is not None``, ``k in cache``, ``self._key == key``,
+    ``self._c[:2] == (ptr, shape)``, and ``and`` of those (every part must be such a test)."""
+    parts = test.values if type(test) is ast.BoolOp and type(test.op) is ast.And else [test]
+    found: set[str] = set()
+    for part in parts:
+        if type(part) is not ast.Compare or len(part.ops) != 1:
+            return set()
+        op, left, right = part.ops[0], part.left, part.comparators[0]
+        if type(op) is ast.IsNot and type(right) is ast.Constant and right.value is None:
+            target = left
+        elif type(op) is ast.In:
+            target = right
+        elif type(op) is ast.Eq:
+            target = next((x.value if type(x) is ast.Subscript else x for x in (left, right)
+                           if type(x.value if type(x) is ast.Subscript else x) is ast.Attribute), None)
+        else:
+            return set()
+        name = dotted(target) if type(target) in (ast.Name, ast.Attribute) else None
+        if not name:
+            return set()
+        found.add(name)
+    return found
 
 
 def _other_backend(test: ast.expr) -> bool:
@@ -376,30 +570,60 @@ def _other_backend(test: ast.expr) -> bool:
     return bool(name) and bool(OTHER_BACKEND.match(name.rsplit(".", 1)[-1]))
 
 
-def per_call_statements(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
+def per_call_statements(fn: ast.FunctionDef | ast.AsyncFunctionDef,
+                        setters: dict[str, set[str]] | None = None) -> list[ast.stmt]:
     """The statements of ``fn`` that run on every call. A lazy initialiser returns what it cached
     once it has it (``if _workspace is not None: return _workspace``, ``if key in cache: return
-    cache[key]``) and fills the cache below: what follows that guard runs once, on the first call."""
+    cache[key]``, ``if hasattr(self, "_layout"): return self._layout``, ``if self._key == key:
+    return``) and fills the cache below, itself or through a method of its class (``setters``: each
+    method's assigned ``self`` attributes): what follows that guard runs once (per key)."""
     body = fn.body
     for i, stmt in enumerate(body):
-        if type(stmt) is ast.If and stmt.body and type(stmt.body[-1]) is ast.Return and _cached(stmt.test, body[i + 1:]):
+        if type(stmt) is ast.If and stmt.body and type(stmt.body[-1]) is ast.Return and _cached(
+                stmt.test, body[i + 1:], setters):
             return body[:i + 1]
     return body
 
 
-def _cached(test: ast.expr, rest: list[ast.stmt]) -> bool:
-    """Whether ``test`` asks that a cache is filled (``x is not None``, ``k in cache``, ``x``, and
-    ``or``/``and`` of those) and the statements in ``rest`` fill it."""
+def _self_assigned(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The ``self.x`` a method assigns (``self.x = ...``, ``self.x[k] = ...``), as dotted text."""
+    out = set()
+    for node in _own_nodes(fn):
+        targets = node.targets if type(node) is ast.Assign else [node.target] if type(node) in (
+            ast.AnnAssign, ast.AugAssign) else []
+        for t in targets:
+            for el in (t.elts if type(t) is ast.Tuple else [t]):
+                el = el.value if type(el) is ast.Subscript else el
+                text = dotted(el) if type(el) is ast.Attribute else None
+                if text and text.startswith("self."):
+                    out.add(text)
+    return out
+
+
+def _cached(test: ast.expr, rest: list[ast.stmt], setters: dict[str, set[str]] | None = None) -> bool:
+    """Whether ``test`` asks that a cache is filled (``x is not None``, ``k in cache``, ``x``,
+    ``hasattr(self, "x")``, ``self.key == key``, and ``or``/``and`` of those) and the statements in
+    ``rest`` fill it, or call a method of the class that does (``self._set_layout(...)``)."""
     tested: set[str] = set()
     parts = test.values if type(test) is ast.BoolOp else [test]
     for part in reversed(parts):
         if type(part) is ast.Compare and len(part.ops) == 1 and type(part.ops[0]) in (ast.IsNot, ast.In):
             target = part.left if type(part.ops[0]) is ast.IsNot else part.comparators[0]
+        elif type(part) is ast.Compare and len(part.ops) == 1 and type(part.ops[0]) is ast.Eq and any(
+                type(x) is ast.Attribute and (dotted(x) or "").startswith("self.") for x in (part.left, *part.comparators)):
+            # ``self._key == key``: the stored key of what was computed last
+            target = next(x for x in (part.left, *part.comparators) if type(x) is ast.Attribute)
+        elif type(part) is ast.Call and type(part.func) is ast.Name and part.func.id == "hasattr" and len(part.args) == 2 \
+                and type(part.args[1]) is ast.Constant and type(part.args[1].value) is str:
+            head = dotted(part.args[0])
+            target = None
+            if head:
+                tested.add(f"{head}.{part.args[1].value}")
         elif type(part) in (ast.Name, ast.Attribute):
             target = part
         else:
             continue
-        name = dotted(target)
+        name = dotted(target) if target is not None else None
         if name:
             tested.add(name)
     if not tested:
@@ -408,9 +632,13 @@ def _cached(test: ast.expr, rest: list[ast.stmt]) -> bool:
         for node in ast.walk(stmt):
             targets = node.targets if type(node) is ast.Assign else [node.target] if type(node) is ast.AnnAssign else []
             for t in targets:
-                t = t.value if type(t) is ast.Subscript else t
-                if dotted(t) in tested:
-                    return True
+                for el in (t.elts if type(t) is ast.Tuple else [t]):
+                    el = el.value if type(el) is ast.Subscript else el
+                    if dotted(el) in tested:
+                        return True
+            if setters and type(node) is ast.Call and type(node.func) is ast.Attribute and type(node.func.value) is ast.Name \
+                    and node.func.value.id == "self" and setters.get(node.func.attr, set()) & tested:
+                return True  # ``self._set_layout(...)`` assigns what the guard tests
     return False
 
 
@@ -610,13 +838,35 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
 
     out: dict[str, dict[str, str]] = {}
     queue: deque[tuple[str, str, int]] = deque()
+    seeds: list[tuple[str, str, str]] = []  # (path, function, call) for the calls in step loops
     for path, facts in files.items():
         if NOT_SERVING_PATH.search(path):
             continue
         for name in facts.calls:
-            if is_entry(name) and not once(path, name):
+            if name in facts.contexts or once(path, name):
+                continue
+            if is_entry(name):
                 out.setdefault(path, {})[name] = ENTRY
                 queue.append((path, name, 0))
+            elif name.endswith(".__call__") and ATTENTION_PROCESSOR.search(name.rsplit(".", 2)[-2]):
+                out.setdefault(path, {})[name] = PROCESSOR_CALL
+                queue.append((path, name, 0))
+            elif name in facts.step_calls:  # not those in an except handler or a cache fill (not in ``calls``)
+                known = set(facts.calls[name])
+                seeds.extend((path, name, call) for call in facts.step_calls[name] if call in known)
+    for path, name, call in seeds:  # what a loop over steps calls runs every step
+        owner = name.rsplit(".", 1)[0] if "." in name else ""
+        hit = resolve(path, owner, call)
+        if hit is None or hit == (path, name) or hit[1] in out.get(hit[0], {}):
+            continue
+        tpath, tname = hit
+        if ONE_TIME.match(tname.rsplit(".", 1)[-1]) or NOT_SERVING_PATH.search(tpath) or once(tpath, tname) \
+                or tname in files[tpath].contexts:
+            continue
+        # a same-module helper is followed by the module model from the loop itself
+        out.setdefault(tpath, {})[tname] = INDIRECT if tpath == path else \
+            f"called in the step loop of {files[path].module}.{name}()"
+        queue.append((tpath, tname, 1))
     while queue:
         path, name, depth = queue.popleft()
         if depth >= MAX_DEPTH:
@@ -627,8 +877,9 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
             if hit is None:
                 continue
             tpath, tname = hit
-            if ONE_TIME.match(tname.rsplit(".", 1)[-1]) or NOT_SERVING_PATH.search(tpath) or once(tpath, tname):
-                continue
+            if ONE_TIME.match(tname.rsplit(".", 1)[-1]) or NOT_SERVING_PATH.search(tpath) or once(tpath, tname) \
+                    or tname in files[tpath].contexts:
+                continue  # one-time, training, calibration or memoized work (``function_context``)
             if tname in out.get(tpath, {}):
                 continue
             where = files[path].module

@@ -418,3 +418,136 @@ def test_a_parameter_every_caller_passes_a_host_array_is_on_the_host(tmp_path):
     found = sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC203")
     # tokens_in (line 3) reads a host array: no sync; width_of(meta.seq_lens) passes a device tensor
     assert found == [("pkg/counts.py", 7)]
+
+
+PIPELINE = """
+    import torch
+    from ..ops.guidance import guidance_scale, decode_preview
+
+
+    class Pipeline:
+        @torch.no_grad()
+        def __call__(self, latents, timesteps):
+            for i, t in enumerate(timesteps):
+                latents = latents * guidance_scale(t)
+            return decode_preview(latents)
+"""
+GUIDANCE = """
+    def guidance_scale(t):
+        return 1.0 + t.item() / 1000
+
+
+    def decode_preview(latents):
+        return latents.float().cpu()
+"""
+
+
+def test_what_a_loop_over_steps_calls_runs_every_step(tmp_path):
+    files = _facts({"pkg/pipelines/video.py": PIPELINE, "pkg/ops/guidance.py": GUIDANCE})
+    steps = per_step(files, DEFAULT_HOT_PATHS)
+    assert steps["pkg/ops/guidance.py"] == {
+        "guidance_scale": "called in the step loop of pkg.pipelines.video.Pipeline.__call__()"}
+    # decode_preview runs after the loop, once per request
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "",
+                      "pkg/pipelines/video.py": PIPELINE, "pkg/ops/guidance.py": GUIDANCE})
+    jobs, _ = discover([str(tmp_path)])
+    found = [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC203"]
+    assert [(f.path, f.line) for f in found] == [("pkg/ops/guidance.py", 3)]
+    assert "called in the step loop of pkg.pipelines.video.Pipeline.__call__()" in found[0].message
+
+
+CONTEXTS = """
+    import functools
+    import torch
+    from ..ops.stats import count, lengths
+
+
+    class Adam8bit(torch.optim.Optimizer):
+        def step(self):
+            return count(self.state)
+
+
+    class TokenLoss(torch.nn.Module):
+        def forward(self, logits):
+            return count(logits)
+
+
+    class Layer(torch.nn.Module):
+        def forward(self, x):
+            return x[: plan(x.shape)[0]]
+
+
+    @functools.lru_cache
+    def plan(shape):
+        return lengths(shape)
+"""
+
+
+def test_contexts_are_decided_once_per_function_with_a_reason():
+    from kcheck.project import function_context
+
+    files = _facts({"pkg/layers/ctx.py": CONTEXTS,
+                    "pkg/ops/stats.py": "def count(x):\n    return x\n\n\ndef lengths(s):\n    return s\n"})
+    contexts = files["pkg/layers/ctx.py"].contexts
+    assert contexts["Adam8bit.step"] == "training-only: a method of an optimizer"
+    assert contexts["TokenLoss.forward"] == "training-only: a method of a loss"
+    assert contexts["plan"].startswith("memoized (@lru_cache)")
+    assert "Layer.forward" not in contexts
+    # an optimizer's step and a loss start no walk; a memoized builder is not entered
+    assert "pkg/ops/stats.py" not in per_step(files, DEFAULT_HOT_PATHS)
+    assert function_context("pkg/trainer/loop.py", "", (), "run", ()) == "training code (by its module's path)"
+    assert function_context("pkg/model.py", "", (), "run", (), trains=True).startswith("training-only")
+    assert function_context("pkg/model.py", "Attention", ("nn.Module",), "forward", ()) is None
+
+
+def test_an_attention_processor_call_is_a_per_step_entry():
+    src = """
+        from ..ops.masks import block_mask
+
+
+        class CausalAttnProcessor:
+            def __call__(self, attn, hidden_states):
+                return block_mask(hidden_states)
+
+
+        class PromptProcessor:
+            def __call__(self, text):
+                return block_mask(text)
+    """
+    files = _facts({"pkg/layers/attn.py": src, "pkg/ops/masks.py": "def block_mask(x):\n    return x\n"})
+    steps = per_step(files, DEFAULT_HOT_PATHS)
+    assert "CausalAttnProcessor.__call__" in steps["pkg/layers/attn.py"]
+    assert "PromptProcessor.__call__" not in steps["pkg/layers/attn.py"]
+    assert steps["pkg/ops/masks.py"]["block_mask"] == "called every step from pkg.layers.attn.CausalAttnProcessor.__call__()"
+
+
+GUARDS = """
+    class Wrapper:
+        def _store(self, a, b):
+            self._a, self._b = a, b
+
+        def layout(self, x):
+            if hasattr(self, "_b"):
+                return self._a, self._b
+            self._store(count(x), count(x))
+            return self._a, self._b
+
+        def prepare(self, x):
+            key = shape_key(x)
+            if self._key == key:
+                return
+            rebuild(x)
+            self._key = key
+
+        def fill(self, x, lens=None):
+            if lens is None:
+                lens = measure(x)
+            return lens
+"""
+
+
+def test_lazy_guards_and_local_defaults():
+    calls = _facts({"pkg/w.py": GUARDS})["pkg/w.py"].calls
+    assert calls["Wrapper.layout"] == ["hasattr"]  # below the guard: filled through self._store, once
+    assert calls["Wrapper.prepare"] == ["shape_key"]  # rebuilt only when the key changes
+    assert calls["Wrapper.fill"] == ["measure"]  # a local default is no cache: every call without lens

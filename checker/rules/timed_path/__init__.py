@@ -15,6 +15,7 @@ import libcst as cst
 
 from kcheck import facts
 from kcheck.gate import dotted, import_bindings
+from kcheck.project import step_loops
 from kcheck.native import file_host_syncs, wait_line
 from kcheck.values import READING_BUILTINS, REDUCTIONS
 from kcheck.model import (
@@ -320,8 +321,11 @@ class FileView:
         indexed = {name.rsplit(".", 1)[-1] for name, _ in config.per_step}  # by short name: looser than the model
         # a "Cls.m" pattern by its method's name alone: looser than the model, which knows the class
         indexed |= {p.rsplit(".", 1)[-1] for p in config.hot_path_functions if "." in p}
+        # and a function looping over steps (``kcheck.project.step_loops``; any function when the defs
+        # cannot be matched to their nodes)
         return [("hot-path", i, self.body(i)) for i, f in enumerate(self.summary.functions)
-                if hot(f.name) or f.name in indexed or f.decorators & REGISTERING]
+                if hot(f.name) or f.name in indexed or f.decorators & REGISTERING
+                or (not self.exact or bool(step_loops(self.nodes[i])))]
 
     # -- reachability ---------------------------------------------------------------------------
 
@@ -620,8 +624,10 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
             negated = type(anc.test) is cst.UnaryOperation and type(anc.test.operator) is cst.Not
             if (child is anc.body) != negated:
                 return True
-        if type(anc) is cst.If and child is not anc.test and _fills_cache(model, anc):
+        if type(anc) is cst.If and child is anc.body and _fills_cache(model, anc):
             return True
+        if type(anc) is cst.If and child is anc.orelse and _fills_cache(model, anc, other=True):
+            return True  # the ``else`` that refills what the test found stale
         if type(anc) in (cst.If, cst.While) and child is anc.body and _never_true(anc.test):
             return True  # ``if False:``, ``if 0:``, ``if TYPE_CHECKING:``: a branch that never runs
         if type(anc) is cst.If and child is not anc.test and _on_cuda(anc.test) is not None and (
@@ -641,8 +647,10 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
         if guard is not None and any(  # below a lazy initialiser's guard: the first call only
                 n is stmt for stmt in function.body.body[guard + 1:] for n in model.ancestors(node)):
             return True
-        for stmt in function.body.body:
+        for i, stmt in enumerate(function.body.body):
             if any(n is stmt for n in model.ancestors(node)):
+                if i and any(_lazy_guard(model, function, j) for j in range(i)):
+                    return True  # below ``if hasattr(self, "_layout"): return ...`` that the rest fills
                 break
             if type(stmt) is cst.If and (_names_flag(stmt.test) or _on_cuda(stmt.test)
                                          or off and _option_test(stmt.test, off) is False) \
@@ -719,27 +727,101 @@ def _error_branch(model, block: cst.CSTNode) -> bool:
         for s in body)
 
 
-def _fills_cache(model, node: cst.If) -> bool:
+def _fills_cache(model, node: cst.If, other: bool = False) -> bool:
     """``if _handles.get(dev) is None: _handles[dev] = create(); print(...)``: a branch that fills
     the cache its test reads runs once per key, not on every step. So does a lazy first-call
     set-up: ``if self.step_index is None: self._init_step_index(t)``, where the test reads a
     property and the branch (or a method of the class it calls) sets the attribute behind it
-    (``self._step_index``)."""
+    (``self._step_index``). With ``other``: the ``else`` of a test that the cache holds what is
+    wanted (``if self._c is not None and self._c[:2] == key: ... else: self._c = (*key, build())``).
+
+    What is filled must outlive the call: an attribute, a container filled by subscript, or a name
+    the function declares ``global``/``nonlocal``. A local name the branch rebinds (``if x is None:
+    x = default()``, ``if not found: found = scan()``) is an ordinary branch, taken on every call
+    that needs it."""
     from kcheck.model import walk
 
-    if not _absence_test(node.test):
+    if not (_presence_test(node.test) if other else _absence_test(node.test)):
         return False  # ``if (ids < 0).any(): ids = ids.clamp(min=0)`` fixes data on every step
     tested = {model.dotted(n) for n in walk(node.test) if type(n) in (cst.Name, cst.Attribute)}
     tested.discard(None)
     # ``self.step_index`` is read through a property whose state is ``self._step_index``
     tested |= {f"{head}._{attr}" for head, _, attr in (t.rpartition(".") for t in tested)
                if head and not attr.startswith("_")}
-    if _assigns(model, node.body, tested):
+    function = model.enclosing_function(node)
+    declared = _declared(function) if function is not None else None
+    body = node.orelse if other else node.body
+    if _assigns(model, body, tested, declared):
         return True
     # a method of the class called in the branch that sets what the test reads (one level down)
     return any(type(n) is cst.Call and type(n.func) is cst.Attribute and type(n.func.value) is cst.Name
                and n.func.value.value in ("self", "cls") and (target := model.callee(n)) is not None
-               and _assigns(model, target.body, tested) for n in walk(node.body))
+               and _assigns(model, target.body, tested, None) for n in walk(body))
+
+
+def _lazy_guard(model, function, i: int) -> bool:
+    """Whether statement ``i`` of ``function`` is a lazy initialiser's guard: an ``if`` that returns
+    what was cached (``if hasattr(self, "_layout"): return self._layout``, ``if self._key == key:
+    return``, ``if _ws is not None: return _ws``) when the statements after it fill what it tests,
+    themselves or through a method of the class (``self._set_layout(...)``): those run once per
+    key. The index answers the same for top-level functions and methods (``once_after``); this
+    covers classes defined inside functions and files checked alone."""
+    from kcheck.model import walk
+
+    stmt = function.body.body[i]
+    if type(stmt) is not cst.If or stmt.orelse is not None or type(stmt.body) is not cst.IndentedBlock \
+            or not stmt.body.body or type(stmt.body.body[-1]) is not cst.SimpleStatementLine \
+            or type(stmt.body.body[-1].body[-1]) is not cst.Return:
+        return False
+    tested: set[str] = set()
+    parts = [stmt.test]
+    while parts:
+        part = parts.pop()
+        if type(part) is cst.BooleanOperation:
+            parts += [part.left, part.right]
+        elif type(part) is cst.Call and type(part.func) is cst.Name and part.func.value == "hasattr" \
+                and len(part.args) == 2 and type(part.args[1].value) is cst.SimpleString:
+            head = model.dotted(part.args[0].value)
+            if head:
+                tested.add(f"{head}.{part.args[1].value.evaluated_value}")
+        elif type(part) is cst.Comparison and _presence_test(part) or type(part) is cst.Attribute:
+            tested |= {t for n in walk(part) if type(n) is cst.Attribute and (t := model.dotted(n))}
+    if not tested:
+        return False
+    declared = _declared(function)
+    for rest in function.body.body[i + 1:]:
+        if _assigns(model, rest, tested, declared) or any(
+                type(n) is cst.Call and type(n.func) is cst.Attribute and type(n.func.value) is cst.Name
+                and n.func.value.value == "self" and (target := model.callee(n)) is not None
+                and _assigns(model, target.body, tested, None) for n in walk(rest)):
+            return True
+    return False
+
+
+def _declared(function) -> set[str]:
+    """The names a function declares ``global`` or ``nonlocal``."""
+    from kcheck.model import walk
+
+    return {n.name.value for stmt in walk(function.body, into_scopes=False) if type(stmt) in (cst.Global, cst.Nonlocal)
+            for n in stmt.names}
+
+
+def _presence_test(test: cst.CSTNode) -> bool:
+    """A test that something is cached: ``x is not None``, ``k in cache``, ``self._key == key``,
+    ``self._c[:2] == (ptr, shape)``, every part of an ``and`` such a test."""
+    if type(test) is cst.BooleanOperation:
+        return type(test.operator) is cst.And and _presence_test(test.left) and _presence_test(test.right)
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1:
+        return False
+    c = test.comparisons[0]
+    if type(c.operator) is cst.IsNot:
+        return type(c.comparator) is cst.Name and c.comparator.value == "None"
+    if type(c.operator) is cst.In:
+        return True
+    if type(c.operator) is cst.Equal:
+        sides = [x.value if type(x) is cst.Subscript else x for x in (test.left, c.comparator)]
+        return any(type(x) is cst.Attribute for x in sides)
+    return False
 
 
 def _never_true(test: cst.CSTNode) -> bool:
@@ -766,16 +848,21 @@ def _absence_test(test: cst.CSTNode) -> bool:
     return False
 
 
-def _assigns(model, body: cst.CSTNode, tested: set[str]) -> bool:
-    """Whether ``body`` assigns (or subscript-assigns) one of the ``tested`` names."""
+def _assigns(model, body: cst.CSTNode, tested: set[str], declared: set[str] | None = None) -> bool:
+    """Whether ``body`` assigns (or subscript-assigns) one of the ``tested`` names. With
+    ``declared`` (the function's ``global``/``nonlocal`` names), a bare name counts only when
+    declared there or filled by subscript: rebinding a local is no cache."""
     from kcheck.model import walk
 
     for n in walk(body):
         targets = [t.target for t in n.targets] if type(n) is cst.Assign else [n.target] if type(n) is cst.AnnAssign else []
         for target in targets:
-            target = target.value if type(target) is cst.Subscript else target
-            if type(target) in (cst.Name, cst.Attribute) and model.dotted(target) in tested:
-                return True
+            for el in ([e.value for e in target.elements] if type(target) in (cst.Tuple, cst.List) else [target]):
+                sub = type(el) is cst.Subscript
+                el = el.value if sub else el
+                if type(el) in (cst.Name, cst.Attribute) and model.dotted(el) in tested and (
+                        declared is None or sub or type(el) is cst.Attribute or el.value in declared):
+                    return True
     return False
 
 

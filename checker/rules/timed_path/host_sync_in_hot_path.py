@@ -6,8 +6,10 @@ import re
 import libcst as cst
 
 from kcheck.gate import dotted
-from kcheck.model import MEASUREMENT_PATH, walk
-from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, OTHER_PLATFORM, once_per_input
+from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, walk
+from kcheck.project import (
+    ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, OTHER_PLATFORM, STEP_LOOP, function_context, once_per_input,
+)
 from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
@@ -26,9 +28,21 @@ class HostSyncInHotPath(Rule):
     GPU tensor: `int(t)`, `float(t)`, `max(t)`, `if (t < 0).any():`) in per-step hot paths:
     model-layer `forward` methods, decode and step functions, metadata builds, MoE `apply`
     methods (the names are configurable with `hot-path-functions`), a registered op's
-    implementation, the functions the project index finds they call in other modules, and the
-    same-module helpers they call. A sync in a helper is reported where it is written, once.
+    implementation, an attention processor's `__call__` (`*AttnProcessor`, run by its attention
+    layer's forward), the body of a loop over steps in any function (a pipeline's `for i, t in
+    enumerate(timesteps):`, a generator's `while token_index_to_generate <= last:`), the functions
+    the project index finds they call in other modules, and the same-module helpers they call. A
+    sync in a helper is reported where it is written, once; the message names what made its
+    function a hot path (its name, the step loop, or the call chain the index followed).
     Whether a tensor is on the host comes from the values model (`kcheck.values`).
+
+    Each function's context is decided once, with its reason (`kcheck.project.function_context`,
+    which the index asks too): code that is not serving is never a hot path, whatever its name or
+    caller. Training (a method of an optimizer or a loss, a function named for training or
+    `backward`, one that calls `.backward()`, `.zero_grad()` or an optimizer's `step()`, a
+    training module: `training.py`, `trainer/`, `*_loss.py`), calibration observers
+    (`*Observer`, `*Calibrator`), memoized builders (`@lru_cache`: once per distinct input), and
+    tests, benchmarks, examples, scripts and tools by path.
 
     Not reported:
     - `.item()` on a tensor the function built on the CPU, or on a tensor or array named for the
@@ -42,9 +56,12 @@ class HostSyncInHotPath(Rule):
       n.item()`);
     - a sync off the normal step: in an `except` handler, under a debug switch
       (`if envs.TRACE_X.get():`, `if self.debug:`, after `if not <switch>: return`), or in a
-      branch that fills the cache its test reads (`if key not in cache: cache[key] = ...`), at any
+      branch that fills the cache its test reads (`if key not in cache: cache[key] = ...`, or the
+      `else` of `if self._c is not None and self._c[0] == key:` that refills `self._c`), at any
       depth below the hot path (a helper called there is not entered); the same holds for a
-      helper called under another backend's test or in a `with gpu_sync_allowed():` block;
+      helper called under another backend's test or in a `with gpu_sync_allowed():` block. The
+      cache must outlive the call (an attribute, a container filled by subscript, a `global`): a
+      local default (`if lens is None: lens = x.sum(-1).tolist()`) is reported;
     - a sync under a test for another backend (`if is_npu(): cu_seqlens = cu_seqlens.to("cpu")`,
       `if not _is_cuda: return self._forward_impl(...)`, `if x.device.type == "mps":`): what that
       backend's op requires, another backend's own sync (`torch.mps.synchronize()`), and the
@@ -55,7 +72,9 @@ class HostSyncInHotPath(Rule):
       token_ids_cpu, tok))`), or an op that keeps its input's device whose result is bound to a
       CPU-named name (`docs_cpu = torch.where(mask)[0]`);
     - a sync that runs once, not per step: a lazy first-call set-up (`if self.step_index is None:
-      self._init_step_index(t)`, where the branch or the method it calls sets `self._step_index`),
+      self._init_step_index(t)`, where the branch or the method it calls sets `self._step_index`;
+      below `if hasattr(self, "_layout"): return self._layout` or `if self._key == key: return`
+      when the rest of the function, or a method it calls, stores what the guard tests),
       and the set-up of a hot path that hands its step loop to a helper (`decode()` ending in
       `return self.decode_regular(...)`, whose body loops `for step in ...`): only what that
       helper reaches is reported;
@@ -198,15 +217,17 @@ def _hot_calls(model):
     """(region, call, via) for every call in a hot path, each call once; a call reached only
     through the function calling itself is left out (it is reported where it is written)."""
     seen: set[int] = set()
-    for region in model.timed_regions:
+    hot = [r for r in model.timed_regions if r.kind == "hot-path"]
+    for region in [*hot, *_step_loop_regions(model, {id(r.function) for r in hot})]:
         function = region.function
-        if region.kind != "hot-path" or _off_cuda_slot(model, function) or _once_per_input(model, function) \
-                or _graph_definition(model, function):
-            continue
+        if _off_cuda_slot(model, function) or _once_per_input(model, function) \
+                or _graph_definition(model, function) or context(model, function) is not None:
+            continue  # training, calibration, memoized or one-time code is no serving step (``function_context``)
         roots = [n for n in region.nodes if id(n) not in region.exempt]
         loops = _step_loop_helpers(model, region.function)
         follow = lambda site: not (  # noqa: E731 - a helper called off the step, or only for images, is not entered
-            off_the_step(model, site) or _allowed(model, site) or MULTIMODAL_HELPER.search(_called_name(model, site)))
+            off_the_step(model, site) or _allowed(model, site) or MULTIMODAL_HELPER.search(_called_name(model, site))
+            or (target := model.callee(site)) is not None and context(model, target) is not None)
         for call, via in model.calls_in(roots, follow=follow):
             if id(call) in seen or (via is not None and _recursive(model, via, region.function)):
                 continue
@@ -216,19 +237,92 @@ def _hot_calls(model):
             yield region, call, via
 
 
-# The loop over generation or denoising steps: ``for step in range(max_new_tokens)``,
-# ``for i, t in enumerate(timesteps)``.
-STEP_LOOP = re.compile(r"(^|_)steps?($|_)|timesteps", re.I)
+# The loop over generation or denoising steps (``kcheck.project.STEP_LOOP``): ``for step in
+# range(max_new_tokens)``, ``for i, t in enumerate(timesteps)``, ``while index_to_generate <= last``.
+
+
+def _named_for_steps(part: cst.CSTNode) -> bool:
+    return any(type(x) is cst.Name and STEP_LOOP.search(x.value) or type(x) is cst.Attribute
+               and STEP_LOOP.search(x.attr.value) for x in walk(part))
 
 
 def _step_loop(model, node: cst.CSTNode) -> bool:
     """Whether ``node`` holds a loop over steps (not counting nested functions): its target or what
     it iterates is named for steps."""
-    def named(part: cst.CSTNode) -> bool:
-        return any(type(x) is cst.Name and STEP_LOOP.search(x.value) or type(x) is cst.Attribute
-                   and STEP_LOOP.search(x.attr.value) for x in walk(part))
+    return any(type(n) is cst.For and (_named_for_steps(n.target) or _named_for_steps(n.iter))
+               for n in walk(node, into_scopes=False))
 
-    return any(type(n) is cst.For and (named(n.target) or named(n.iter)) for n in walk(node, into_scopes=False))
+
+def step_loops(function: cst.FunctionDef) -> list[cst.CSTNode]:
+    """The outermost loops over steps in a function's own body (``for i, t in enumerate(timesteps)``,
+    ``while token_index_to_generate <= last``) that do not train (call ``.backward()``)."""
+    out = []
+    stack = [function.body]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.For and (_named_for_steps(node.target) or _named_for_steps(node.iter)) \
+                or type(node) is cst.While and _named_for_steps(node.test):
+            if not _trains(node):
+                out.append(node)
+            continue
+        stack.extend(c for c in node.children if type(c) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+    return out
+
+
+def _step_loop_regions(model, hot: set[int]) -> list:
+    """A function that is no hot path by name or by the index but loops over steps (a pipeline's
+    ``__call__`` denoising ``for i, t in enumerate(timesteps)``, a generator's ``while
+    token_index_to_generate <= last``): each such loop's body runs every step. Not in measurement
+    functions (a benchmark's loop over timed steps)."""
+    out = []
+    for defs in model.functions.values():
+        for fn in defs:
+            if id(fn) in hot or MEASUREMENT_FUNCTION.match(fn.name.value):
+                continue
+            name = model.scope_names.get(id(fn), fn.name.value)
+            for loop in step_loops(fn):
+                out.append(TimedRegion("hot-path", f"the step loop of {name}()", [loop.body], fn))
+    return out
+
+
+def _trains(node: cst.CSTNode) -> bool:
+    """Whether code calls ``.backward()``, ``.zero_grad()`` or an optimizer's ``step()`` (not in
+    nested functions): a training step."""
+    for n in walk(node, into_scopes=False):
+        if type(n) is cst.Call and type(n.func) is cst.Attribute:
+            attr = n.func.attr.value
+            if attr in ("backward", "zero_grad") or attr == "step" and re.search(
+                    r"optim", cst.Module([]).code_for_node(n.func.value), re.I):
+                return True
+    return False
+
+
+def _decorator_lasts(fn: cst.FunctionDef) -> tuple[str, ...]:
+    out = []
+    for dec in fn.decorators:
+        target = dec.decorator.func if type(dec.decorator) is cst.Call else dec.decorator
+        out.append(target.attr.value if type(target) is cst.Attribute else getattr(target, "value", ""))
+    return tuple(out)
+
+
+def context(model, function) -> str | None:
+    """Why ``function`` is not serving code that may run every step (``kcheck.project.function_context``,
+    the index's answer for the same definition), or None."""
+    if type(function) is not cst.FunctionDef:
+        return None
+    cache = model.__dict__.setdefault("_serving_contexts", {})  # id(def) -> its context, once per module
+    if id(function) in cache:
+        return cache[id(function)]
+    owner = model.context_of(function).split(".")
+    klass = owner[-2] if len(owner) >= 2 else ""
+    node = model.classes.get(klass) if klass else None
+    if type(node) is not cst.ClassDef or model.enclosing_function(function) is not None:
+        klass, bases = "", ()
+    else:
+        bases = tuple(model.dotted(b.value) or "" for b in node.bases)
+    found = cache[id(function)] = function_context(
+        model.path, klass, bases, function.name.value, _decorator_lasts(function), _trains(function.body))
+    return found
 
 
 def _step_loop_helpers(model, function) -> set[int]:
