@@ -129,6 +129,11 @@ def once_per_input(owner: str, path: str) -> bool:
 TRAINING_PATH = re.compile(
     r"(^|/)(train|training|trainers?|finetun\w*|fine_tun\w*|losses?|optim|optimi[sz]ers?)(/|\.py$)"
     r"|(^|/)\w+_(trainer|training|loss|losses)\.py$")
+# Offline or one-time work by module: export, checkpoint conversion, calibration, weight loading
+# (``export/``, ``convert_hf_to_neox.py``, ``calibration.py``, ``model_loader/``, ``loading/``).
+OFFLINE_PATH = re.compile(
+    r"(^|/)(export\w*|exporters?|conversion|calibrat\w*|ckpts?|loading|model_loader|weight_loader\w*)(/|\.py$)"
+    r"|(^|/)convert_\w+\.py$")
 # decorators whose function's body runs once per argument set (or once), not on every call
 MEMOIZERS = {"lru_cache", "cache", "cached", "cache_once", "run_once", "once", "cached_property"}
 # Training-only by name: a training step or loop, an autograd backward, a loss.
@@ -159,6 +164,8 @@ def function_context(path: str, klass: str, bases: tuple[str, ...], name: str, d
         return "a benchmark, example, script or tool (by its module's path)"
     if TRAINING_PATH.search(path):
         return "training code (by its module's path)"
+    if OFFLINE_PATH.search(path):
+        return "export, conversion, calibration or weight loading (by its module's path)"
     if any(d in MEMOIZERS for d in decorators):
         return "memoized (@" + next(d for d in decorators if d in MEMOIZERS) + "): runs once per distinct input"
     lasts = [b.rsplit(".", 1)[-1] for b in bases]

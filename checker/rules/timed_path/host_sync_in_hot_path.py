@@ -41,8 +41,9 @@ class HostSyncInHotPath(Rule):
     caller. Training (a method of an optimizer or a loss, a function named for training or
     `backward`, one that calls `.backward()`, `.zero_grad()` or an optimizer's `step()`, a
     training module: `training.py`, `trainer/`, `*_loss.py`), calibration observers
-    (`*Observer`, `*Calibrator`), memoized builders (`@lru_cache`: once per distinct input), and
-    tests, benchmarks, examples, scripts and tools by path.
+    (`*Observer`, `*Calibrator`), memoized builders (`@lru_cache`: once per distinct input),
+    export, conversion, calibration and weight-loading modules (`export/`, `convert_*.py`,
+    `model_loader/`, `loading/`), and tests, benchmarks, examples, scripts and tools by path.
 
     Not reported:
     - `.item()` on a tensor the function built on the CPU, or on a tensor or array named for the
