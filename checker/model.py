@@ -736,10 +736,14 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
 
 
 def _loop_ends_synced(model: ModuleModel, stmt: cst.CSTNode | None, function) -> bool:
-    """A loop whose body ends in a sync (``for ...: fn(); torch.cuda.synchronize()``)."""
+    """A loop whose body ends in a sync (``for ...: fn(); torch.cuda.synchronize()``), or in a
+    statement that reads a result on the host (``print(y.sum().item())``): its last iteration
+    waits for the GPU before the loop ends, as the window needs."""
     if type(stmt) not in (cst.For, cst.While) or type(stmt.body) is not cst.IndentedBlock or stmt.orelse:
         return False
-    return bool(stmt.body.body) and _is_sync_statement(model, stmt.body.body[-1], function)
+    last = stmt.body.body[-1] if stmt.body.body else None
+    return last is not None and (_is_sync_statement(model, last, function) or type(last) is cst.SimpleStatementLine
+                                 and any(model.sync_kind(c, function) for c in _statement_calls(last)))
 
 
 def _is_sync_statement(model: ModuleModel, stmt: cst.CSTNode, function) -> bool:
