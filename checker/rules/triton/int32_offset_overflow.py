@@ -10,7 +10,7 @@ from kcheck.rules.triton import (
 )
 from kcheck.rules.triton.launches import launch_words
 from kcheck.rules.triton.sizes import (
-    BATCH_HEAD, CACHE_TENSOR, DECODE_QUERY, INDEX_OPS, LOGITS_TENSOR, PARTIAL, ROTARY, SEQUENCE, SMALL, SMALL_FILE,
+    BATCH_HEAD, CACHE_TENSOR, DECODE_QUERY, INDEX_OPS, LOGITS_TENSOR, PARTIAL, REQUEST, ROTARY, SEQUENCE, SMALL, SMALL_FILE,
     SMALL_KERNEL, SMALL_TENSOR, mirror, one_token_batch, sequence_batch, strides,
 )
 from kcheck.triton_values import I64, values as triton_values
@@ -269,7 +269,7 @@ def k(k_cache_ptr, stride_page, PAGE: tl.constexpr):
             if cache:
                 return "a KV cache or cache pool (" + ", ".join(cache[:2]) + ")"
             logits = sorted(w for w in words if LOGITS_TENSOR.search(w))
-            if logits:
+            if logits and not any(REQUEST.search(x) for x in names_in(pid_side)):  # one row per request: small
                 return "vocabulary-wide logits (" + ", ".join(logits[:2]) + ")"
             batch = sorted(x for x in big if sequence_batch(x, params))
             if batch:
@@ -287,6 +287,8 @@ def k(k_cache_ptr, stride_page, PAGE: tl.constexpr):
                 return "a dimension the kernel widens to int64 for a sibling tensor (" + wide_sib[0] + ")"
             return ""
 
+        reported: set[int] = set()
+
         def check(root, report: bool) -> None:
             for n in nodes_under(root):
                 if type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply:
@@ -301,7 +303,8 @@ def k(k_cache_ptr, stride_page, PAGE: tl.constexpr):
                             if below_constant(pid_side) and not whole_slices(other):
                                 break  # slot * stride_slot with slot = token % PAGE_SIZE: inside one page
                             why = evidence(n, pid_side, other, big) if report else ""
-                            if why:
+                            if why and not any(id(a) in reported for a in model.ancestors(n)):
+                                reported.add(id(n))  # off_bh * n * d: once, for the outer product
                                 self.report(n, pid=_text(pid_side), other=_text(other), why=why)
                             break
 

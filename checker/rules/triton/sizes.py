@@ -31,6 +31,9 @@ INDEX_OPS = {"multiple_of", "max_contiguous", "minimum", "maximum"}
 CACHE_TENSOR = re.compile(r"kv_cache|k_cache|v_cache|key_cache|value_cache|kv_buffer|k_buffer|v_buffer"
                           r"|kv_pool|kv_data|paged_?kv|(^|_)(kv|k|v)?_?cache(_|$)|(^|_)pool(_|$)", re.IGNORECASE)
 LOGITS_TENSOR = re.compile(r"logit|vocab|lm_head", re.IGNORECASE)
+# An index over the requests of a batch (``req_idx``, ``request``): a serving batch holds at most
+# the engine's request cap (a few thousand), so one logits row per request stays below 2^31.
+REQUEST = re.compile(r"(^|_)req(uest)?s?(_|$)|^req_?(idx|id|index)$", re.IGNORECASE)
 ROTARY = re.compile(r"cos|sin|rope|rotary|freq|inv_freq", re.IGNORECASE)
 # A program id over batch x heads (``off_bh``, ``i_bh``, ``off_hz``, ``pid_bh``): a step of it skips
 # one head's whole sequence, so the product spans a [batch, heads, seq, dim] tensor.
