@@ -618,7 +618,8 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
             return True  # ``if check_inputs:`` where no caller turns ``check_inputs`` on
         if type(anc) is cst.Assert and child is anc.msg:
             return True  # an assert's message is built only when the assert fails
-        if type(anc) in (cst.If, cst.IfExp) and child is not anc.test and _names_flag(anc.test):
+        if type(anc) in (cst.If, cst.IfExp) and child is not anc.test and (
+                _names_flag(anc.test) or _diagnostic_env_switch(model, anc.test)):
             # the branch taken when the switch is on: the body of ``if debug:``, the else of
             # ``if not self.enable_timing:`` (whose body is the normal path)
             negated = type(anc.test) is cst.UnaryOperation and type(anc.test.operator) is cst.Not
@@ -864,6 +865,31 @@ def _assigns(model, body: cst.CSTNode, tested: set[str], declared: set[str] | No
                         declared is None or sub or type(el) is cst.Attribute or el.value in declared):
                     return True
     return False
+
+
+# What a diagnostic switch read from the environment is named for: ``_FP8_LOG_SCALES =
+# os.environ.get("X_FP8_LOG_SCALES")``, ``DUMP_TENSORS = os.getenv(...)``, ``CHECK_NAN``.
+DIAGNOSTIC_WORD = re.compile(r"(^|_)(log|logging|dump|stats|check|checks|nan|debug|verbose|trace|profile)(_|$)", re.I)
+
+
+def _diagnostic_env_switch(model, test: cst.CSTNode) -> bool:
+    """A test of a module-level name bound from the environment (``os.environ``, ``os.getenv``) and
+    named for diagnostics (``if _FP8_LOG_SCALES:``): an opt-in switch, off in normal serving."""
+    from kcheck.model import walk
+
+    found = model.__dict__.get("_env_switches")
+    if found is None:
+        found = model.__dict__["_env_switches"] = set()
+        for stmt in model.module.body if model.module is not None else ():
+            if type(stmt) is not cst.SimpleStatementLine:
+                continue
+            for small in stmt.body:
+                if type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name \
+                        and any(type(n) is cst.Attribute and model.dotted(n) in ("os.environ", "os.getenv")
+                                for n in walk(small.value)):
+                    found.add(small.targets[0].target.value)
+    return bool(found) and any(type(n) is cst.Name and n.value in found and DIAGNOSTIC_WORD.search(n.value)
+                               for n in walk(test))
 
 
 def _names_flag(test: cst.CSTNode) -> bool:

@@ -56,7 +56,9 @@ class HostSyncInHotPath(Rule):
       would do (`x if isinstance(x, list) else x.tolist()`, `if isinstance(n, torch.Tensor): n =
       n.item()`);
     - a sync off the normal step: in an `except` handler, under a debug switch
-      (`if envs.TRACE_X.get():`, `if self.debug:`, after `if not <switch>: return`), or in a
+      (`if envs.TRACE_X.get():`, `if self.debug:`, a module-level switch read from the environment
+      and named for diagnostics: `_LOG_SCALES = os.environ.get(...)`; after `if not <switch>:
+      return`), or in a
       branch that fills the cache its test reads (`if key not in cache: cache[key] = ...`, or the
       `else` of `if self._c is not None and self._c[0] == key:` that refills `self._c`), at any
       depth below the hot path (a helper called there is not entered); the same holds for a
