@@ -354,14 +354,68 @@ def region_root(model, region) -> cst.CSTNode:
     return node
 
 
-def int_value(fn: cst.CSTNode | None, node: cst.CSTNode | None) -> int | None:
-    """An integer literal, or a parameter of ``fn`` whose default is one."""
+def int_value(fn: cst.CSTNode | None, node: cst.CSTNode | None, module: cst.Module | None = None,
+              depth: int = 3) -> int | None:
+    """An integer literal, or a parameter of ``fn`` whose default is one; given the ``module``,
+    also a name bound to one literal only (in ``fn``, or at the module's top level: ``repeats =
+    3``) and a command-line option's default (``args.repeats`` of
+    ``add_argument("--repeats", type=int, default=10)``), the count a script runs with unless told
+    otherwise."""
     if type(node) is cst.Integer:
         return int(node.evaluated_value)
     if type(node) is cst.Name and type(fn) is cst.FunctionDef:
         for p in [*fn.params.params, *fn.params.kwonly_params]:
-            if p.name.value == node.value and type(p.default) is cst.Integer:
-                return int(p.default.evaluated_value)
+            if p.name.value == node.value:
+                return int(p.default.evaluated_value) if type(p.default) is cst.Integer else None
+    if module is None:
+        return None
+    if type(node) is cst.Name:
+        for root in ([fn.body] if type(fn) is cst.FunctionDef else []) + [module]:
+            values = [s for n in nodes_under(root) if type(n) is cst.SimpleStatementLine
+                      for name, s in _assigned(n) if name == node.value]
+            if values:
+                if len(values) != 1 or type(values[0]) is cst.AugAssign:
+                    return None
+                value = values[0].value
+                if type(value) in (cst.Name, cst.Attribute) and depth:  # ``niters = repeats``
+                    return int_value(fn, value, module, depth - 1)
+                return int(value.evaluated_value) if type(value) is cst.Integer else None
+        return None
+    if type(node) is cst.Attribute and type(node.value) in (cst.Name, cst.Attribute):
+        return option_default(module, node.attr.value)
+    return None
+
+
+def _assigned(line: cst.SimpleStatementLine):
+    """``(name, statement)`` for each plain name a line assigns, augmented assignments included
+    (a count that changes is no constant)."""
+    for s in line.body:
+        if type(s) is cst.Assign:
+            for t in s.targets:
+                if type(t.target) is cst.Name:
+                    yield t.target.value, s
+        elif type(s) is cst.AugAssign and type(s.target) is cst.Name:
+            yield s.target.value, s
+        elif type(s) is cst.AnnAssign and type(s.target) is cst.Name and s.value is not None:
+            yield s.target.value, s
+
+
+def option_default(module: cst.Module, dest: str) -> int | None:
+    """The integer default of the command-line option stored as ``dest``
+    (``add_argument("--num-iters", type=int, default=10)`` for ``num_iters``), else None."""
+    for n in nodes_under(module, nested=True):
+        if type(n) is not cst.Call or type(n.func) is not cst.Attribute or n.func.attr.value != "add_argument":
+            continue
+        flags = [str(a.value.evaluated_value) for a in n.args if a.keyword is None and type(a.value) is cst.SimpleString]
+        explicit = next((a.value for a in n.args if a.keyword is not None and a.keyword.value == "dest"), None)
+        if type(explicit) is cst.SimpleString:
+            names = {str(explicit.evaluated_value)}
+        else:
+            longs = [f for f in flags if f.startswith("--")] or flags
+            names = {longs[0].lstrip("-").replace("-", "_")} if longs else set()
+        if dest in names:
+            default = next((a.value for a in n.args if a.keyword is not None and a.keyword.value == "default"), None)
+            return int(default.evaluated_value) if type(default) is cst.Integer else None
     return None
 
 

@@ -41,7 +41,13 @@ class LooseTolerance(Rule):
     tolerance beside its dtype (`(torch.bfloat16, 1e4, 1e-2)`; a row naming no dtype is judged
     by the test's dtypes, a row naming a quantised one is not judged), and a local
     `atol = 20.0 if out_dtype == torch.bfloat16 else 1.0`, whose first value is judged as BF16
-    even in a test that also runs FP8 inputs (their output is BF16). Not judged this way: the
+    even in a test that also runs FP8 inputs (their output is BF16). Values that reach the
+    comparison through local names are followed too: tuples assigned under a dtype test
+    (`rtol, atol = 3e-2, 5e-2` under `if itype == torch.bfloat16:`, judged as BF16; the other
+    branch of such a test, by the test's other dtypes), a value scaled at the comparison
+    (`atol=atol * 10`, reported at the comparison), and a checking helper's tolerance parameter
+    (`def check_close(out, ref, atol=1e-2)`: its default, and the keyword each same-module caller
+    passes, judged by that caller's dtypes; the kernel then runs at the callers). Not judged this way: the
     outputs of a training run (the test or its helpers call `optimizer.step()`), whose error
     compounds over the steps.
 
@@ -147,7 +153,9 @@ def test_softmax():
             dtypes = dtypes & TOLERANCE_LIMITS.keys() or {"bfloat16"}
             loosest = max(dtypes, key=lambda d: TOLERANCE_LIMITS[d])
             for which, index, slot in (("rtol", 2, 1), ("atol", 3, 0)):
-                value = number(original_node, arg(node, index if positional else 99, which))
+                base, factor = _scaled(original_node, arg(node, index if positional else 99, which))
+                value = number(original_node, base)
+                value = value * factor if value is not None else None
                 limit = TOLERANCE_LIMITS[loosest][slot]
                 if value is not None and value > limit:
                     self.report(node, which=which, value=value, dtype=loosest, limit=limit)
@@ -167,24 +175,113 @@ def test_softmax():
         if any(type(c.func) is cst.Attribute and c.func.attr.value == "step" for c in calls(model, fn.body)):
             return True  # outputs of a training run (optimizer.step()): error compounds over steps, not judged
         resolved = False
+        found = []
         for which, index, slot in (("rtol", 2, 1), ("atol", 3, 0)):
-            name = arg(call, index if positional else 99, which)
+            name, factor = _scaled(module, arg(call, index if positional else 99, which))
             if type(name) is not cst.Name or number(module, name) is not None:
                 continue
-            for value, dtype in [*self._rows(fn, name.value), *self._conditional(fn, name.value)]:
+            for value, dtype in [*self._rows(fn, name.value), *self._local(fn, name.value)]:
                 resolved = True
-                if dtype is None:
+                if dtype is None or type(dtype) is frozenset:
                     dtypes = self._dtypes(call) or dtypes_in(model, module_statements(module))
                     if "quantized" in dtypes or self._quantized_path(call):
                         continue
+                    if type(dtype) is frozenset:  # the other branch of a test naming these dtypes
+                        dtypes = dtypes - dtype if dtypes - dtype else dtypes
                     dtypes = dtypes & TOLERANCE_LIMITS.keys() or {"bfloat16"}
                     dtype = max(dtypes, key=lambda d: TOLERANCE_LIMITS[d])
                 got = number(module, value)
+                if got is None:
+                    continue
+                got *= factor
                 limit = TOLERANCE_LIMITS[dtype][slot]
-                if got is not None and got > limit and id(value) not in self._reported:
-                    self._reported.add(id(value))
-                    self.report(value, which=which, value=got, dtype=dtype, limit=limit)
+                # a value scaled at the comparison is reported there, the others where written
+                where = value if factor == 1 else call
+                if got > limit and id(where) not in self._reported:
+                    found.append((got / limit, where, which, got, dtype, limit))
+        for ratio, where, which, got, dtype, limit in sorted(found, key=lambda f: -f[0]):
+            if id(where) not in self._reported:  # the loosest value of each place
+                self._reported.add(id(where))
+                self.report(where, which=which, value=got, dtype=dtype, limit=limit)
         return resolved
+
+    def _local(self, fn: cst.FunctionDef, name: str):
+        """(value, dtype) of each value the function gives ``name``: its parameter default, a
+        same-module caller's keyword (``check(out, ref, atol=0.5)``, judged by the caller's
+        dtypes), and its assignments (``rtol, atol = 3e-2, 5e-2`` included, and each side of
+        ``A if <test> else B``). A value is chosen for the dtype of the test it sits under
+        (``if dtype == torch.bfloat16:``, or an ``if``-expression's test) and for the others on
+        the other side (a frozenset of the dtypes it was not chosen for); None: not chosen per
+        dtype."""
+        yield from self._conditional(fn, name)
+        for p in [*fn.params.params, *fn.params.kwonly_params]:
+            if p.name.value == name and p.default is not None:
+                yield p.default, None
+                for caller, value in self._callers_passing(fn, name):
+                    found = dtypes_in(self.model, [caller]) & TOLERANCE_LIMITS.keys()
+                    if "quantized" not in dtypes_in(self.model, [caller]) and not _quantized_name(caller.name.value):
+                        yield value, (max(found, key=lambda d: TOLERANCE_LIMITS[d]) if found else None)
+        for n in nodes_under(fn.body):
+            if type(n) is not cst.Assign or len(n.targets) != 1:
+                continue
+            target = n.targets[0].target
+            if type(target) is cst.Name and target.value == name:
+                at = None
+            elif type(target) in (cst.Tuple, cst.List):
+                at = next((i for i, e in enumerate(target.elements)
+                           if type(e.value) is cst.Name and e.value.value == name), None)
+                if at is None:
+                    continue
+            else:
+                continue
+            outer = self._branch_dtype(fn, n)
+            if outer is False:
+                continue
+            value = n.value
+            if type(value) is cst.IfExp:
+                if type(n.value) is cst.IfExp and at is None and type(target) is cst.Name:
+                    continue  # ``name = A if test else B``: judged by _conditional
+                chosen = self._row_dtype(value.test)
+                if chosen is False:
+                    continue
+                sides = [(value.body, chosen or outer), (value.orelse, frozenset({chosen}) if chosen else outer)]
+            else:
+                sides = [(value, outer)]
+            for side, dtype in sides:
+                if at is not None:
+                    if type(side) not in (cst.Tuple, cst.List) or at >= len(side.elements):
+                        continue
+                    side = side.elements[at].value
+                if type(side) in (cst.Integer, cst.Float):
+                    yield side, dtype
+
+    def _branch_dtype(self, fn: cst.FunctionDef, node: cst.CSTNode):
+        """The dtype the innermost ``if`` around ``node`` (inside ``fn``) tests for: its name when
+        ``node`` is in the body, the frozenset of it when in the ``else``; None when no such test;
+        False when the test names a quantised dtype or several."""
+        child = node
+        for anc in self.model.ancestors(node):
+            if anc is fn:
+                return None
+            if type(anc) is cst.If:
+                dtype = self._row_dtype(anc.test)
+                if dtype is False:
+                    return False
+                if dtype is not None:
+                    inside = any(x is child for x in [anc.body])
+                    return dtype if inside else frozenset({dtype})
+            child = anc
+        return None
+
+    def _callers_passing(self, fn: cst.FunctionDef, name: str):
+        """(caller, value) for each same-module call of ``fn`` that passes ``name`` by keyword."""
+        for call in self.model.calls:
+            if type(call) is not cst.Call or self.model.callee(call) is not fn:
+                continue
+            value = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+            caller = self.model.enclosing_function(call)
+            if value is not None and caller is not None:
+                yield caller, value
 
     def _row_dtype(self, row: cst.CSTNode) -> str | None | bool:
         """The one float dtype a parametrize row or a branch's test names (None: none; False:
@@ -275,7 +372,12 @@ def test_softmax():
         fn = self.model.enclosing_function(call)
         if fn is None:
             return True
-        return any(kernel_call(self.model, c) for c in calls(self.model, fn.body))
+        if any(kernel_call(self.model, c) for c in calls(self.model, fn.body)):
+            return True
+        # a checking helper (``check_close(out, ref, atol=...)``): the kernel runs at its callers
+        callers = [self.model.enclosing_function(c) for c in self.model.callers(fn)]
+        return any(c is not None and c is not fn and any(kernel_call(self.model, x) for x in calls(self.model, c.body))
+                   for c in callers)
 
     def _reasoned(self, call: cst.Call) -> bool:
         """A comment on the comparison (or just above it) gives the reason for the tolerance."""
@@ -335,3 +437,16 @@ def _skipped(model, row: cst.Call) -> bool:
         if type(target) is cst.Attribute and target.attr.value == "skip" and (model.dotted(target.value) or "").endswith("mark"):
             return True
     return False
+
+
+def _scaled(module: cst.Module, node: cst.CSTNode | None) -> tuple[cst.CSTNode | None, float]:
+    """A tolerance written as a value times a number (``atol * 10``, ``2 * ATOL``, ``atol / 2``):
+    the value and the factor; anything else: the node itself and 1."""
+    if type(node) is cst.BinaryOperation and type(node.operator) in (cst.Multiply, cst.Divide):
+        right = number(module, node.right)
+        if right:
+            return node.left, (right if type(node.operator) is cst.Multiply else 1 / right)
+        left = number(module, node.left)
+        if left is not None and type(node.operator) is cst.Multiply:
+            return node.right, left
+    return node, 1.0

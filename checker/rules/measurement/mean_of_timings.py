@@ -6,7 +6,7 @@ import libcst as cst
 
 from kcheck.model import HOST_TIMERS
 from kcheck.rule import Rule
-from kcheck.rules.measurement import Scope, arg, device_timing, int_value, last, nodes_under, region_root
+from kcheck.rules.measurement import Scope, arg, code, device_timing, int_value, last, nodes_under, region_root
 
 MEANS = {"mean", "fmean", "average"}
 FEW_RUNS = 20  # a window averaging this many runs or fewer is "a handful"
@@ -29,7 +29,12 @@ class MeanOfTimings(Rule):
     helper whose own mean is reported is not reported again at its callers); and a timed
     window around `for _ in range(N)` with N of 20 or fewer, or a host-timed total divided by
     such a loop's count (`(time.perf_counter() - t0) / iters`, wherever the two timers stand),
-    which is a mean of a handful of runs.
+    which is a mean of a handful of runs. The count may be written elsewhere: a name bound once
+    to a number (in the function or at the module's top level, `repeats = 3`), an alias of a
+    parameter (`niters = repeats`), or a command-line option's default (`args.num_iters` of
+    `add_argument("--num-iters", default=10)`); a script's top level is judged like a function.
+    Per-run timings include values computed from a timer (`tokens / (time.perf_counter() - t0)`),
+    kept in a list or a dict entry (`metrics["tokens_per_sec"].append(...)`).
 
     A mean reported beside the median or percentiles (a function that computes or reads those
     too, `stats["median"]` included) is an extra column, and a short window that only estimates
@@ -147,13 +152,15 @@ def bench_host(fn, x, iters=5):
             for stmt in region.nodes:
                 if type(stmt) is cst.For and type(stmt.iter) is cst.Call and \
                         model.dotted(stmt.iter.func) == "range" and len(stmt.iter.args) == 1:
-                    n = int_value(root, stmt.iter.args[0].value)
+                    n = int_value(root, stmt.iter.args[0].value, original_node)
                     if n is not None and 1 < n <= FEW_RUNS and not self._estimate(root):
                         windows.add(id(root))
                         self.report(stmt, what=f"one window over {n} runs gives the mean of a handful of runs")
         for node in nodes_under(original_node, nested=True):
             if type(node) is cst.BinaryOperation and type(node.operator) is cst.Divide and scope.covers(node):
                 fn = model.enclosing_function(node)
+                if fn is None and not any(type(a) in (cst.ClassDef, cst.Lambda) for a in model.ancestors(node)):
+                    fn = original_node  # a script's top level: its statements are the benchmark
                 if fn is not None and id(fn) not in windows:
                     n = self._divided_total(fn, node)
                     if n is not None and not self._estimate(fn) and not self._median_too(node):
@@ -180,26 +187,27 @@ def bench_host(fn, x, iters=5):
         return any(type(n) is cst.Call and (model.call_name(n) in HOST_TIMERS
                                             or last(model.dotted(n.func)) == "elapsed_time") for n in nodes_under(expr))
 
-    def _divided_total(self, fn: cst.FunctionDef, node: cst.BinaryOperation) -> int | None:
+    def _divided_total(self, fn: cst.FunctionDef | cst.Module, node: cst.BinaryOperation) -> int | None:
         """``(time.perf_counter() - t0) / iters`` (or a name holding such a total) where ``iters``
         is the count of a ``for _ in range(iters)`` loop in the same function, of 2 to FEW_RUNS
         runs: the window around the loop, wherever its timers stand (one inside a ``with``
         block, the other in the ``return``), reports the mean of a handful of runs."""
         right = node.right
-        n = int_value(fn, right)
+        n = int_value(fn, right, self.context.module)
         if n is None or not 1 < n <= FEW_RUNS:
             return None
-        totals = {t.target.value for a in nodes_under(fn.body) if type(a) is cst.Assign and self._timer_value(a.value)
+        body = fn.body if type(fn) is cst.FunctionDef else fn
+        totals = {t.target.value for a in nodes_under(body) if type(a) is cst.Assign and self._timer_value(a.value)
                   for t in a.targets if type(t.target) is cst.Name}
         if not (self._timer_value(node.left) or any(type(x) is cst.Name and x.value in totals
                                                     for x in nodes_under(node.left))):
             return None
-        count = right.value if type(right) is cst.Name else None
-        for loop in nodes_under(fn.body):
+        count = code(right) if type(right) in (cst.Name, cst.Attribute) else None
+        for loop in nodes_under(body):
             if type(loop) is cst.For and type(loop.iter) is cst.Call and self.model.dotted(loop.iter.func) == "range" \
                     and len(loop.iter.args) == 1:
                 arg0 = loop.iter.args[0].value
-                if (type(arg0) is cst.Name and arg0.value == count) or (
+                if (type(arg0) in (cst.Name, cst.Attribute) and code(arg0) == count) or (
                         count is None and type(arg0) is cst.Integer and int(arg0.evaluated_value) == n):
                     return n
         return None
@@ -267,7 +275,8 @@ def bench_host(fn, x, iters=5):
             for c in nodes_under(root, nested=True))
 
     def _mentions(self, node: cst.CSTNode, timings: set[str]) -> bool:
-        return any(type(n) is cst.Name and n.value in timings for n in nodes_under(node))
+        return any((type(n) is cst.Name and n.value in timings) or (type(n) is cst.Subscript and code(n) in timings)
+                   for n in nodes_under(node))
 
     def _timing_lists(self, module: cst.Module) -> set[str]:
         """Names of lists filled with per-run timings: ``times.append(start.elapsed_time(end))``,
@@ -278,6 +287,17 @@ def bench_host(fn, x, iters=5):
             if type(n) is cst.Assign and type(n.value) is cst.Call and (
                     model.call_name(n.value) in HOST_TIMERS or last(model.dotted(n.value.func)) == "elapsed_time"):
                 timer_names |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
+        # and names computed from those in the same function: ``t = time.perf_counter() - t0``,
+        # ``tokens_sec = tokens / t`` (a rate is a timing too)
+        for fn in [module, *(f for f in nodes_under(module, nested=True) if type(f) is cst.FunctionDef)]:
+            local = set(timer_names)
+            for n in nodes_under(fn.body if type(fn) is cst.FunctionDef else fn):
+                if type(n) is cst.Assign and any(
+                        (type(x) is cst.Name and x.value in local) or (type(x) is cst.Call and (
+                            model.call_name(x) in HOST_TIMERS or last(model.dotted(x.func)) == "elapsed_time"))
+                        for x in nodes_under(n.value)):
+                    local |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
+            timer_names |= local
 
         def is_timing(expr) -> bool:
             for s in nodes_under(expr):
@@ -291,8 +311,8 @@ def bench_host(fn, x, iters=5):
         lists: set[str] = set()
         for n in nodes_under(module, nested=True):
             if type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "append" \
-                    and type(n.func.value) is cst.Name and n.args and is_timing(n.args[0].value):
-                lists.add(n.func.value.value)
+                    and type(n.func.value) in (cst.Name, cst.Subscript) and n.args and is_timing(n.args[0].value):
+                lists.add(code(n.func.value))  # ``times`` or ``metrics["tokens_per_sec"]``
             elif type(n) is cst.Assign and type(n.value) in (cst.ListComp, cst.List) and is_timing(n.value):
                 lists |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
         return lists

@@ -6,7 +6,7 @@ import re
 import libcst as cst
 
 from kcheck.gate import NESTED_SCOPES, ast_children, dotted
-from kcheck.model import MEASUREMENT_PATH
+from kcheck.model import HOST_TIMERS, MEASUREMENT_PATH
 from kcheck.rule import Rule
 from kcheck.rules.measurement import (
     TIMER_TEXT, Scope, arg, code, device_timing, int_value, last, nodes_under, reads_back, region_root,
@@ -32,7 +32,8 @@ class MissingWarmup(Rule):
     (`runner = call_fn`) of a function called before. A window that accumulates values read back
     to the host on every step (`count += x.sum().item()`) is a host-side statistics loop, not a
     kernel timing. Only code that measures to report a number is judged: a benchmark or timing
-    file, or a function named `bench*`/`time*`/`measure*`; a `test_*` function printing how long its reference took, and
+    file, or a function named `bench*`/`time*`/`measure*`; a window whose elapsed time is only
+asserted under a bound (`assert elapsed < DEADLOCK_SECONDS`, a hang check), a `test_*` function printing how long its reference took, and
     serving code profiling itself (`_profile_*`), are left alone. Also finds `do_bench(..., warmup=0)`.
 
     ## Why is this bad?
@@ -153,6 +154,8 @@ def bench(x):
                     names |= {code(x.func) for x in nodes_under(target.body) if type(x) is cst.Call}
             if reads_back(region):
                 continue  # reads a value back every step: a host-side statistics loop, not a kernel timing
+            if self._watchdog(root):
+                continue  # the elapsed time is asserted under a bound: a hang or timeout check, not a figure
             fn_body = region.function.body if region.function is not None else root
             for _ in range(2):  # runner = call_fn: the alias is warmed by a call of what it names
                 for n in nodes_under(fn_body):
@@ -182,6 +185,24 @@ def bench(x):
         if MEASUREMENT_PATH.search(self.model.path):
             return True
         return any(BENCH_NAME.match(n) for n in names)
+
+    def _watchdog(self, root: cst.CSTNode) -> bool:
+        """The function asserts (or raises) on the elapsed time it took against a bound
+        (``assert elapsed < DEADLOCK_SECONDS``): the window guards against a hang, and the first
+        call's compilation is part of what it allows for."""
+        model = self.model
+        body = root.body if type(root) is cst.FunctionDef else root
+        elapsed: set[str] = set()
+        for n in nodes_under(body):
+            if type(n) is cst.Assign and any(
+                    type(x) is cst.Call and (model.call_name(x) in HOST_TIMERS or last(model.dotted(x.func)) == "elapsed_time")
+                    for x in nodes_under(n.value)) and type(n.value) is not cst.Call:
+                elapsed |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
+        checks = [n.test for n in nodes_under(body) if type(n) is cst.Assert]
+        checks += [n.test for n in nodes_under(body) if type(n) is cst.If
+                   and any(type(x) is cst.Raise for x in nodes_under(n.body))]
+        return any(type(c) is cst.Comparison and any(type(x) is cst.Name and x.value in elapsed for x in nodes_under(c))
+                   for t in checks for c in nodes_under(t))
 
     def _warm(self, root: cst.CSTNode, start: cst.CSTNode, names: set[str]) -> bool:
         """``root`` warms up: it names a warm-up, or calls one of ``names`` before ``start``."""

@@ -8,6 +8,9 @@ from kcheck.rule import Rule
 from kcheck.rules.measurement import Scope, is_compare, last, nodes_under
 
 ASSERTING = ("assert", "fail", "exit")
+# A checking helper named so among the words of its name (gems_assert_close, _assert_equal,
+# check_assert_close): a project's own wrapper of an assert.
+ASSERT_WORD = re.compile(r"(^|_)assert(_|$)", re.IGNORECASE)
 # Helpers that only report (print_mismatch_details, log_errors, show_diff).
 REPORTER = re.compile(r"^_?(print|log|report|show|dump|describe|display|summari[sz]e|emit)", re.IGNORECASE)
 # Error measures compared with a bound (if max_diff > tol:).
@@ -22,7 +25,8 @@ class PrintedComparison(Rule):
     ## What it does
     In test and benchmark code, finds functions (and script top levels) that print or log a
     comparison — the result of `allclose`/`isclose`/`equal`, or an error such as
-    `(out - ref).abs().max()` — and never check it: no `assert`, no `raise`, no `assert_*`
+    `(out - ref).abs().max()`, directly or as returned by a same-module helper that measures it
+    (`err = relative_error(out, ref)`) — and never check it: no `assert`, no `raise`, no `assert_*`
     call, no `pytest.fail` or `sys.exit`, the difference is not returned to a caller, and the
     function is not a helper whose callers all assert. Also left alone: a comparison whose result
     decides something (`if not torch.allclose(...): return False`, `results[k] = passed`,
@@ -138,6 +142,23 @@ def verify(out, ref):
                         return True
         return False
 
+    def _returns_error(self, fn: cst.FunctionDef) -> bool:
+        """A helper whose returned value is a comparison or an error measure of its arguments
+        (``return float((num / den).item())`` after ``num = (a - b).abs().max()``)."""
+        memo = self.__dict__.setdefault("_error_helpers", {})
+        if id(fn) not in memo:
+            memo[id(fn)] = False  # a helper that calls itself returns no error through that call
+            diffs: set[str] = set()
+            found = False
+            for node in nodes_under(fn.body):
+                if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
+                    if self._difference(node.value, diffs):
+                        diffs.add(node.targets[0].target.value)
+                elif type(node) is cst.Return and node.value is not None and self._difference(node.value, diffs):
+                    found = True
+            memo[id(fn)] = found
+        return memo[id(fn)]
+
     def _callers_check(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
         """A helper that prints statistics for callers that all assert (there is at least one)."""
         callers = [self.model.enclosing_function(c) for c in self.model.callers(fn)]
@@ -147,7 +168,8 @@ def verify(out, ref):
         for node in nodes_under(fn.body):
             if type(node) in (cst.Assert, cst.Raise):
                 return True
-            if type(node) is cst.Call and last(self.model.call_name(node)).startswith(ASSERTING):
+            if type(node) is cst.Call and (last(self.model.call_name(node)).startswith(ASSERTING)
+                                           or ASSERT_WORD.search(last(self.model.call_name(node)))):
                 return True
         return False
 
@@ -162,7 +184,7 @@ def verify(out, ref):
                 return
             if type(node) is cst.Call:
                 name = last(model.call_name(node))
-                if name.startswith(ASSERTING):
+                if name.startswith(ASSERTING) or ASSERT_WORD.search(name):
                     return
             if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
                 if self._difference(node.value, diffs):
@@ -186,13 +208,17 @@ def verify(out, ref):
             return
 
     def _difference(self, expr: cst.CSTNode, diffs: set[str]) -> str | None:
-        """What in ``expr`` is a comparison or an error measure, or None."""
+        """What in ``expr`` is a comparison or an error measure, or None; a call of a same-module
+        helper that returns one (``relative_error(out, ref)``) is one too."""
         for n in nodes_under(expr):
             if type(n) is cst.Name and n.value in diffs:
                 return n.value
             if type(n) is cst.Call:
                 if is_compare(self.model, n):
                     return f"{last(self.model.call_name(n))}()"
+                helper = self.model.callee(n)
+                if type(helper) is cst.FunctionDef and self._returns_error(helper):
+                    return f"the error from {helper.name.value}()"
                 func = n.func
                 if type(func) is cst.Attribute and func.attr.value == "abs" and any(
                         type(s) is cst.BinaryOperation and type(s.operator) is cst.Subtract
