@@ -367,12 +367,21 @@ def test_softmax():
         return False
 
     def _checks_kernel(self, call: cst.Call) -> bool:
-        """The test runs a kernel (a launch, or a call into kernel code) in the function or the
-        same-module helpers it calls; end-to-end model and server outputs are judged elsewhere."""
+        """The test runs a kernel (a launch, or a call into kernel code) in the function, the
+        same-module helpers it calls or the same-module classes it builds; end-to-end model and
+        server outputs are judged elsewhere."""
         fn = self.model.enclosing_function(call)
         if fn is None:
             return True
-        if any(kernel_call(self.model, c) for c in calls(self.model, fn.body)):
+        reached = calls(self.model, fn.body)
+        if any(kernel_call(self.model, c) for c in reached):
+            return True
+        # a same-module module wrapper built in the test (``LigerLMHeadCE(...)``): its methods run
+        # the kernel (``self.ce_loss = LigerFusedLinearCrossEntropyLoss(...)`` in ``__init__``)
+        classes = {c.name.value: c for c in nodes_under(self.context.module, nested=True) if type(c) is cst.ClassDef}
+        built = {last_name(self.model, c) for c in reached} & classes.keys()
+        if any(kernel_call(self.model, c) for name in built for c in nodes_under(classes[name], nested=True)
+               if type(c) is cst.Call):
             return True
         # a checking helper (``check_close(out, ref, atol=...)``): the kernel runs at its callers
         callers = [self.model.enclosing_function(c) for c in self.model.callers(fn)]
