@@ -193,6 +193,8 @@ def library_family(name: str | None, config=None) -> str | None:
         return None
     if name in LIBRARY_OPS:
         return LIBRARY_OPS[name]
+    if name.endswith("_") and not name.endswith("__") and name[:-1] in LIBRARY_OPS:
+        return LIBRARY_OPS[name[:-1]]  # the in-place form (``torch.relu_``) is the same op
     for pattern, family in LIBRARY_OPS.items():
         if "*" in pattern and fnmatch.fnmatchcase(name, pattern):
             return family
@@ -233,6 +235,7 @@ def find_claims(model, module: cst.Module) -> None:
             if any(name in TRITON_DECORATORS for name in decorator_names(model, fn)):
                 model.triton_kernels.append(fn)
     consts, extensions = _module_bindings(model, module)
+    _nested_extensions(model, module, consts, extensions)
     model._claim_extensions = extensions
     model._claim_module = module
     ext_attrs, ext_functions = _extension_attrs(model, module, extensions)
@@ -264,6 +267,48 @@ def _module_bindings(model, module: cst.Module) -> tuple[dict[str, str], dict[st
                 extensions[target.value] = cuda if not cpp or cpp in (cuda or "") else (
                     cpp if cuda is None else cpp + "\n" + cuda)
     return consts, extensions
+
+
+def _extension_source(model, call: cst.Call, consts: dict[str, str]) -> str | None:
+    """The C++/CUDA source a ``load_inline`` call builds from (``cuda_sources`` and ``cpp_sources``,
+    named through ``consts``), None when this file does not hold it as written."""
+    cuda = _string_value(_kwarg(call, "cuda_sources"), consts)
+    cpp = _string_value(_kwarg(call, "cpp_sources"), consts)
+    # the host functions may be defined in either (a wrapper in cpp_sources, kernels in cuda_sources)
+    return cuda if not cpp or cpp in (cuda or "") else (cpp if cuda is None else cpp + "\n" + cuda)
+
+
+def _nested_extensions(model, module: cst.Module, consts: dict[str, str], extensions: dict) -> None:
+    """Extensions built inside a function: ``global _ext; _ext = load_inline(...)`` in a lazy
+    builder (a module-level name, as if built at the top), and ``self.ext = load_inline(...)`` in a
+    method (recorded under ``"self.ext"``, which :func:`_extension_attrs` binds to the attribute),
+    and ``Fn.kernel = load_inline(...)`` on a class of the file (under ``"Fn.kernel"``).
+    Each source is read with the function's own string constants (``cuda_src = \"\"\"...\"\"\"``)."""
+    for defs in model.functions.values():
+        for fn in defs:
+            declared = {n.name.value for node in _walk(fn.body) if type(node) is cst.Global for n in node.names}
+            local: dict[str, str] | None = None
+            for node in _walk(fn.body):
+                if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.value) is not cst.Call \
+                        or not _is_extension_build(model, node.value):
+                    continue
+                target = node.targets[0].target
+                if type(target) is cst.Name and target.value in declared:
+                    key = target.value
+                elif type(target) is cst.Attribute and type(target.value) is cst.Name and (
+                        target.value.value in ("self", "cls") or target.value.value in model.classes):
+                    key = f"{target.value.value}.{target.attr.value}"  # ``Fn.kernel = load_inline(...)`` too
+                else:
+                    continue
+                if local is None:
+                    local = dict(consts)
+                    for stmt in _walk(fn.body):
+                        if type(stmt) is cst.Assign and len(stmt.targets) == 1 and type(stmt.targets[0].target) is cst.Name:
+                            text = _string_value(stmt.value, local)
+                            if text is not None:
+                                local[stmt.targets[0].target.value] = text
+                if key not in extensions or extensions[key] is None:
+                    extensions[key] = _extension_source(model, node.value, local)
 
 
 def _module_statements(body) -> Iterator[cst.CSTNode]:
@@ -309,12 +354,28 @@ def _extension_attrs(model, module, extensions) -> tuple[dict[str, str | None], 
                     if bound != value.value:  # bound to two extensions: which one is unknown
                         out[target.attr.value] = None
                 elif type(value) is cst.Call and _is_extension_build(model, value):
-                    out[target.attr.value] = None
+                    key = f"self.{target.attr.value}"
+                    out[target.attr.value] = key if key in extensions else None
+                elif type(value) is cst.Call and (built := _built_by(model, value, extensions)) is not None:
+                    out.setdefault(target.attr.value, built)  # ``self.ext = _get_extension()``
                 elif type(value) is cst.Attribute and type(value.value) is cst.Name and (
                     value.value.value in extensions and value.value.value not in model.imports
                 ):
                     functions[target.attr.value] = f"{value.value.value}.{value.attr.value}"
     return out, functions
+
+
+def _built_by(model, call: cst.Call, extensions) -> str | None:
+    """The extension a same-module builder function returns (``def _get_ext(): ...; return _ext``
+    with ``_ext`` an extension name), or None."""
+    if type(call.func) is not cst.Name or call.func.value in model.imports:
+        return None
+    function = model.local_function(call.func.value)
+    if function is None:
+        return None
+    names = {r.value.value for r in walk(function.body) if type(r) is cst.Return and type(r.value) is cst.Name}
+    found = [n for n in names if n in extensions]
+    return found[0] if len(found) == 1 else None
 
 
 def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=None) -> None:
@@ -347,6 +408,10 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
             model.launch_sites[id(node)] = Launch("torch-ops", node, name)
         elif parts[0] in extensions and len(parts) >= 2 and parts[0] not in model.imports:
             source = extensions[parts[0]]
+            model.launch_sites[id(node)] = _extension_launch(node, name, source, parts[-1], syncs.get(parts[-1], ""))
+        elif len(parts) >= 3 and parts[0] != "self" and f"{parts[0]}.{parts[1]}" in extensions:
+            # ``Fn.kernel.fused_kernel(...)`` of an extension stored on a class of this file
+            source = extensions[f"{parts[0]}.{parts[1]}"]
             model.launch_sites[id(node)] = _extension_launch(node, name, source, parts[-1], syncs.get(parts[-1], ""))
         elif parts[0] == "self" and len(parts) >= 3 and parts[1] in ext_attrs:
             source = extensions.get(ext_attrs[parts[1]]) if ext_attrs[parts[1]] else (
@@ -488,7 +553,7 @@ def _kernels_side_job(source: str, kernels: frozenset[str]) -> bool:
     todo, seen = list(kernels), set(kernels)
     while todo:
         body = bodies.get(todo.pop())
-        if body is None or CUDA_COMPUTE.search(body):
+        if body is None or CUDA_COMPUTE.search(_per_element_loops(body)):
             return False  # a kernel this source does not show, or one that loops
         for callee in _CALLED.findall(body):
             if callee in bodies and callee not in seen:
@@ -522,7 +587,31 @@ def _extension_work(source: str | None, function: str) -> tuple[bool, str, str, 
 
 def _cuda_side_job(source: str | None) -> bool:
     """Whether inline CUDA source only does per-element work: no loop, atomics, shuffles or MMA."""
-    return source is not None and "__global__" in source and not CUDA_COMPUTE.search(source)
+    return source is not None and "__global__" in source and not CUDA_COMPUTE.search(_per_element_loops(source))
+
+
+_FOR_HEADER = re.compile(r"\bfor\s*\(([^;()]*(?:\([^;()]*\)[^;()]*)*);([^;]*);([^;{]*?)\)\s*(?=[{\w])")
+_GRID_SIZED = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*[^;]*\bgridDim\b")
+
+
+def _per_element_loops(code: str) -> str:
+    """``code`` with the headers of loops that still do one element per step blanked: a grid-stride
+    loop (it starts from the thread's index and steps by the grid's size: ``for (i = idx; i < n;
+    i += blockDim.x * gridDim.x)``) and a loop over a handful of lanes (``for (j = 0; j < 4; ++j)``
+    over a vector's components). What remains of a loop is real per-thread work."""
+    grid_sized = set(_GRID_SIZED.findall(code))
+
+    def blank(m: re.Match) -> str:
+        init, cond, step = m.group(1), m.group(2), m.group(3)
+        stepped_by = re.search(r"\+=\s*(.+)$", step.strip())
+        if stepped_by and re.search(r"threadIdx|blockIdx|\b(idx|tid|index|gid|thread_id)\b", init) and (
+                "gridDim" in stepped_by.group(1) or set(re.findall(r"\w+", stepped_by.group(1))) & grid_sized):
+            return " " * len(m.group(0))
+        bound = re.search(r"<=?\s*(\d+)\s*$", cond.strip())
+        if bound and int(bound.group(1)) <= 8 and re.search(r"=\s*0\s*$", init.strip()):
+            return " " * len(m.group(0))
+        return m.group(0)
+    return _FOR_HEADER.sub(blank, code)
 
 
 def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
@@ -655,6 +744,11 @@ def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:
         if type(node) is cst.Assign and len(node.targets) == 1:
             target = node.targets[0].target
             if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
+                if _same_module_moved(node.value, target.attr.value):
+                    # ``self.conv = self.conv.to(memory_format=...)``: still the same layer; a buffer
+                    # bound elsewhere (``self.w, self.b = fold(...)``) moved to a layout is a tensor
+                    out.setdefault(target.attr.value, ("neutral",))
+                    continue
                 out[target.attr.value] = _attr_kind(model, node.value, extensions)
         elif type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "append" \
                 and node.args and type(node.func.value) is cst.Attribute and type(node.func.value.value) is cst.Name \
@@ -666,6 +760,17 @@ def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:
             if kind is not None and kind[0] == "container":
                 out[node.func.value.attr.value] = ("container", kind[1] + (_attr_kind(model, value, extensions),))
     return out
+
+
+MOVES = ("to", "cuda", "half", "float", "bfloat16", "double", "eval", "train", "requires_grad_", "contiguous")
+
+
+def _same_module_moved(value: cst.CSTNode, attr: str) -> bool:
+    """Whether ``value`` is ``self.<attr>`` moved, cast or switched to eval (``self.conv.to(...)``)."""
+    while type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value in MOVES:
+        value = value.func.value
+    return type(value) is cst.Attribute and type(value.value) is cst.Name and value.value.value == "self" \
+        and value.attr.value == attr
 
 
 def _bound_in(model, name: cst.Name) -> cst.CSTNode | None:
@@ -788,6 +893,9 @@ def _parameter_argument(model, func: cst.CSTNode) -> cst.CSTNode | None:
         at = None if index is None else index - (1 if method else 0)
         if arg is None and at is not None and 0 <= at < len(positional):
             arg = positional[at]
+        if type(arg) is cst.Name and arg.value not in model.classes:
+            bound = _bound_in(model, arg)  # ``block = Bottleneck`` then ``self._make_layer(block, ...)``
+            arg = bound if type(bound) is cst.Name else arg
         if type(arg) is not cst.Name:
             return None  # a caller passes something else, or nothing this file shows
         found.append(arg)
@@ -918,9 +1026,10 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
         if target is not None:
             if is_reference_name(target.name.value) or target.name.value == "forward_native":
                 continue
-            if depth > 0 and id(target) not in seen:
-                seen.add(id(target))
-                _visit_uses(model, attrs, target.body, via or node, depth - 1, seen, uses)
+            for each in _definitions(model, node, target):
+                if depth > 0 and id(each) not in seen:
+                    seen.add(id(each))
+                    _visit_uses(model, attrs, each.body, via or node, depth - 1, seen, uses)
             continue
         use = classify_call(model, node, attrs)
         if use is not None:
@@ -929,6 +1038,17 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
             if use.launch is not None and use.launch.alongside:  # the extension's own library op
                 uses.append(Use("library", node, via, f"{use.launch.alongside}() in the extension {use.launch.name}",
                                 library_op_family(use.launch.alongside)))
+
+
+def _definitions(model, call: cst.Call, target: cst.FunctionDef) -> list[cst.FunctionDef]:
+    """Every module-level definition a bare-name call may reach: a helper defined in each branch of
+    ``if torch.cuda.is_available(): try: ... except: ...`` (the extension path and the fallback)
+    is any of them; otherwise the one ``callee`` resolves."""
+    if type(call.func) is not cst.Name:
+        return [target]
+    defs = [d for d in model.functions.get(call.func.value, ())
+            if not any(type(a) in (cst.ClassDef, cst.FunctionDef) for a in model.ancestors(d))]
+    return defs if len(defs) > 1 and target in defs else [target]
 
 
 def _autograd_forward(model, call: cst.Call) -> cst.FunctionDef | None:
@@ -1078,7 +1198,8 @@ def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:
 
 
 def _method_use(call: cst.Call, method: str) -> Use | None:
-    family = LIBRARY_METHODS.get(method)
+    family = LIBRARY_METHODS.get(method) or (
+        LIBRARY_METHODS.get(method[:-1]) if method.endswith("_") and not method.endswith("__") else None)
     return Use("library", call, None, f".{method}()", family) if family else None
 
 

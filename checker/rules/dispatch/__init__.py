@@ -177,12 +177,42 @@ def analyse(model) -> list[Analysis]:
     return out
 
 
-def main_use(library: list[Use]) -> Use:
+def main_use(library: list[Use], model=None) -> Use:
     """The library op a finding names: a heavy one (GEMM, attention, convolution) before the rest,
     and among those first one that an extension presented as the kernel calls in its own C++
-    (``torch::conv2d`` inside ``conv_relu_cuda``), where the claim hides the library's work."""
+    (``torch::conv2d`` inside ``conv_relu_cuda``), where the claim hides the library's work. Then
+    the one on the claim's main path: a call in the claim's own body before one inside a helper it
+    calls (a warm-up or timing helper), and neither under a CPU guard (``if not x.is_cuda:``) nor in
+    an ``except`` handler, which are fallbacks."""
     heavy = [u for u in library if u.family in HEAVY_FAMILIES] or library
-    return next((u for u in heavy if " in the extension " in u.name), heavy[0])
+    inside = next((u for u in heavy if " in the extension " in u.name), None)
+    if inside is not None or model is None:
+        return inside or heavy[0]
+    return min(heavy, key=lambda u: (_fallback_branch(model, u.via or u.node), u.via is not None))
+
+
+# A branch test that holds only off the GPU: ``not x.is_cuda``, ``x.device.type == "cpu"``,
+# ``not torch.cuda.is_available()``.
+_OFF_GPU = re.compile(r"\bnot\s+[\w.]*(is_cuda|cuda\.is_available\(\))|device(\.type)?\s*==\s*['\"]cpu|['\"]cpu['\"]\s*==")
+_ON_GPU = re.compile(r"^[\w.]*(\.is_cuda|cuda\.is_available\(\))$")
+
+
+def _fallback_branch(model, node: cst.CSTNode) -> bool:
+    """Whether ``node`` lies in an ``except`` handler or in the branch of an ``if`` taken off the GPU."""
+    child = node
+    for anc in model.ancestors(node):
+        if type(anc) in (cst.FunctionDef, cst.ClassDef):
+            return False
+        if type(anc) is cst.ExceptHandler:
+            return True
+        if type(anc) is cst.If and child is not anc.test:
+            test = cst.Module([]).code_for_node(anc.test).strip()
+            if child is anc.body and _OFF_GPU.search(test):
+                return True
+            if child is anc.orelse and _ON_GPU.match(test):
+                return True
+        child = anc
+    return False
 
 
 # -- the family's facts (kcheck.facts), over the ast ----------------------------------------------------
@@ -210,7 +240,8 @@ def _library_aliases(facts: AstFacts) -> set[str]:
 
 
 def _names_library_op(names: set[str], aliases: set[str]) -> bool:
-    return bool(names & LIBRARY_LAST or names & aliases or "aten" in names
+    inplace = {n[:-1] for n in names if n.endswith("_") and not n.endswith("__")}  # ``relu_``: the op in place
+    return bool(names & LIBRARY_LAST or inplace & LIBRARY_LAST or names & aliases or "aten" in names
                 or any(n.startswith(LIBRARY_PREFIXES) or n.endswith(LIBRARY_SUFFIXES) for n in names))
 
 
@@ -340,22 +371,6 @@ def _opaque_call(summary, facts: AstFacts, call: ast.Call) -> bool:
     return name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims")
 
 
-def _top_statements(body):
-    """Top-level statements with those of a top-level ``try``/``if`` (``claims._module_statements``)."""
-    for stmt in body:
-        if isinstance(stmt, ast.Try):
-            yield from _top_statements(stmt.body)
-            for handler in stmt.handlers:
-                yield from _top_statements(handler.body)
-            yield from _top_statements(stmt.orelse)
-            yield from _top_statements(stmt.finalbody)
-        elif isinstance(stmt, ast.If):
-            yield from _top_statements(stmt.body)
-            yield from _top_statements(stmt.orelse)
-        else:
-            yield stmt
-
-
 def _builds_extension(facts: AstFacts, call: ast.Call) -> bool:
     """A call that may be ``torch.utils.cpp_extension.load_inline``/``load`` (under any import name)."""
     return _last_name(call.func) in EXTENSION_BUILDERS or (
@@ -420,9 +435,8 @@ def claim_launches_kernel(summary, config) -> bool:
     if claims is None:
         return True
     facts = ast_facts(summary)
-    for stmt in _top_statements(summary.tree.body):
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and _builds_extension(facts, stmt.value):
-            return True
+    if any(_builds_extension(facts, c) for c, _ in summary.calls):
+        return True  # an extension built at module level, in a lazy builder or in a method
     kernels = {name for name, fns in facts.defs.items()
                if any(TRITON_LAST & set(_decorator_names(facts, fn)) for fn in fns)}
     if not kernels:

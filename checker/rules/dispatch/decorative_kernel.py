@@ -18,7 +18,11 @@ class DecorativeKernel(ClaimRule):
     an `nn.Linear` or the baseline `Model` itself — is still a library call. That library call may
     sit in the extension's own C++: an entry function that calls `torch::conv3d` or `cublasSgemm`
     (itself or through a host helper) and then launches an elementwise kernel is reported at the
-    C++ line of the library call; only the kernels that function launches are judged.
+    C++ line of the library call; only the kernels that function launches are judged. A
+    grid-stride loop (`for (i = idx; i < n; i += blockDim.x * gridDim.x)`) and a loop over a
+    handful of vector lanes still do one element per step: they do not make a kernel more than a
+    side job. A kernel with a real loop or reduction (a softmax or logsumexp epilogue over
+    channels) is not a side job and is not reported, even beside a library convolution.
 
     ## Why is this bad?
     The custom kernel makes the code look like a kernel submission, but the time that matters is
@@ -111,7 +115,7 @@ class ModelNew(torch.nn.Module):
                 continue
             if not all(u.launch.side_job for u in found.launches):
                 continue
-            use = main_use(heavy)
+            use = main_use(heavy, self.model)
             where = use.via if use.via is not None else use.node
             op = use.name if use.name.startswith(("@", ".", "the ", "cu", "at::", "torch::")) else f"{use.name}()"
             launch = self.model.launch_sites.get(id(use.node))

@@ -32,6 +32,14 @@ class LibraryDispatchAsKernel(ClaimRule):
     parameter default (`norm_layer=nn.LayerNorm`), `Fn.apply(...)` of a same-module
     `torch.autograd.Function`, and an inline extension with no `__global__` kernel whose source
     calls `cublasSgemm`, cuDNN or ATen's `at::matmul` (the library op under another name).
+    Extensions are found where agents build them: at module level, in a lazy builder that fills
+    a `global` and returns it, in a method (`self.ext = load_inline(...)`, its sources local
+    strings) or on a class (`Fn.kernel = load_inline(...)`). A helper defined once per branch of a
+    guarded build (the extension path and its fallback) is read in every definition. A layer
+    re-bound to a layout (`self.conv = self.conv.to(memory_format=...)`) stays the library layer,
+    and an in-place op (`torch.relu_`, `.relu_()`) is the op. The finding names the library call
+    on the claim's main path: one in its own body before one in a warm-up helper, and neither one
+    under a CPU guard (`if not x.is_cuda:`) nor in an `except` handler.
 
     Not claims: a registered op in a library's own code (not a solution, submission, `ModelNew` file
     or configured kernel path) whose name does not present it as a kernel (`fused_*`, `fast_*`,
@@ -148,7 +156,7 @@ def custom_kernel(data):
         for found in analyse(self.model):
             if not found.library or found.launches or found.unknown:
                 continue
-            use = main_use(found.library)
+            use = main_use(found.library, self.model)
             where = use.via if use.via is not None else use.node
             helper = f" (inside {self.model.dotted(use.via.func)}())" if use.via is not None else ""
             whose = "a library op the baseline in this file also uses" if found.claim.baseline is not None \
