@@ -156,6 +156,7 @@ class Launch:
     entry: str = ""  # the extension's host function the call enters
     library_in: str = ""  # the host function of the extension's source that calls ``library``/``alongside``
     host_sync: str = ""  # what the extension function's host code waits on (kcheck.native), if anything
+    accumulates: bool = True  # its kernels may multiply-accumulate (a dot, an MMA, ``acc += a[i] * b[j]``)
 
 
 @dataclass
@@ -398,7 +399,8 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
             if kernel is not None:
                 if id(kernel) not in side_cache:
                     side_cache[id(kernel)] = _triton_side_job(model, kernel)
-                model.launch_sites[id(node)] = Launch("triton", node, base, side_cache[id(kernel)])
+                model.launch_sites[id(node)] = Launch("triton", node, base, side_cache[id(kernel)],
+                                                      accumulates=_triton_dots(model, kernel))
             elif "kernel" in last.lower():
                 model.launch_sites[id(node)] = Launch("triton", node, base)
             continue
@@ -488,6 +490,49 @@ def _triton_side_job(model, kernel: cst.FunctionDef) -> bool:
     return True
 
 
+def _triton_dots(model, kernel: cst.FunctionDef) -> bool:
+    """Whether a Triton kernel multiplies matrices (``tl.dot``/``tl.dot_scaled``)."""
+    return any(type(n) is cst.Call and (model.call_name(n) or "").split(".")[-1] in ("dot", "dot_scaled")
+               for n in _walk(kernel.body))
+
+
+# Multiply-accumulate in device code: an MMA or tensor-core call, or an accumulation of a product
+# with an indexed operand (``acc += a[i] * b[j]``, ``s += v * w[k]``, ``fmaf(x[i], w[j], acc)``):
+# GEMM or convolution work (a sum of squares counts too: the test errs towards "real work"). A
+# softmax, max or pool loop accumulates one operand (``s += expf(x[i] - m)``).
+CUDA_MAC = re.compile(r"\bmma\b|wmma|cutlass|cublas|__hfma2|\+=[^;]*\][^;]*\*|\+=[^;]*\*[^;]*\["
+                      r"|\bfmaf?\s*\([^;,]*\[[^;,]*,[^;,]*\[|\bfmaf?\s*\([^;,]*,[^;,]*\[[^;]*,\s*(acc|sum)\w*\s*\)")
+
+
+def _kernels_accumulate(source: str | None, kernels: frozenset[str] | None = None) -> bool:
+    """Whether the launched kernels (all of ``source``'s when ``kernels`` is None) and the device
+    functions they call do multiply-accumulate work (:data:`CUDA_MAC`); True when a kernel is not shown."""
+    if source is None:
+        return True
+    bodies = _device_bodies(source)
+    todo = list(kernels) if kernels is not None else list(bodies)
+    seen = set(todo)
+    if not todo:
+        return True
+    while todo:
+        body = bodies.get(todo.pop())
+        if body is None or CUDA_MAC.search(_unindexed(body)):
+            return True
+        for callee in _CALLED.findall(body):
+            if callee in bodies and callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return False
+
+
+def _unindexed(code: str) -> str:
+    """``code`` with what subscripts hold emptied (``x[b * D + i]`` -> ``x[]``): index arithmetic
+    is no multiplication of values."""
+    for _ in range(3):
+        code = re.sub(r"\[[^\[\]]*\]", "[]", code)
+    return code
+
+
 def _cuda_library(source: str | None) -> str:
     """The library op an extension hands its work to when its source defines no kernel
     (``__global__``) and calls one (``cublasSgemm`` in a loop is cuBLAS's GEMM): "" otherwise."""
@@ -565,8 +610,11 @@ def _kernels_side_job(source: str, kernels: frozenset[str]) -> bool:
 def _extension_launch(call: cst.Call, name: str, source: str | None, function: str, host_sync: str = "") -> Launch:
     """The launch record of a call of the extension function ``function`` built from ``source``."""
     side_job, library, alongside, where = _extension_work(source, function)
+    work = extension_function_work(source, function) if source else None
+    accumulates = _kernels_accumulate(source, work[1] if work is not None and work[1] else (
+        None if work is None else frozenset({function})))
     return Launch("extension", call, name, side_job, library, host_sync=host_sync, alongside=alongside, entry=function,
-                  library_in=where)
+                  library_in=where, accumulates=accumulates)
 
 
 def _extension_work(source: str | None, function: str) -> tuple[bool, str, str, str]:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kcheck.claims import unlaunched_builds
+from kcheck.claims import HEAVY_FAMILIES, unlaunched_builds
 from kcheck.native import line_of
 from kcheck.rules.dispatch import ClaimRule, analyse, main_use
 
@@ -24,7 +24,9 @@ class LibraryDispatchAsKernel(ClaimRule):
     inline extension function that launches no kernel (its own body and the host functions of the
     source it calls) and whose C++ calls cuBLAS, cuDNN or ATen is reported at the C++ line of that
     call, with the line that enters it, even where the source holds a `__global__` kernel that
-    nothing launches.
+    nothing launches. Such a library-only extension function is reported even where the claim
+    launches other kernels (AlexNet's convolutions as `cudnnConvolutionBiasActivationForward`
+    beside an authored classifier kernel), when its op is a GEMM, attention or a convolution.
 
     The compute path is followed where the work is: same-module helpers, layers (`self.layer(x)`,
     `nn.Sequential`/`nn.ModuleList` built inline, from a local list or by a factory such as
@@ -154,9 +156,17 @@ def custom_kernel(data):
         unlaunched = tuple((stmt, f"the extension {name} is built here and never launched")
                            for stmt, name in unlaunched_builds(self.model))
         for found in analyse(self.model):
-            if not found.library or found.launches or found.unknown:
+            if not found.library or found.unknown:
                 continue
-            use = main_use(found.library, self.model)
+            library = found.library
+            if found.launches:
+                # an extension function presented as a kernel that launches none and only calls a
+                # heavy library op (``fused_conv_relu`` = cudnnConvolutionBiasActivationForward) is
+                # library dispatch whatever other kernels the claim launches
+                library = [u for u in library if u.family in HEAVY_FAMILIES and self._library_only(u)]
+                if not library:
+                    continue
+            use = main_use(library, self.model)
             where = use.via if use.via is not None else use.node
             helper = f" (inside {self.model.dotted(use.via.func)}())" if use.via is not None else ""
             whose = "a library op the baseline in this file also uses" if found.claim.baseline is not None \
@@ -168,6 +178,11 @@ def custom_kernel(data):
             related += unlaunched
             self.report(where, claim=found.claim.label, op=_shown(use.name), helper=helper, whose=whose, line=line,
                         related=related)
+
+
+    def _library_only(self, use) -> bool:
+        launch = self.model.launch_sites.get(id(use.node))
+        return launch is not None and bool(launch.library)
 
 
 def _shown(name: str) -> str:
