@@ -1003,6 +1003,10 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
             return ("unknown", name)
         if name.split(".")[0] in ("torch", "math", "numpy") or name in BUILTINS:
             return ("neutral",)
+        head = name.split(".")[0]
+        if "." in name and head not in model.imports and head not in ("self", "cls") and head not in model.classes \
+                and head not in model.functions:
+            return ("neutral",)  # a method of a local value: ``self.static_x = x.clone()`` is a tensor
         return ("unknown", name)
     if type(value) is cst.Attribute and value.attr.value == "apply" and type(value.value) is cst.Name \
             and _method(model.classes.get(value.value.value), "forward") is not None:

@@ -183,12 +183,20 @@ def main_use(library: list[Use], model=None) -> Use:
     (``torch::conv2d`` inside ``conv_relu_cuda``), where the claim hides the library's work. Then
     the one on the claim's main path: a call in the claim's own body before one inside a helper it
     calls (a warm-up or timing helper), and neither under a CPU guard (``if not x.is_cuda:``) nor in
-    an ``except`` handler, which are fallbacks."""
+    an ``except`` handler, which are fallbacks; among equals, the one a CUDA graph captures (what
+    its replays run) before a warm-up call of it."""
     heavy = [u for u in library if u.family in HEAVY_FAMILIES] or library
     inside = next((u for u in heavy if " in the extension " in u.name), None)
     if inside is not None or model is None:
         return inside or heavy[0]
-    return min(heavy, key=lambda u: (_fallback_branch(model, u.via or u.node), u.via is not None))
+    return min(heavy, key=lambda u: (_fallback_branch(model, u.via or u.node), u.via is not None,
+                                     not _in_graph_capture(model, u.node)))
+
+
+def _in_graph_capture(model, node: cst.CSTNode) -> bool:
+    """Whether ``node`` is captured in a CUDA graph (``with torch.cuda.graph(g):``): what replays."""
+    return any(type(a) is cst.With and any(type(i.item) is cst.Call and (model.call_name(i.item) or "") == "torch.cuda.graph"
+                                           for i in a.items) for a in model.ancestors(node))
 
 
 # A branch test that holds only off the GPU: ``not x.is_cuda``, ``x.device.type == "cpu"``,

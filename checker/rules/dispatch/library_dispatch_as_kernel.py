@@ -175,10 +175,26 @@ def custom_kernel(data):
             line = line_of(self.context.source, launch.library_in or launch.name.split(".")[-1], launch.library + "(") \
                 if launch is not None and launch.library else None  # the C++ line that calls the library
             related = ((use.node, f"{_shown(use.name)} does the work here"),) if use.via is not None else ()
-            related += unlaunched
+            related += self._replayed(use.node) + unlaunched
             self.report(where, claim=found.claim.label, op=_shown(use.name), helper=helper, whose=whose, line=line,
                         related=related)
 
+
+    def _replayed(self, node: cst.CSTNode) -> tuple:
+        """Where the library op is wrapped so that it looks faster but stays the library's: captured
+        in a CUDA graph (``with torch.cuda.graph(g):``) or compiled (``@torch.compile``)."""
+        for anc in self.model.ancestors(node):
+            if type(anc) is cst.With and any(
+                    type(i.item) is cst.Call and (self.model.call_name(i.item) or "") == "torch.cuda.graph"
+                    for i in anc.items):
+                return ((anc, "captured in a CUDA graph here: each replay runs the same library op"),)
+            if type(anc) is cst.FunctionDef:
+                for dec in anc.decorators:
+                    target = dec.decorator.func if type(dec.decorator) is cst.Call else dec.decorator
+                    if (self.model.qualname(target) or "") == "torch.compile":
+                        return ((dec, "compiled with torch.compile here: the compiled graph still runs library ops"),)
+                return ()
+        return ()
 
     def _library_only(self, use) -> bool:
         launch = self.model.launch_sites.get(id(use.node))
