@@ -45,7 +45,8 @@ ALLOCATORS = {"empty", "empty_like", "zeros", "zeros_like", "new_empty", "new_ze
 OTHER_KERNEL = re.compile(r"triton|kernel|cuda|\._c\.|^_c\.|aiter|flashinfer|sgl_|deep_?gemm|cutlass|marlin")
 BROAD_EXCEPTIONS = {"Exception", "BaseException"}
 KIND_TEXT = {"dtype": "the dtype", "device": "the device", "shape": "a shape", "head": "the head size",
-             "layout": "the memory layout", "rank": "the rank"}
+             "layout": "the memory layout", "rank": "the rank", "available": "whether the kernel is installed",
+             "feature": "an optional input"}
 
 
 # -- the gates: dispatching functions over the ``ast`` ---------------------------------------------------
@@ -151,12 +152,12 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
     if config.kernel_paths and config.is_kernel_path(summary.path):
         return None
     names = summary.function_names()
-    patched = set() if NO_FALLBACK_OWED.search(summary.path) else {
+    patched = set() if NOT_SERVED.search(summary.path) else {
         stmt.value.id for stmt in ast.walk(summary.tree) if isinstance(stmt, ast.Assign)
         and isinstance(stmt.value, ast.Name) and any(
             isinstance(t, ast.Attribute) and t.attr in PATCHED_METHODS for t in stmt.targets)}
     if "forward_cuda" not in names and not patched and (
-            "forward" not in names or NO_FALLBACK_OWED.search(summary.path)):
+            not names & (FUNCTION_ENTRIES | {CALLABLE_ENTRY}) or NOT_SERVED.search(summary.path)):
         return set()
     dispatching = gate_dispatch(summary).dispatchers
     if not dispatching:
@@ -167,9 +168,9 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
         bases = {(dotted(b) or "").split(".")[-1] for b in cls.bases}
         if "forward_cuda" in methods and ("CustomOp" in bases or "forward_native" in methods):
             roots.add("forward_cuda")
-        if "forward" in methods and bases & ENTRY_BASES and cls.name not in SOLUTION_CLASSES \
-                and not NO_FALLBACK_OWED.search(summary.path):
-            roots.add("forward")
+        if cls.name not in SOLUTION_CLASSES and not NOT_SERVED.search(summary.path):
+            # entry points, a models/ folder's included (looser than entry_points without model_code)
+            roots |= methods & ({CALLABLE_ENTRY} | (FUNCTION_ENTRIES if bases & ENTRY_BASES else set()))
     roots |= patched
     return dispatching & reachable(summary, roots, 3, _skip) if roots else set()
 
@@ -351,15 +352,16 @@ class Dispatcher:
         return self.order.get(id(node), 1 << 30) < last
 
 
-def dispatchers(model, claimed: bool = True) -> list[Dispatcher]:
+def dispatchers(model, claimed: bool = True, model_code: bool = False) -> list[Dispatcher]:
     """Every non-reference function that dispatches to a kernel (cached on the model); with
-    ``claimed``, only those on a kernel claim's compute path (:func:`claim_path`)."""
+    ``claimed``, only those on a kernel claim's compute path (:func:`claim_path`, with
+    ``model_code`` counting a ``models/`` folder's entry points)."""
     cached = getattr(model, "_fallback_dispatchers", None)
     if cached is None:
         cached = model._fallback_dispatchers = _all_dispatchers(model)
     if not claimed:
         return cached
-    path = claim_path(model)
+    path = claim_path(model, model_code=model_code)
     return [d for d in cached if id(d.function) in path]
 
 
@@ -418,9 +420,16 @@ ENTRY_BASES = {"Module", "Function"}
 SOLUTION_CLASSES = {"ModelNew", "Model"}
 # Nor in one model's own code (a ``models/`` folder: the model fixes its dtypes and shapes, so a
 # check there states the model's contract) or another platform's backend.
-NO_FALLBACK_OWED = re.compile(
-    r"(^|/)(tests?|testing|benchmarks?|bench[^/]*|examples?|models?)/"
+NOT_SERVED = re.compile(
+    r"(^|/)(tests?|testing|benchmarks?|bench[^/]*|examples?)/"
     r"|(^|/)(test_[^/]*|[^/]*_test|conftest|bench[^/]*)\.py$|" + OTHER_PLATFORM.pattern)
+MODEL_CODE = re.compile(r"(^|/)models?/")
+NO_FALLBACK_OWED = re.compile(NOT_SERVED.pattern + "|" + MODEL_CODE.pattern)
+# Entry methods beside ``forward``: an autograd Function's ``backward`` (every training step reaches
+# it), and ``__call__`` of any class (a callable layer or processor that a model calls in place of
+# a module, such as an attention processor).
+FUNCTION_ENTRIES = {"forward", "backward"}
+CALLABLE_ENTRY = "__call__"
 
 
 # A function patched in as a class's method (``Qwen3MLP.forward = _mlp_forward_fused``) replaces
@@ -428,21 +437,25 @@ NO_FALLBACK_OWED = re.compile(
 PATCHED_METHODS = {"forward"}
 
 
-def entry_points(model) -> list[cst.FunctionDef]:
-    """The ``forward`` methods of ``nn.Module`` and autograd ``Function`` classes that dispatch to a
-    specialised kernel (:data:`ENTRY_BASES`), and the module's functions patched in as a class's
-    ``forward`` (:data:`PATCHED_METHODS`)."""
-    if NO_FALLBACK_OWED.search(model.path):
+def entry_points(model, model_code: bool = False) -> list[cst.FunctionDef]:
+    """The ``forward`` methods of ``nn.Module`` and autograd ``Function`` classes (and a
+    ``Function``'s ``backward``) that dispatch to a specialised kernel (:data:`ENTRY_BASES`), the
+    ``__call__`` of any class that does, and the module's functions patched in as a class's
+    ``forward`` (:data:`PATCHED_METHODS`). With ``model_code``, a ``models/`` folder's too (for
+    the checks a model does not settle: whether the kernel is installed, whether a caller passes an
+    optional input)."""
+    if NOT_SERVED.search(model.path) or (MODEL_CODE.search(model.path) and not model_code):
         return []
     dispatching = {id(d.function) for d in dispatchers(model, claimed=False)}
     found = []
     for cls in model.classes.values():
         if cls.name.value in SOLUTION_CLASSES or type(cls.body) is not cst.IndentedBlock:
             continue
-        if not {(model.dotted(b.value) or "").split(".")[-1] for b in cls.bases} & ENTRY_BASES:
-            continue
+        bases = {(model.dotted(b.value) or "").split(".")[-1] for b in cls.bases}
+        names = {CALLABLE_ENTRY} | ((FUNCTION_ENTRIES if "Function" in bases else {"forward"})
+                                    if bases & ENTRY_BASES else set())
         for stmt in cls.body.body:
-            if type(stmt) is cst.FunctionDef and stmt.name.value == "forward" and id(stmt) in dispatching:
+            if type(stmt) is cst.FunctionDef and stmt.name.value in names and id(stmt) in dispatching:
                 found.append(stmt)
     for node in walk(model.module):
         if type(node) is cst.Assign and type(node.value) is cst.Name and any(
@@ -459,7 +472,7 @@ def claims_only(model, function: cst.FunctionDef) -> bool:
     return id(function) in claim_path(model, entries=False)
 
 
-def claim_path(model, depth: int = 3, entries: bool = True) -> set[int]:
+def claim_path(model, depth: int = 3, entries: bool = True, model_code: bool = False) -> set[int]:
     """ids of the functions on the compute path of a claim in :data:`FALLBACK_CLAIMS`: the
     claim's function and the same-module helpers it calls, to ``depth`` (reference functions and
     ``forward_native`` excluded).
@@ -468,14 +481,14 @@ def claim_path(model, depth: int = 3, entries: bool = True) -> set[int]:
     reach, so only there is a declared fallback owed. Elsewhere an assert or a device branch in a
     low-level op wrapper states an internal contract its callers keep (or a native op checks its
     own inputs), and failing loudly on a broken contract is right."""
-    key = f"_fallback_claim_path_{entries}"
+    key = f"_fallback_claim_path_{entries}_{model_code}"
     cached = getattr(model, key, None)
     if cached is not None:
         return cached
     out: set[int] = set()
     stack = [(claim.function, 0) for claim in model.kernel_claims if claim.kind in FALLBACK_CLAIMS]
     if entries:
-        stack += [(fn, 0) for fn in entry_points(model)]
+        stack += [(fn, 0) for fn in entry_points(model, model_code)]
     while stack:
         fn, level = stack.pop()
         if id(fn) in out:
@@ -606,6 +619,41 @@ def support_checks(model, test: cst.CSTNode) -> set[str]:
         elif type(node) in (cst.Attribute, cst.Call) and _boolean_device(model, node, test):
             kinds.add("device")  # `x.is_cuda`, `torch.cuda.is_available()` used as a boolean
     return kinds
+
+
+# Whether the kernel is there: a flag the import sets (HAVE_APEX, AWQ_INSTALLED, TRITON_AVAILABLE), a
+# probe (``_is_triton_available()``, ``has_fused_kernel()``), or the imported extension itself
+# (``ext is None``, ``not ext``). torch.cuda.is_available() asks about the device, not the kernel.
+AVAILABLE_FLAG = re.compile(r"^_?(HAVE|HAS)_[A-Z0-9_]+$|[A-Z0-9]_(AVAILABLE|INSTALLED|LOADED)$")
+AVAILABLE_PROBE = re.compile(r"^_*(\w+_(available|installed|loaded)|has_\w+)$")
+
+
+def availability_test(model, test: cst.CSTNode) -> bool:
+    """Whether a clause of ``test`` (alone, negated, or joined by and/or) asks whether the kernel is
+    installed: an availability flag, a probe call, or an imported kernel module compared with None."""
+    if type(test) is cst.BooleanOperation:
+        return availability_test(model, test.left) or availability_test(model, test.right)
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        return availability_test(model, test.expression)
+    if type(test) is cst.Name:
+        return bool(AVAILABLE_FLAG.search(test.value)) or _kernel_binding(model, test)
+    if type(test) is cst.Attribute:
+        return bool(AVAILABLE_FLAG.search(test.attr.value))
+    if type(test) is cst.Call:
+        name = model.call_name(test) or model.dotted(test.func) or ""
+        return not name.startswith("torch.") and bool(AVAILABLE_PROBE.match(name.split(".")[-1]))
+    if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) in (
+            cst.Is, cst.IsNot) and type(test.comparisons[0].comparator) is cst.Name \
+            and test.comparisons[0].comparator.value == "None":
+        return type(test.left) is cst.Name and _kernel_binding(model, test.left)
+    return False
+
+
+def _kernel_binding(model, name: cst.Name) -> bool:
+    """A module-level name bound by importing a kernel module (``import awq_ext``, ``from pkg import
+    _C as ext``)."""
+    qualified = model.imports.get(name.value)
+    return bool(qualified) and kernel_module(qualified) and name.value in module_names(model)
 
 
 def _boolean_device(model, node: cst.CSTNode, test: cst.CSTNode) -> bool:

@@ -5,8 +5,13 @@ import libcst as cst
 from kcheck.claims import _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, KIND_TEXT, dispatchers, statements, support_checks,
+    DISPATCH_TEXT, KIND_TEXT, MODEL_CODE, availability_test, dispatchers, statements, support_checks,
 )
+
+MISSING_MESSAGE = ("{stmt} that the kernel is installed{more} before {kernel}: a missing build should take a "
+                   "declared fallback that says so once, not fail every call")
+# What a model's own code does not settle (a ``models/`` folder fixes dtypes and shapes, not these).
+UNSETTLED_BY_MODEL = {"available", "feature"}
 
 
 class AssertOrRaiseWhereFallbackBelongs(Rule):
@@ -32,6 +37,16 @@ class AssertOrRaiseWhereFallbackBelongs(Rule):
     the dispatcher sends other devices' tensors to other implementations) or in a helper whose
     every same-module caller is so registered or tests the device first. A claim is reported
     once, at its first such check, with the number of checks.
+
+    Two checks no caller's dtype or shape settles are reported as well, also in a library's
+    `models/` folder (where dtype and shape checks state the model's contract and are left alone):
+    whether the kernel is installed (`assert AWQ_INSTALLED`, `if ext is None: raise`, `assert
+    _is_triton_available()`), unless the check sits in a branch on a setting chosen where the kernel
+    loaded (an invariant); and an optional input refused as not implemented in the entry point
+    itself (`if attention_mask is not None: raise NotImplementedError`), which the path around the
+    kernel could often take. Constructors are not read: a load-time refusal that names what is
+    required is a capability contract more often than a missing fallback. Entry points include an autograd `Function`'s
+    `backward` and the `__call__` of a class (an attention processor) that launches the kernel.
 
     Low-level op wrappers outside such a claim (including ops registered with
     `direct_register_custom_op` or `torch.library` so that `torch.compile` can trace them,
@@ -147,20 +162,15 @@ class PagedAttention:
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         registered = _registered_impls(model)
-        for disp in dispatchers(model):
+        model_code = bool(MODEL_CODE.search(model.path))
+        for disp in dispatchers(model, model_code=True):
             found = []  # (node to report, "assert"/"raise", kinds)
-            for node in _walk(disp.function.body):
-                if type(node) is cst.Assert:
-                    test, where, stmt = node.test, node, "assert"
-                elif type(node) is cst.If:
-                    raises = [s for line in statements(node.body) if type(line) is cst.SimpleStatementLine
-                              for s in line.body if type(s) is cst.Raise]
-                    if not raises or disp.dispatches(statements(node.body)):
-                        continue
-                    test, where, stmt = node.test, raises[0], "raise"
-                else:
+            for node, test, where, stmt in _checks_in(disp.function):
+                if disp.dispatches(statements(node.body) if type(node) is cst.If else []):
                     continue
-                kinds = support_checks(model, test)
+                kinds = support_checks(model, test) | _unsettled(model, node, test, where, disp.function)
+                if model_code:
+                    kinds &= UNSETTLED_BY_MODEL
                 if "device" in kinds and _device_settled(model, disp.function, registered):
                     kinds = kinds - {"device"}  # the dispatcher or every caller settled the device first
                 if kinds and disp.before_last_site(node) and not _in_handler(model, node) \
@@ -173,7 +183,68 @@ class PagedAttention:
             kinds = set().union(*(k for _, _, k in found))
             what = " and ".join(KIND_TEXT[k] for k in sorted(kinds))
             more = f" ({len(found)} checks)" if len(found) > 1 else ""
-            self.report(where, stmt=stmt, what=what, more=more, kernel=disp.label)
+            if kinds == {"available"}:
+                self.report(where, MISSING_MESSAGE, stmt=stmt, more=more, kernel=disp.label)
+            else:
+                self.report(where, stmt=stmt, what=what, more=more, kernel=disp.label)
+
+
+def _checks_in(function: cst.FunctionDef):
+    """``(node, test, node to report, "assert"/"raise")`` for each assert and each ``if`` whose body raises."""
+    for node in _walk(function.body):
+        if type(node) is cst.Assert:
+            yield node, node.test, node, "assert"
+        elif type(node) is cst.If:
+            raises = [s for line in statements(node.body) if type(line) is cst.SimpleStatementLine
+                      for s in line.body if type(s) is cst.Raise]
+            if raises:
+                yield node, node.test, raises[0], "raise"
+
+
+def _unsettled(model, node, test, where, function: cst.FunctionDef) -> set[str]:
+    """What no caller's dtype or shape settles: whether the kernel is installed (``assert HAVE_EXT``,
+    ``if ext is None: raise``), and an optional input refused as not implemented at the entry point
+    itself (``if mask is not None: raise NotImplementedError``): the path around the kernel could
+    take it. An availability check inside a branch on a setting (``if self.use_cute_gate: assert
+    gate_fn is not None``) states an invariant: the setting was chosen where the kernel loaded."""
+    kinds = set()
+    if availability_test(model, test) and not _under_setting(model, node, function):
+        kinds.add("available")
+    if type(where) is cst.Raise and function.name.value in ENTRY_METHODS and _not_implemented(model, where) \
+            and _optional_input(test, function):
+        kinds.add("feature")
+    return kinds
+
+
+ENTRY_METHODS = {"forward", "backward", "__call__"}
+
+
+def _under_setting(model, node, function: cst.FunctionDef) -> bool:
+    """Whether ``node`` lies in a branch of an ``if`` (inside ``function``) that tests something
+    other than the kernel's availability."""
+    for a in model.ancestors(node):
+        if a is function:
+            return False
+        if type(a) is cst.If and a is not node and not availability_test(model, a.test):
+            return True
+    return False
+
+
+def _not_implemented(model, node: cst.Raise) -> bool:
+    exc = node.exc.func if type(node.exc) is cst.Call else node.exc
+    return exc is not None and (model.dotted(exc) or "").split(".")[-1] == "NotImplementedError"
+
+
+def _optional_input(test, function: cst.FunctionDef) -> bool:
+    """``param is not None`` (or a bare ``param``) on a parameter that defaults to None."""
+    optional = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)
+                if p.default is not None and type(p.default) is cst.Name and p.default.value == "None"}
+    if type(test) is cst.Name:
+        return test.value in optional
+    return type(test) is cst.Comparison and len(test.comparisons) == 1 \
+        and type(test.comparisons[0].operator) is cst.IsNot and type(test.left) is cst.Name \
+        and test.left.value in optional and type(test.comparisons[0].comparator) is cst.Name \
+        and test.comparisons[0].comparator.value == "None"
 
 
 def _in_handler(model, node) -> bool:

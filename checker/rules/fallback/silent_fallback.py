@@ -6,7 +6,7 @@ from kcheck.rule import Rule
 from kcheck.rules.fallback import (
     DISPATCH_TEXT, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
 )
-from kcheck.rules.fallback.switches import switched_off
+from kcheck.rules.fallback.switches import ignored_requests, switched_off
 
 
 class SilentFallback(Rule):
@@ -34,7 +34,9 @@ class SilentFallback(Rule):
     passed in (`use_fused_rope=True`) is set to False under a test of what the machine,
     the install or the input supports (a size outside the supported list, `HAVE_APEX`, the device
     capability, a version), and neither that branch nor a later test of the setting says so. A
-    test of the environment (`os.environ`) is the user's own switch.
+    test of the environment (`os.environ`) is the user's own switch. And a parameter that asks for a
+    kernel by name and defaults to True (`use_flash_attn=True`) that its function never
+    reads: the caller's choice is dropped without a word (stubs and abstract methods aside).
 
     ## Why is this bad?
     A silent fallback turns "the kernel does not support this input" into "the kernel is slow",
@@ -141,13 +143,16 @@ class Rotary(CustomOp):
 """,
     ]
     OPTIONS = ("fallback-announcers",)
-    PREFILTER = (DISPATCH_TEXT + r"|False", r"\bif\b")
-    NEEDS = ("claimed dispatcher", "setting switched off")
+    PREFILTER = (DISPATCH_TEXT + r"|False|use_", r"\bif\b|use_")
+    NEEDS = ("claimed dispatcher", "setting switched off", "kernel request ignored")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         for node, name in switched_off(model):
             self.report(node.test, kernel=f"the requested `{name}`")
+        for param, name in ignored_requests(model):
+            self.report(param, f"`{name}` asks for a kernel but the function never reads it: the caller's choice "
+                               "is dropped without a word")
         for disp in dispatchers(model):
             for node, branch in fallback_branches(model, disp):
                 if device_only(model, node.test) and not claims_only(model, disp.function):

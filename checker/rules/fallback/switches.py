@@ -20,7 +20,7 @@ from kcheck.facts import fact
 from kcheck.claims import _walk
 from kcheck.model import walk
 from kcheck.project import TEST_PATH
-from kcheck.rules.fallback import announces, statements
+from kcheck.rules.fallback import NOT_SERVED, announces, statements
 
 CONFIG_ROOTS = {"config", "cfg", "args", "opts", "options", "settings", "conf", "quant_config", "model_config"}
 # A name that says whether something is installed or supported: HAVE_APEX, FLASH_AVAILABLE, has_triton.
@@ -147,5 +147,58 @@ def setting_switched_off(summary, config) -> bool:
         if isinstance(node, ast.If) and not node.orelse and node.body and all(
                 isinstance(s, (ast.Assign, ast.Pass)) and (isinstance(s, ast.Pass) or isinstance(s.value, ast.Constant)
                                                            and s.value.value in (False, None)) for s in node.body):
+            return True
+    return False
+
+
+# A parameter that asks for a kernel by name: ``use_flash_attn``, ``use_triton``, ``use_fused_rope``,
+# ``use_cuda_kernel``, ``use_marlin``.
+KERNEL_REQUEST = re.compile(
+    r"^_?use_\w*(flash|fused|triton|cuda|kernel|cutlass|marlin|exllama|xformers|apex|liger|deep_?gemm|flashinfer"
+    r"|cudnn|tilelang|sdpa|custom_op|ext(ension)?)")
+STUB_DECORATORS = {"abstractmethod", "overload", "override"}
+
+
+def ignored_requests(model) -> Iterator[tuple[cst.Param, str]]:
+    """Each switch parameter that asks for a kernel by default (:data:`KERNEL_REQUEST`, defaulting to
+    True) that its function never reads: the kernel every default call asks for is dropped without a
+    word (an eval script's ``--no_use_flash_attn`` that changes nothing either). A switch defaulting
+    to False that nothing reads asks for nothing unless a caller sets it (a leftover signature kept
+    beside its siblings'). Stubs, abstract methods and functions that hand ``locals()`` on are left
+    alone."""
+    if TEST_PATH.search(model.path) or NOT_SERVED.search(model.path):
+        return
+    for fn in (n for n in walk(model.module) if type(n) is cst.FunctionDef):
+        params = [p for p in (*fn.params.params, *fn.params.kwonly_params) if KERNEL_REQUEST.search(p.name.value)
+                  and type(p.default) is cst.Name and p.default.value == "True"]
+        if not params or _stub(model, fn):
+            continue
+        read = {n.value for n in _walk(fn.body) if type(n) is cst.Name}
+        if read & {"locals", "vars"}:
+            continue
+        for p in params:
+            if p.name.value not in read:
+                yield p, p.name.value
+
+
+def _stub(model, fn: cst.FunctionDef) -> bool:
+    if any((model.dotted(d.decorator.func if type(d.decorator) is cst.Call else d.decorator) or "").split(".")[-1]
+           in STUB_DECORATORS for d in fn.decorators):
+        return True
+    body = [s for s in statements(fn.body) if not (
+        type(s) is cst.SimpleStatementLine and all(type(x) is cst.Expr and type(x.value) in (
+            cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis) for x in s.body))]
+    return all(type(s) is cst.SimpleStatementLine and all(type(x) in (cst.Pass, cst.Raise) or type(x) is cst.Return
+                                                          and x.value is None for x in s.body) for s in body)
+
+
+@fact("kernel request ignored")
+def kernel_request_ignored(summary, config) -> bool:
+    """Looser than :func:`ignored_requests`: a function parameter named like a kernel request."""
+    if summary.tree is None or TEST_PATH.search(summary.path) or NOT_SERVED.search(summary.path):
+        return False
+    for node in ast.walk(summary.tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                KERNEL_REQUEST.search(a.arg) for a in (*node.args.args, *node.args.kwonlyargs)):
             return True
     return False
