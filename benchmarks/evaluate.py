@@ -20,7 +20,9 @@ printed. A rule is **stable** when its test precision is at least 80 % and the i
 Every run that reads the test split appends a line to ``benchmarks/results/test-looks.md``: the
 number of looks at the test split stays visible. ``--sample FILE`` writes the precision sample to
 judge: every finding of a rule with at most 10 on the split, otherwise a seeded sample of 10,
-leaving out findings already judged.
+leaving out findings already judged. ``--findings FILE`` keeps the findings of a run, and a later
+run given the same file reads them instead of running kcheck: the sample judged, the same findings
+are measured again (still a look, and logged as one).
 """
 
 from __future__ import annotations
@@ -306,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(repeatable), for quick tuning; the report says it is partial")
     ap.add_argument("--select", default="ALL", help="dev split only: the rules kcheck runs (its --select), "
                     "for quick tuning; families with no selected rule are left out of the report")
+    ap.add_argument("--findings", type=Path, help="keep kcheck's findings in this JSON file; when it exists "
+                    "already, read them from it instead of running kcheck (the same findings measured again "
+                    "against labels added since, for instance a freshly judged sample)")
     args = ap.parse_args(argv)
     partial = bool(args.tree) or args.select != "ALL"
     if partial and args.split == "test":
@@ -318,7 +323,18 @@ def main(argv: list[str] | None = None) -> int:
              and (not args.tree or n in args.tree)}
     if args.split == "test":
         trees.add("fixes")
-    found = scan_split(args.dest, args.split, args.jobs, set(args.tree), args.select)
+    kept = json.loads(args.findings.read_text()) if args.findings and args.findings.exists() else None
+    if kept is not None:
+        if (kept["split"], kept["select"], kept["trees"]) != (args.split, args.select, sorted(args.tree)):
+            ap.error(f"{args.findings} holds findings of --split {kept['split']} --select {kept['select']} "
+                     f"--tree {kept['trees']}, not of this run's")
+        found, args.commit = kept["found"], args.commit or kept["commit"]
+    else:
+        found = scan_split(args.dest, args.split, args.jobs, set(args.tree), args.select)
+        if args.findings:
+            args.findings.parent.mkdir(parents=True, exist_ok=True)
+            args.findings.write_text(json.dumps({"split": args.split, "select": args.select, "trees": sorted(args.tree),
+                                                 "commit": args.commit or _commit(), "found": found}) + "\n")
     recall, precision = load_labels(split_of)
     if args.select != "ALL":
         codes = [c.strip() for c in args.select.split(",")]

@@ -203,3 +203,25 @@ def test_a_related_location_on_the_labelled_line_counts():
     label = {"tree": "t", "path": "a.py", "lines": [11, 11], "family": "KC1", "verdict": True}
     assert evaluate.measure(found, [label], [], {"t"})["families"]["KC1"]["recall"]["k"] == 1
     assert evaluate.measure(found, [dict(label, lines=[20, 21])], [], {"t"})["families"]["KC1"]["recall"]["k"] == 0
+
+
+def test_kept_findings_are_measured_again_without_running_kcheck(tmp_path, monkeypatch):
+    """``--findings``: the first run keeps what kcheck found; a second run reads it back (kcheck is
+    not run again) and refuses a file kept for another split, selection or set of trees."""
+    calls = []
+
+    def fake_scan(dest, split, jobs, only=None, select="ALL"):
+        calls.append(split)
+        return {"t": [_finding("KC203", "a.py", 10)]}
+
+    monkeypatch.setattr(evaluate, "scan_split", fake_scan)
+    monkeypatch.setattr(evaluate, "load_manifest", lambda: [{"name": "t", "split": "dev"}])
+    monkeypatch.setattr(evaluate, "load_labels", lambda split_of: ([], []))
+    (tmp_path / "t").mkdir()
+    kept = tmp_path / "kept.json"
+    args = [str(tmp_path), "--split", "dev", "--select", "KC2", "--tree", "t", "--findings", str(kept)]
+    assert evaluate.main(args) == 0 and calls == ["dev"]
+    assert json.loads(kept.read_text())["found"]["t"][0]["code"] == "KC203"
+    assert evaluate.main(args) == 0 and calls == ["dev"]  # read back, not scanned again
+    with pytest.raises(SystemExit):
+        evaluate.main([str(tmp_path), "--split", "dev", "--findings", str(kept)])  # kept for --select KC2
