@@ -193,7 +193,7 @@ def k(a, b):
         for name, value, stmt in k.assigns:
             if type(value) is cst.Call and tl_op(self.model, value) in ("zeros", "full"):
                 index = 1 if tl_op(self.model, value) == "zeros" else 2
-                if self._low_dtype(arg(value, index, "dtype")):
+                if self._low_dtype(arg(value, index, "dtype")) and not self._opt_in(stmt):
                     created[name] = value
         reach = {name: _returning_block(self.model, call) for name, call in created.items()}
         updates: dict[str, list] = {}
@@ -248,10 +248,29 @@ def k(a, b):
             return bool(values) and all(self._cast_low(v, k, depth - 1) for v in values)
         return False
 
+    def _opt_in(self, node) -> bool:
+        """``node`` sits in one branch of an ``if``/``else`` whose other branch accumulates in FP32
+        (``if USE_FP32_ACCUM: acc = tl.zeros(.., tl.float32) else: acc = tl.zeros(.., c.dtype)``,
+        or the same for a dot's ``out_dtype``): the kernel offers both and the caller picks, so the
+        16-bit path is an explicit choice, not an oversight."""
+        for anc in self.model.ancestors(node):
+            if type(anc) is not cst.If or anc.orelse is None:
+                continue
+            other = anc.orelse if any(a is anc.body for a in self.model.ancestors(node)) else anc.body
+            for sub in nodes_under(other):
+                if type(sub) is cst.Call and tl_op(self.model, sub) in ("zeros", "full", "dot"):
+                    op = tl_op(self.model, sub)
+                    dtype = arg(sub, 99, "out_dtype") if op == "dot" else \
+                        arg(sub, 1 if op == "zeros" else 2, "dtype")
+                    if dtype is not None and self._values.dtype_value(dtype) == F32:
+                        return True
+            return False
+        return False
+
     def _dots(self, k) -> None:
         for call in k.calls(self.model, "dot"):
             out = arg(call, 99, "out_dtype")
-            if out is not None and is_tl_attr(self.model, out, *LOW_DTYPES):
+            if out is not None and is_tl_attr(self.model, out, *LOW_DTYPES) and not self._opt_in(call):
                 self.report(call, what="tl.dot(..., out_dtype=<16-bit type>) accumulates the product in 16 bits")
 
     def _selects(self, values, selectors: set[str]) -> bool:
