@@ -98,3 +98,32 @@ def mirror(a: str, b: str) -> bool:
         m = re.fullmatch(r"stride_?[a-z]+?_?([a-z0-9]+)|[a-z]+?_?stride_?([a-z0-9]+)", s, re.IGNORECASE)
         return (m.group(1) or m.group(2)) if m else ""
     return a != b and dim(a) != "" and dim(a) == dim(b)
+
+
+# Names of problem dimensions a module may pin at module level (``B = 2``, ``seq_len = 1024``).
+DIM_NAME = re.compile(r"^[BTHKVDLMNSCE]$|^(HV|HK|HQ|BS)$|batch|seq|len$|tokens|heads|dim$|hidden|vocab|width|channels",
+                      re.IGNORECASE)
+PINNED_BATCH = re.compile(r"^[BTLS]$|batch|seq|len$|tokens", re.IGNORECASE)
+
+
+def pinned_elements(module: cst.Module) -> int | None:
+    """The product of the problem dimensions the module pins as module-level integer constants
+    (``B = 2``, ``T = 1024``, ``H = 8``, ``K = 128``: a benchmark task's shapes), when it pins a
+    batch or sequence size and at least one more; None when it pins none. Every tensor the file's
+    kernels address is at most that large, give or take a repeated dimension."""
+    dims: dict[str, int] = {}
+    for stmt in module.body:
+        if type(stmt) is not cst.SimpleStatementLine:
+            continue
+        for small in stmt.body:
+            if type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name \
+                    and type(small.value) is cst.Integer:
+                name = small.targets[0].target.value
+                if DIM_NAME.search(name) and not re.search(r"BLOCK|TILE|WARP|STAGE", name):
+                    dims[name] = int(small.value.evaluated_value)
+    if len(dims) < 2 or not any(PINNED_BATCH.search(n) for n in dims):
+        return None
+    total = 1
+    for v in dims.values():
+        total *= max(v, 1)
+    return total
