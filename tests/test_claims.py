@@ -249,3 +249,50 @@ def test_a_kernel_built_and_never_launched_is_a_related_location():
     [f] = [f for f in findings_for(text, "solution.py") if f.code == "KC101"]
     build = next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith("ext = load_inline("))
     assert [(r.line, r.message) for r in f.related] == [(build, "the extension ext is built here and never launched")]
+
+
+def test_per_element_loops_and_multiply_accumulate_in_device_code():
+    from kcheck.claims import CUDA_COMPUTE, _kernels_accumulate, _per_element_loops
+
+    grid_stride = "int stride = blockDim.x * gridDim.x; for (int i = idx; i < n; i += stride) { y[i] = x[i]; }"
+    lanes = "for (int j = 0; j < 4; ++j) { y[j] = fmaxf(x[j], 0.0f); }"
+    real = "for (int k = 0; k < K; ++k) { acc += a[k] * b[k]; }"
+    assert not CUDA_COMPUTE.search(_per_element_loops(grid_stride))
+    assert not CUDA_COMPUTE.search(_per_element_loops(lanes))
+    assert CUDA_COMPUTE.search(_per_element_loops(real))
+    softmax = "__global__ void sm(float* s, int n) { float t = 0; for (int i = 0; i < n; ++i) t += expf(s[i * n + 1]); }"
+    gemm = "__global__ void mm(const float* a, const float* b, float* c, int k) {" \
+           " float acc = 0; for (int i = 0; i < k; ++i) acc += a[i] * b[i * k]; c[0] = acc; }"
+    assert not _kernels_accumulate(softmax)  # index arithmetic (i * n) is no product of values
+    assert _kernels_accumulate(gemm)
+    assert _kernels_accumulate(None)  # a source this file does not show may do anything
+
+
+def test_extensions_built_in_methods_builders_and_classes_are_launches():
+    src = '''
+        import torch
+        from torch.utils.cpp_extension import load_inline
+        _ext = None
+        def _get():
+            global _ext
+            code = "torch::Tensor f(torch::Tensor x) { return torch::matmul(x, x); }"
+            _ext = load_inline(name="a", cpp_sources=code, functions=["f"])
+            return _ext
+        class Fn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                Fn.kernel = load_inline(name="b", cpp_sources="", cuda_sources="__global__ void k(float* x) { x[0] = 1; }", functions=["k"])
+                return Fn.kernel.k(x)
+        class ModelNew(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.ext = _get()
+                self.own = load_inline(name="c", cpp_sources="", cuda_sources="__global__ void g(float* x) { x[0] = 2; }", functions=["g"])
+            def forward(self, x):
+                return self.own.g(self.ext.f(Fn.apply(x)))
+    '''
+    model = model_of(src)
+    found = {l.name: (l.kind, l.library, l.side_job) for l in model.launch_sites.values()}
+    assert found["self.ext.f"] == ("extension", "torch::matmul", False)  # the builder's source, read from its locals
+    assert found["Fn.kernel.k"][0] == "extension" and found["Fn.kernel.k"][2]
+    assert found["self.own.g"][0] == "extension" and found["self.own.g"][2]
