@@ -44,7 +44,8 @@ class LooseTolerance(Rule):
     even in a test that also runs FP8 inputs (their output is BF16). Values that reach the
     comparison through local names are followed too: tuples assigned under a dtype test
     (`rtol, atol = 3e-2, 5e-2` under `if itype == torch.bfloat16:`, judged as BF16; the other
-    branch of such a test, by the test's other dtypes), a value scaled at the comparison
+    branch of such a test, by the test's other dtypes; a value assigned under an `if` that tests
+    something other than the dtype, such as a width or a mode, is not judged), a value scaled at the comparison
     (`atol=atol * 10`, reported at the comparison), and a checking helper's tolerance parameter
     (`def check_close(out, ref, atol=1e-2)`: its default, and the keyword each same-module caller
     passes, judged by that caller's dtypes; the kernel then runs at the callers). Not judged this way: the
@@ -257,19 +258,19 @@ def test_softmax():
 
     def _branch_dtype(self, fn: cst.FunctionDef, node: cst.CSTNode):
         """The dtype the innermost ``if`` around ``node`` (inside ``fn``) tests for: its name when
-        ``node`` is in the body, the frozenset of it when in the ``else``; None when no such test;
-        False when the test names a quantised dtype or several."""
+        ``node`` is in the body, the frozenset of it when in the ``else``; None when no ``if``
+        is around it; False when the test names a quantised dtype, several, or none (a value
+        chosen for a mode, a width or a flag is chosen for something this rule cannot see)."""
         child = node
         for anc in self.model.ancestors(node):
             if anc is fn:
                 return None
             if type(anc) is cst.If:
                 dtype = self._row_dtype(anc.test)
-                if dtype is False:
-                    return False
-                if dtype is not None:
-                    inside = any(x is child for x in [anc.body])
-                    return dtype if inside else frozenset({dtype})
+                if dtype is None or dtype is False:
+                    return False  # chosen under a test of something else (a mode, a width, a flag)
+                inside = any(x is child for x in [anc.body])
+                return dtype if inside else frozenset({dtype})
             child = anc
         return None
 
