@@ -154,8 +154,9 @@ def setting_switched_off(summary, config) -> bool:
 # A parameter that asks for a kernel by name: ``use_flash_attn``, ``use_triton``, ``use_fused_rope``,
 # ``use_cuda_kernel``, ``use_marlin``.
 KERNEL_REQUEST = re.compile(
-    r"^_?use_\w*(flash|fused|triton|cuda|kernel|cutlass|marlin|exllama|xformers|apex|liger|deep_?gemm|flashinfer"
-    r"|cudnn|tilelang|sdpa|custom_op|ext(ension)?)")
+    r"^_?use_((flash|fused|triton|cutlass|marlin|exllama|xformers|apex|liger|deep_?gemm|flashinfer|cudnn|tilelang"
+    r"|sdpa|custom_op|cuda_kernel)\w*|\w+(?<!_in)_(kernels?|triton|ext|extension))$")
+# Not a kernel choice: an option of the kernel (``use_qk_l2norm_in_kernel``), a CUDA graph.
 STUB_DECORATORS = {"abstractmethod", "overload", "override"}
 
 
