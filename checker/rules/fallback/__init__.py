@@ -452,8 +452,8 @@ def entry_points(model, model_code: bool = False) -> list[cst.FunctionDef]:
         if cls.name.value in SOLUTION_CLASSES or type(cls.body) is not cst.IndentedBlock:
             continue
         bases = {(model.dotted(b.value) or "").split(".")[-1] for b in cls.bases}
-        names = {CALLABLE_ENTRY} | ((FUNCTION_ENTRIES if "Function" in bases else {"forward"})
-                                    if bases & ENTRY_BASES else set())
+        names = ({CALLABLE_ENTRY} if not _kernel_class(model, cls) else set()) | (
+            (FUNCTION_ENTRIES if "Function" in bases else {"forward"}) if bases & ENTRY_BASES else set())
         for stmt in cls.body.body:
             if type(stmt) is cst.FunctionDef and stmt.name.value in names and id(stmt) in dispatching:
                 found.append(stmt)
@@ -463,6 +463,21 @@ def entry_points(model, model_code: bool = False) -> list[cst.FunctionDef]:
             found += [fn for fn in model.functions.get(node.value.value, ())
                       if id(fn) in dispatching and model.parent(fn) is model.module]
     return found
+
+
+JIT_DECORATORS = {"jit", "kernel", "compile"}
+
+
+def _kernel_class(model, cls: cst.ClassDef) -> bool:
+    """A class that is a kernel itself (a CuTe-DSL kernel object): one of its methods is decorated
+    with a JIT decorator (``@cute.jit``, ``@cute.kernel``). Its ``__call__`` is compile-time kernel
+    code, whose asserts state the kernel's own contract, not an entry point."""
+    for stmt in cls.body.body:
+        if type(stmt) is cst.FunctionDef and any(
+                (model.dotted(d.decorator.func if type(d.decorator) is cst.Call else d.decorator) or "")
+                .split(".")[-1] in JIT_DECORATORS for d in stmt.decorators):
+            return True
+    return False
 
 
 def claims_only(model, function: cst.FunctionDef) -> bool:
