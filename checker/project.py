@@ -248,6 +248,51 @@ def step_loops(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
     return out
 
 
+_NOT_OWN = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[str], bool, list[ast.AST]]:
+    """One walk of a function's own body for what :func:`file_facts` asks of it: the names it
+    declares ``global`` or ``nonlocal``, whether it trains (:func:`_trains`) and its loops over
+    steps (:func:`step_loops`: the outermost that do not train; a training loop's own step loops
+    count)."""
+    declared: set[str] = set()
+    trains = False
+    loops: list[ast.AST] = []
+    parent: list[int] = []  # each candidate loop's enclosing candidate (-1: none)
+    training: list[bool] = []
+    stack: list[tuple[ast.AST, int]] = [(n, -1) for n in fn.body]
+    while stack:
+        node, cand = stack.pop()
+        kind = type(node)
+        if kind is ast.Global or kind is ast.Nonlocal:
+            declared.update(node.names)
+        elif kind is ast.Call and type(node.func) is ast.Attribute:
+            attr = node.func.attr
+            if attr in ("backward", "zero_grad") or attr == "step" and re.search(
+                    r"optim", dotted(node.func.value) or "", re.I):
+                trains = True
+                up = cand
+                while up >= 0 and not training[up]:
+                    training[up] = True
+                    up = parent[up]
+        elif kind in _LOOPS and step_loop_names(_loop_names(node)):
+            loops.append(node)
+            parent.append(cand)
+            training.append(False)
+            cand = len(loops) - 1
+        stack.extend((c, cand) for c in ast.iter_child_nodes(node) if type(c) not in _NOT_OWN)
+    steps = []
+    for i, loop in enumerate(loops):
+        up = parent[i]
+        while up >= 0 and training[up]:
+            up = parent[up]
+        if not training[i] and up < 0:
+            steps.append(loop)
+    return declared, trains, steps
+
+
 @dataclass
 class FileFacts:
     """What the index needs of one file: its module name, imports and each function's calls."""
@@ -327,12 +372,11 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                     facts.options[name] = found
                 facts.params[name] = _params(node)
             if not owner:
-                declared[name] = {g for n in _own_nodes(node) if type(n) in (ast.Global, ast.Nonlocal) for g in n.names}
-                reason = function_context(path, klass, bases.get(klass, ()), node.name, _decorator_lasts(node),
-                                          _trains(node))
+                declared[name], trains, loops = _scan_function(node)
+                reason = function_context(path, klass, bases.get(klass, ()), node.name, _decorator_lasts(node), trains)
                 if reason is not None:
                     facts.contexts[name] = reason
-                loops = step_loops(node) if reason is None else []
+                    loops = []
                 if loops:
                     facts.step_calls[name] = [text for loop in loops for n in _own_nodes(loop)
                                               if type(n) is ast.Call and (text := dotted(n.func))]

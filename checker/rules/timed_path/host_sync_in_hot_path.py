@@ -6,7 +6,7 @@ import re
 import libcst as cst
 
 from kcheck.gate import dotted
-from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, walk
+from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, children, walk
 from kcheck.project import (
     ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, OTHER_PLATFORM, STEP_LOOP, function_context, once_per_input,
 )
@@ -268,7 +268,7 @@ def step_loops(function: cst.FunctionDef) -> list[cst.CSTNode]:
             if not _trains(node):
                 out.append(node)
             continue
-        stack.extend(c for c in node.children if type(c) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+        stack.extend(c for c in children(node) if type(c) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda))
     return out
 
 
