@@ -33,7 +33,7 @@ class MissingWarmup(Rule):
     to the host on every step (`count += x.sum().item()`) is a host-side statistics loop, not a
     kernel timing. Only code that measures to report a number is judged: a benchmark or timing
     file, or a function named `bench*`/`time*`/`measure*`; a window whose elapsed time is only
-asserted under a bound (`assert elapsed < DEADLOCK_SECONDS`, a hang check), a `test_*` function printing how long its reference took, and
+    asserted under a bound (`assert elapsed < DEADLOCK_SECONDS`, a hang check), a `test_*` function printing how long its reference took, and
     serving code profiling itself (`_profile_*`), are left alone. Also finds `do_bench(..., warmup=0)`.
 
     ## Why is this bad?

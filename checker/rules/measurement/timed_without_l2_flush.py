@@ -35,8 +35,8 @@ class TimedWithoutL2Flush(Rule):
     that the loop body takes from the loop variable (`x, y = data_sets[i % n]`,
     `inputs_for(idx)`) rotate too. Collectives (`all_reduce`, `all_to_all`, dispatch/combine)
     are not reported: their cost is the interconnect. A timing helper that times only the callable
-it is given, with no caller in the module (a shared utility whose callers live elsewhere), is not
-judged: what it reads is unknown there (one that flushes once, outside its loop, still is). Only code that measures to report a number
+    it is given, with no caller in the module (a shared utility whose callers live elsewhere), is not
+    judged: what it reads is unknown there (one that flushes once, outside its loop, still is). Only code that measures to report a number
     is judged (a benchmark or timing file, or a `bench*`/`time*`/`measure*` function; not a
     `test_*` function timing for information, nor serving code profiling itself), and a window
     that accumulates values read back every step (`count += x.sum().item()`) is a host-side loop,
