@@ -11,7 +11,11 @@ class DecorativeKernel(ClaimRule):
     """A real kernel that does a side job while the main op still goes to the library.
 
     ## What it does
-    Finds kernel claims (see KC101) that do launch a kernel of their own — a `@triton.jit`
+    Reports a kernel claim that does launch a kernel of its own, but one that only does a side job
+    (a copy, a scale, an activation) while the primary op (a GEMM, attention, a convolution) still
+    goes to the library, in Python or in the extension's C++.
+
+    In detail, it finds kernel claims (see KC101) that do launch a kernel of their own — a `@triton.jit`
     function or a `load_inline` extension in the same file — but where that kernel only moves or
     scales data (no loop, no `tl.dot`, no reduction, no atomics; for inline CUDA, no loop, shuffle,
     atomic or MMA), while the heavy op the baseline also runs — a GEMM, attention, a convolution,

@@ -11,7 +11,14 @@ class LibraryDispatchAsKernel(ClaimRule):
     """Code presented as a kernel whose compute is a library call the baseline already makes.
 
     ## What it does
-    Finds kernel claims — a `ModelNew` beside a `Model`, a registered custom op
+    Reports code presented as a kernel whose primary compute is a library op and nothing of its
+    own: a `ModelNew`, a solution's `Model`, a leaderboard `custom_kernel`, a registered op named as
+    a kernel or a configured kernel path that hands its work to cuBLAS, cuDNN, SDPA, flash-attn or
+    any torch op that does the work. Layout plumbing around the call (allocations, views, casts)
+    does not make it a kernel, and a binding that exposes a real third-party kernel to
+    `torch.compile` is not a claim.
+
+    In detail, it finds kernel claims — a `ModelNew` beside a `Model`, a registered custom op
     (`torch.library.custom_op`, `Library.impl`, `direct_register_custom_op`), a leaderboard
     `custom_kernel`, a function under a configured `kernel-paths` folder — whose work goes only
     to library ops: `torch.matmul`/`mm`/`bmm`/`@`, `F.linear`, `F.scaled_dot_product_attention`,

@@ -18,7 +18,12 @@ class AssertOrRaiseWhereFallbackBelongs(Rule):
     """An `assert` or `raise` on the input's dtype, shape, head size or device where a new kernel replaces a library path.
 
     ## What it does
-    Finds `assert` statements, and `raise` statements under an `if`, on the compute path of a
+    Reports an `assert` or `raise` on the input's dtype, shape, head size or device, or on whether
+    the kernel is installed, placed before a specialised kernel's launch on a path that replaced a
+    library path every input used to reach. Those inputs now get an error where the old path gave
+    a correct result: route them to the fallback instead.
+
+    In detail, it finds `assert` statements, and `raise` statements under an `if`, on the compute path of a
     kernel claim that replaces a library path every input used to reach — the `forward_cuda` of a
     `CustomOp`-style class beside its `forward_native`, a function under a configured
     `kernel-paths` entry, or an entry point a model reaches (the `forward` of an `nn.Module` or an

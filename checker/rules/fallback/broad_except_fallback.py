@@ -20,7 +20,12 @@ class BroadExceptFallback(Rule):
     """A fallback reached by a bare or broad `except` around a kernel launch, import or build.
 
     ## What it does
-    Finds `try` blocks whose body launches a specialised kernel (directly, through a
+    Reports a fallback reached by swallowing every error: a bare or broad `except` around a kernel
+    launch, a kernel import, set-up or build whose handler goes on another way without re-raising
+    or saying so above debug level. Every failure, a real bug in the kernel included, silently
+    becomes the slow path.
+
+    In detail, it finds `try` blocks whose body launches a specialised kernel (directly, through a
     same-module helper, or by calling a function imported from a kernel module or library) with a handler that catches everything — a bare `except:`,
     `except Exception` or `except BaseException` — and computes a replacement result instead of
     re-raising. Also `try` blocks, at import or in a function, that import a kernel module (the

@@ -13,7 +13,11 @@ class IncompleteGuard(Rule):
     """A guard that checks only the device before a kernel that assumes more.
 
     ## What it does
-    Finds an `if` on the compute path of a kernel claim that replaces a library path (the
+    Reports a guard that sends inputs to a specialised kernel after checking only their device,
+    where the kernel was written for narrower dtypes, shapes or layouts. Inputs that pass the
+    guard but not the kernel's assumptions get a wrong result or a crash instead of the fallback.
+
+    In detail, it finds an `if` on the compute path of a kernel claim that replaces a library path (the
     `forward_cuda` of a `CustomOp`-style class beside its `forward_native`, a function under a
     configured `kernel-paths` entry, and the same-module helpers they call) that launches a
     specialised kernel, where the test that picks the kernel over the fallback checks only the

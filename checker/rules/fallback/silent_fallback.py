@@ -13,7 +13,12 @@ class SilentFallback(Rule):
     """A fallback that bypasses the kernel without saying so.
 
     ## What it does
-    Finds input guards on the compute path of a kernel claim that replaces a library path (the
+    Reports a bypass of a specialised kernel that says nothing: an input guard whose other side
+    computes the result another way without a warning, a kernel the caller or the configuration
+    asked for switched off under a support test without a word, or a parameter asking for a kernel
+    that the function never reads.
+
+    In detail, it finds input guards on the compute path of a kernel claim that replaces a library path (the
     `forward_cuda` of a `CustomOp`-style class beside its `forward_native`, a function under a
     configured `kernel-paths` entry, an entry point a model reaches — the `forward` of an
     `nn.Module` or autograd `Function`, as KC301, or a module function patched in as a class's
