@@ -319,7 +319,7 @@ def main() -> None:
             torch.cuda.synchronize()
             c = {"op": spec.name, "tokens": T, "variant": "unfused pair against shipped", **same(q, s, q0, s0)}
             checks.append(c)
-            print(json.dumps(c))
+            print(json.dumps(c))  # kcheck: ignore[KC404] an exploratory variant's exactness, recorded beside its timing; shipped kernels are verified by kcheck.kernels verify
             fns = {"shipped (autotuned)": shipped}
             var = (rms_variants if spec is rn8.SPEC else silu_variants)(inputs, large)
             for name, fn in var.items():

@@ -327,7 +327,7 @@ def main() -> None:
                     continue
                 c = {"op": spec.name, "tokens": T, "variant": name, **same(q, s, q0, s0)}
                 checks.append(c)
-                print(json.dumps(c))
+                print(json.dumps(c))  # kcheck: ignore[KC404] an exploratory variant's exactness, recorded beside its timing; shipped kernels are verified by kcheck.kernels verify
                 fns[name] = fn
             fns.update(mover_best(spec.name, inputs))
             fns["unfused"] = spec.peers["unfused"](inputs)
