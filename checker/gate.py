@@ -229,6 +229,18 @@ def ast_children(node: ast.AST) -> list[ast.AST]:
     return out
 
 
+def nodes_of(summary: "Summary", *types: type) -> list[ast.AST]:
+    """The file's ``ast`` nodes of these types, from one walk of its tree shared by every fact that
+    asks (indexed by type in ``summary.memo``)."""
+    index = summary.memo.get("nodes")
+    if index is None:
+        index = summary.memo["nodes"] = {}
+        if summary.tree is not None:
+            for node in ast.walk(summary.tree):
+                index.setdefault(type(node), []).append(node)
+    return [n for kind in types for n in index.get(kind, ())]
+
+
 NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 """Nodes whose code does not run where they are written."""
 

@@ -18,7 +18,7 @@ import libcst as cst
 
 from kcheck.claims import _walk, in_kernel_module, is_reference_name
 from kcheck.facts import fact
-from kcheck.gate import reachable
+from kcheck.gate import nodes_of, reachable
 from kcheck.model import walk
 from kcheck.project import OTHER_PLATFORM, TEST_PATH
 from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
@@ -153,8 +153,8 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
         return None
     names = summary.function_names()
     patched = set() if NOT_SERVED.search(summary.path) else {
-        stmt.value.id for stmt in ast.walk(summary.tree) if isinstance(stmt, ast.Assign)
-        and isinstance(stmt.value, ast.Name) and any(
+        stmt.value.id for stmt in nodes_of(summary, ast.Assign)
+        if isinstance(stmt.value, ast.Name) and any(
             isinstance(t, ast.Attribute) and t.attr in PATCHED_METHODS for t in stmt.targets)}
     if "forward_cuda" not in names and not patched and (
             not names & (FUNCTION_ENTRIES | {CALLABLE_ENTRY}) or NOT_SERVED.search(summary.path)):
@@ -301,8 +301,8 @@ def kernel_import_under_try(summary, config) -> bool:
     """Whether a ``try`` anywhere in the file imports or builds a kernel with a broad handler."""
     if summary.tree is None or TEST_PATH.search(summary.path):
         return False
-    for node in ast.walk(summary.tree):
-        if isinstance(node, ast.Try) and any(h.type is None or any(
+    for node in nodes_of(summary, ast.Try):
+        if any(h.type is None or any(
                 (dotted(t) or "").split(".")[-1] in BROAD_EXCEPTIONS
                 for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])) for h in node.handlers):
             builders = summary.memo.get("kernel_builders")

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from kcheck.facts import fact
+from kcheck.gate import nodes_of
 from kcheck.claims import _walk
 from kcheck.model import walk
 from kcheck.project import TEST_PATH
@@ -143,8 +144,8 @@ def setting_switched_off(summary, config) -> bool:
     None (or passes)."""
     if summary.tree is None or TEST_PATH.search(summary.path):
         return False
-    for node in ast.walk(summary.tree):
-        if isinstance(node, ast.If) and not node.orelse and node.body and all(
+    for node in nodes_of(summary, ast.If):
+        if not node.orelse and node.body and all(
                 isinstance(s, (ast.Assign, ast.Pass)) and (isinstance(s, ast.Pass) or isinstance(s.value, ast.Constant)
                                                            and s.value.value in (False, None)) for s in node.body):
             return True
@@ -198,8 +199,9 @@ def kernel_request_ignored(summary, config) -> bool:
     """Looser than :func:`ignored_requests`: a function parameter named like a kernel request."""
     if summary.tree is None or TEST_PATH.search(summary.path) or NOT_SERVED.search(summary.path):
         return False
-    for node in ast.walk(summary.tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-                KERNEL_REQUEST.search(a.arg) for a in (*node.args.args, *node.args.kwonlyargs)):
+    if summary.source is not None and "use_" not in summary.source:
+        return False  # every kernel request's name holds ``use_``
+    for node in nodes_of(summary, ast.FunctionDef, ast.AsyncFunctionDef):
+        if any(KERNEL_REQUEST.search(a.arg) for a in (*node.args.args, *node.args.kwonlyargs)):
             return True
     return False
