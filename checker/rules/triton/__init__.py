@@ -18,7 +18,7 @@ from kcheck.claims import TRITON_DECORATORS
 from kcheck.facts import fact
 from kcheck.gate import dotted, import_bindings
 from kcheck.model import SCOPES_AND_LAMBDAS, children, subtree
-from kcheck.triton_values import arg, param_arg  # noqa: F401 - the rules import them from here
+from kcheck.triton_values import arg  # noqa: F401 - the rules import it from here
 
 TRITON_TEXT = r"triton"
 KERNEL_NAMES = {"jit", "autotune", "heuristics"}

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
 from kcheck.rule import Rule

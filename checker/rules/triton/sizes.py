@@ -12,8 +12,7 @@ import re
 
 import libcst as cst
 
-from kcheck.rules.triton import META_PARAM, names_in, nodes_under, tl_op
-from kcheck.rules.triton.launches import launch_words
+from kcheck.rules.triton import META_PARAM
 
 # Sizes that stay small in serving: head, expert, top-k, group and tile counts, and the strides of
 # per-row statistics (rstd, mean, lse) and rotary tables (cos, sin, freqs).
