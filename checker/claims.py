@@ -62,6 +62,7 @@ LIBRARY_OPS: dict[str, str] = {
     "torch.tril": "linalg", "torch.triu": "linalg", "torch.diag": "linalg", "torch.trace": "linalg",
     "torch.cdist": "linalg", "torch.cross": "linalg", "torch.outer": "gemm", "torch.dot": "gemm",
     "torch.tensordot": "gemm", "torch.kron": "gemm", "torch._scaled_mm": "gemm", "torch._scaled_grouped_mm": "gemm",
+    "torch._int_mm": "gemm", "torch._grouped_mm": "gemm",
     "torch.bincount": "reduction", "torch.histc": "reduction", "torch.histogram": "reduction",
     "torch.unique": "sort", "torch.searchsorted": "sort", "torch.bucketize": "sort",
     **{f"torch.nn.functional.{n}": "norm" for n in (
@@ -194,6 +195,10 @@ def library_family(name: str | None, config=None) -> str | None:
         return None
     if name in LIBRARY_OPS:
         return LIBRARY_OPS[name]
+    if name.startswith("torch.ops.aten.") and name.count(".") >= 3:
+        # ``torch.ops.aten.mm.default``: the ATen op under its own name is the op's family
+        op = name.split(".")[3]
+        return LIBRARY_OPS.get(f"torch.{op}") or LIBRARY_OPS.get(f"torch.nn.functional.{op}") or "aten"
     if name.endswith("_") and not name.endswith("__") and name[:-1] in LIBRARY_OPS:
         return LIBRARY_OPS[name[:-1]]  # the in-place form (``torch.relu_``) is the same op
     for pattern, family in LIBRARY_OPS.items():
@@ -491,9 +496,26 @@ def _triton_side_job(model, kernel: cst.FunctionDef) -> bool:
 
 
 def _triton_dots(model, kernel: cst.FunctionDef) -> bool:
-    """Whether a Triton kernel multiplies matrices (``tl.dot``/``tl.dot_scaled``)."""
-    return any(type(n) is cst.Call and (model.call_name(n) or "").split(".")[-1] in ("dot", "dot_scaled")
-               for n in _walk(kernel.body))
+    """Whether a Triton kernel multiplies and accumulates: ``tl.dot``/``tl.dot_scaled``, or a
+    product summed into an accumulator (``acc += x * w`` in a loop over K, ``tl.sum(x * w, 1)``):
+    GEMM or convolution work written without tensor cores."""
+    for n in _walk(kernel.body):
+        if type(n) is cst.Call:
+            last = (model.call_name(n) or "").split(".")[-1]
+            if last in ("dot", "dot_scaled"):
+                return True
+            if last == "sum" and n.args and _has_product(n.args[0].value):
+                return True
+        elif type(n) is cst.AugAssign and type(n.operator) is cst.AddAssign and _has_product(n.value):
+            return True
+    return False
+
+
+def _has_product(node: cst.CSTNode) -> bool:
+    """Whether an expression multiplies two loaded or computed values (not by a literal)."""
+    return any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply
+               and type(n.left) not in (cst.Integer, cst.Float) and type(n.right) not in (cst.Integer, cst.Float)
+               for n in walk(node))
 
 
 # Multiply-accumulate in device code: an MMA or tensor-core call, or an accumulation of a product
@@ -1068,13 +1090,18 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
         if type(node) is cst.BinaryOperation and type(node.operator) is cst.MatrixMultiply:
             uses.append(Use("library", node, via, "@", "gemm"))
             continue
+        if type(node) is cst.BinaryOperation and type(node.operator) in _ELEMENTWISE and _on_input(model, node):
+            code = " ".join(cst.Module([]).code_for_node(node).split())
+            uses.append(Use("elementwise", node, via, f"the elementwise ATen op `{code if len(code) <= 40 else code[:37] + '...'}`",
+                            "elementwise"))
+            continue
         if type(node) is not cst.Call:
             continue
         layer = _layer_kind(model, node, attrs)
         if layer is not None:
             _visit_layer(model, layer, node, via, depth, seen, uses)
             continue
-        target = model.callee(node) or _autograd_forward(model, node)
+        target = model.callee(node) or _autograd_forward(model, node) or _compiled_function(model, node)
         if target is not None:
             if is_reference_name(target.name.value) or target.name.value == "forward_native":
                 continue
@@ -1092,6 +1119,38 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
                                 library_op_family(use.launch.alongside)))
 
 
+_ELEMENTWISE = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power)
+# Tensor attributes and methods that give sizes, not values: arithmetic on them is index math.
+_SIZE_ATTRS = {"shape", "size", "numel", "dim", "ndim", "stride", "device", "dtype", "element_size", "nelement"}
+_SCALAR_ANNOTATIONS = {"int", "float", "bool", "str"}
+
+
+def _on_input(model, node: cst.BinaryOperation) -> bool:
+    """Whether an arithmetic operation works on an input tensor's values: one operand is a
+    parameter of the function around it (not ``self``/``ctx``, not annotated as a Python scalar),
+    as it is or indexed (``A * s``, ``x[:, 0] + b``), not its sizes (``x.shape[0] * 2``)."""
+    fn = model.enclosing_function(node)
+    if fn is None:
+        return False
+    params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)
+              if p.name.value not in ("self", "ctx", "cls") and not (
+                  p.annotation is not None and type(p.annotation.annotation) is cst.Name
+                  and p.annotation.annotation.value in _SCALAR_ANNOTATIONS)}
+    if not params:
+        return False
+    for anc in model.ancestors(node):  # index arithmetic: inside a subscript's slice or a size call
+        if type(anc) in (cst.SubscriptElement, cst.Slice, cst.Index):
+            return False
+        if type(anc) in (cst.SimpleStatementLine, cst.FunctionDef):
+            break
+    for side in (node.left, node.right):
+        while type(side) is cst.Subscript:
+            side = side.value
+        if type(side) is cst.Name and side.value in params:
+            return True
+    return False
+
+
 def _definitions(model, call: cst.Call, target: cst.FunctionDef) -> list[cst.FunctionDef]:
     """Every module-level definition a bare-name call may reach: a helper defined in each branch of
     ``if torch.cuda.is_available(): try: ... except: ...`` (the extension path and the fallback)
@@ -1101,6 +1160,56 @@ def _definitions(model, call: cst.Call, target: cst.FunctionDef) -> list[cst.Fun
     defs = [d for d in model.functions.get(call.func.value, ())
             if not any(type(a) in (cst.ClassDef, cst.FunctionDef) for a in model.ancestors(d))]
     return defs if len(defs) > 1 and target in defs else [target]
+
+
+def _compiled_target(model, value: cst.CSTNode | None, depth: int = 2) -> cst.FunctionDef | None | bool:
+    """The same-module function ``value`` compiles: ``torch.compile(fn, ...)``, or a call of a
+    same-module factory whose every return is that (``def _make(): ... return torch.compile(loop)``).
+    False when ``value`` is something else; None for a literal ``None`` (a lazy slot not yet filled)."""
+    if type(value) is cst.Name and value.value == "None":
+        return None
+    if type(value) is not cst.Call:
+        return False
+    if (model.call_name(value) or "") == "torch.compile":
+        inner = value.args[0].value if value.args else None
+        defs = model.functions.get(inner.value, ()) if type(inner) is cst.Name and inner.value not in model.imports else ()
+        return defs[-1] if len(defs) == 1 else False
+    if depth > 0 and type(value.func) is cst.Name and value.func.value not in model.imports:
+        factory = model.local_function(value.func.value)
+        if factory is None:
+            return False
+        found = {_compiled_target(model, r.value, depth - 1) for r in walk(factory.body)
+                 if type(r) is cst.Return and r.value is not None and not any(
+                     type(a) in (cst.FunctionDef, cst.Lambda) and a is not factory for a in model.ancestors(r))}
+        found.discard(None)
+        return found.pop() if len(found) == 1 and False not in found else False
+    return False
+
+
+def _compiled_function(model, call: cst.Call) -> cst.FunctionDef | None:
+    """What a call of a module-level name bound to a compiled function runs: ``f = torch.compile(g)``
+    at the top, or a lazy global filled by a factory (``global _f; if _f is None: _f = _make()``
+    where ``_make`` returns ``torch.compile(loop)``). The compiled graph runs ``g``'s torch ops, so
+    its body is the work; None when any binding of the name is something else."""
+    func = call.func
+    if type(func) is not cst.Name or func.value in model.imports or func.value in model.functions:
+        return None
+    memo = model.__dict__.setdefault("_claim_compiled", {})
+    if func.value in memo:
+        return memo[func.value]
+    found: set = set()
+    module = getattr(model, "_claim_module", None)
+    for node in walk(module) if module is not None else ():
+        if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name \
+                and node.targets[0].target.value == func.value:
+            fn = model.enclosing_function(node)
+            if fn is not None and not any(type(g) is cst.Global and func.value in {n.name.value for n in g.names}
+                                          for g in walk(fn.body)):
+                continue  # a local of another function
+            found.add(_compiled_target(model, node.value))
+    found.discard(None)
+    memo[func.value] = found.pop() if len(found) == 1 and False not in found else None
+    return memo[func.value]
 
 
 def _autograd_forward(model, call: cst.Call) -> cst.FunctionDef | None:
@@ -1227,6 +1336,10 @@ def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:
     family = library_family(name, model.config)
     if family:
         return Use("library", call, None, name, family)
+    op = model.qualname(call.args[0].value) if call.args and type(call.args[0].value) is cst.Attribute else None
+    if op and op.startswith("torch.ops.aten.") and name.startswith("torch."):
+        # a torch wrapper handed an ATen op to run (``out_dtype(torch.ops.aten.mm.default, torch.int32, a, b)``)
+        return Use("library", call, None, op, library_family(op, model.config) or "aten")
     parts = raw.split(".")
     head = parts[0].removesuffix("()")
     if head == "self" and len(parts) >= 2:

@@ -17,6 +17,7 @@ from kcheck.claims import (
     BROAD_FAMILIES, CUDA_LIBRARY, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, Claim, Use, compute_uses, families, is_reference_name, library_family,
 )
 from kcheck.facts import fact
+from kcheck.rules.dispatch.dormant import dormant_test
 from kcheck.gate import ast_children, by_name, dotted, import_bindings, reachable, resolve, stack_fields
 from kcheck.rule import Rule
 
@@ -44,7 +45,8 @@ class ClaimRule(Rule):
     """The family's base class: its rules judge kernel claims, so a file must name one of
     ``CLAIM_NAMES`` (or lie on a configured kernel path) before it is parsed for them."""
 
-    PREFILTER = ("|".join(sorted(CLAIM_NAMES)) + r"|class Model\b",)
+    # (``getenv|environ``: a kernel package's op whose kernel waits on an opt-in flag, dormant.py)
+    PREFILTER = ("|".join(sorted(CLAIM_NAMES)) + r"|class Model\b|getenv|environ",)
 
     @classmethod
     def prefilter(cls, text: str, config=None, seen: dict | None = None) -> bool:
@@ -68,6 +70,7 @@ class AstFacts:
     classes: list[ast.ClassDef] = field(default_factory=list)  # every class, nested ones included
     tries: list[tuple[ast.Try, str]] = field(default_factory=list)  # try statements, with the innermost function's name
     matmul: set[str] = field(default_factory=set)  # functions holding a ``@`` anywhere ("<module>": outside any)
+    arith: set[str] = field(default_factory=set)  # functions holding ``+ - * / **`` (claims._on_input may find a tensor's)
 
     def qualname(self, node: ast.AST) -> str | None:
         """``ModuleModel.qualname`` over ``ast``: the dotted name, its head resolved through the imports."""
@@ -75,6 +78,7 @@ class AstFacts:
 
 
 _FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)
 
 
 def ast_facts(summary) -> AstFacts:
@@ -100,6 +104,8 @@ def ast_facts(summary) -> AstFacts:
         elif kind is ast.BinOp:
             if type(node.op) is ast.MatMult:
                 matmul.update(enclosing or ("<module>",))
+            elif type(node.op) in _ARITH:
+                facts.arith.update(enclosing or ("<module>",))
         elif kind is ast.Import or kind is ast.ImportFrom:
             aliases.update(import_bindings(node))
             continue
@@ -123,6 +129,55 @@ class Analysis:
     library: list[Use]  # library ops the baseline also uses (all of them when no baseline is known)
     launches: list[Use]
     unknown: list[Use]  # calls this file cannot see into: they may be the real kernel
+    dormant: list[tuple[Use, cst.CSTNode]] = field(default_factory=list)  # launches kept from running by default, with the test
+
+
+WORKLOAD_CLAIMS = ("model-new", "model-solution", "custom-kernel")  # a benchmark's solution: its inputs are plain tensors
+
+
+def _inputs(model, claim: Claim, node: cst.CSTNode) -> frozenset[str]:
+    """The names that hold a solution's input tensors where ``node`` runs: the parameters of the
+    claim and of the function around ``node`` (not ``self``/``ctx``); none outside a solution."""
+    if claim.kind not in WORKLOAD_CLAIMS:
+        return frozenset()
+    names = set()
+    for fn in (claim.function, model.enclosing_function(node)):
+        if fn is not None:
+            names |= {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+    return frozenset(names - {"self", "ctx", "cls"})
+
+
+def _opaque(model, uses: list[Use]) -> list[Use]:
+    """The calls the claim's work may go to that this file cannot see into, less those made in a
+    branch test (``if _is_device("cpu", x):``, ``if supports_fp8():``): a predicate picks a path,
+    it does not do the path's work."""
+    out = []
+    for u in uses:
+        if u.kind != "unknown":
+            continue
+        child, in_test = u.node, False
+        for anc in model.ancestors(u.node):
+            if type(anc) in (cst.If, cst.IfExp, cst.While) and child is anc.test:
+                in_test = True
+                break
+            if type(anc) in (cst.FunctionDef, cst.ClassDef, cst.SimpleStatementLine):
+                break
+            child = anc
+        if not in_test:
+            out.append(u)
+    return out
+
+
+def _split_dormant(model, claim: Claim, launches: list[Use]) -> tuple[list[Use], list[tuple[Use, cst.CSTNode]]]:
+    """The launches that run by default, and those a test keeps from running (with that test)."""
+    live, dormant = [], []
+    for use in launches:
+        test = None
+        for node in (use.node, use.via):
+            if node is not None and test is None:
+                test = dormant_test(model, node, _inputs(model, claim, node))
+        (dormant.append((use, test)) if test is not None else live.append(use))
+    return live, dormant
 
 
 # A registered op's name that presents it as a kernel of its own ("fused_qkv", "fast_topk").
@@ -138,6 +193,20 @@ def _presented_as_kernel(fn: cst.FunctionDef) -> bool:
             names += [a.value.evaluated_value for a in dec.decorator.args
                       if type(a.value) is cst.SimpleString and isinstance(a.value.evaluated_value, str)]
     return any(PRESENTED_AS_KERNEL.search(n) for n in names)
+
+
+# A module of a package that says it holds kernels (``torchao/kernel/``, ``sgl_kernel/``, ``ops/kernels/``).
+KERNEL_PACKAGE = re.compile(r"(^|/)(kernels?|\w+_kernels?)/([^/]+/)*[^/]+\.py$")
+
+
+def _package_exports(model) -> list[cst.FunctionDef]:
+    """The public module-level functions of a kernel package's module (not its Triton kernels): ops
+    the package presents as kernels by where they live."""
+    if not KERNEL_PACKAGE.search(model.path):
+        return []
+    module = getattr(model, "_claim_module", None)
+    return [s for s in (module.body if module is not None else ()) if type(s) is cst.FunctionDef
+            and not s.name.value.startswith("_") and s not in model.triton_kernels and not is_reference_name(s.name.value)]
 
 
 def analyse(model) -> list[Analysis]:
@@ -164,6 +233,10 @@ def analyse(model) -> list[Analysis]:
             continue  # "Reference kernel for ...": a problem's sample submission says what it is
         uses = compute_uses(model, claim.function, claim.attrs)
         library = [u for u in uses if u.kind == "library"]
+        if not library and claim.kind in WORKLOAD_CLAIMS and not any(u.kind in ("launch", "unknown") for u in uses):
+            # a solution whose only work is arithmetic on its inputs (``A * s`` in an autograd
+            # Function presented as a custom operator) runs ATen's elementwise kernels
+            library = [u for u in uses if u.kind == "elementwise"][:1]
         if claim.kind == "custom-op":
             # a registered op around FlashInfer or flash-attn exposes a real kernel to torch.compile,
             # and one around plain torch reductions or activations is an integration point
@@ -171,8 +244,17 @@ def analyse(model) -> list[Analysis]:
         if claim.baseline is not None:
             base = families(compute_uses(model, claim.baseline, claim.baseline_attrs))
             library = [u for u in library if u.family == "baseline" or u.family in base]
-        out.append(Analysis(claim, library, [u for u in uses if u.kind == "launch"],
-                            [u for u in uses if u.kind == "unknown"]))
+        launches, dormant = _split_dormant(model, claim, [u for u in uses if u.kind == "launch"])
+        out.append(Analysis(claim, library, launches, _opaque(model, uses), dormant))
+    claimed = {id(c.function) for c in model.kernel_claims}
+    for fn in _package_exports(model):
+        if id(fn) in claimed:
+            continue
+        claim = Claim("kernel-package", f"{fn.name.value} (a kernel package's op)", fn)
+        uses = compute_uses(model, fn, {})
+        launches, dormant = _split_dormant(model, claim, [u for u in uses if u.kind == "launch"])
+        if dormant and not launches:  # only its dormant kernels make it a claim (KC102)
+            out.append(Analysis(claim, [u for u in uses if u.kind == "library"], launches, _opaque(model, uses), dormant))
     model._dispatch_analysis = out
     return out
 
@@ -193,6 +275,27 @@ def main_use(library: list[Use], model=None) -> Use:
                                      not _in_graph_capture(model, u.node)))
 
 
+# How many other places of heavy library work a finding points at besides the one it names.
+MORE_WORK_SITES = 6
+
+
+def other_work_sites(library: list[Use], chosen: Use, model) -> tuple:
+    """(node, note) for the other heavy library calls (GEMM, attention, convolution) on the claim's
+    main path, in source order and one per call site, none in a fallback branch: where else the
+    library does the work the claim presents as its own (a ResNet's every bottleneck convolution,
+    each chunk GEMM of a linear-attention forward), so that the finding shows the work, not one
+    sample of it. At most :data:`MORE_WORK_SITES`."""
+    out, seen = [], {id(chosen.node)}
+    for u in library:
+        if u.family not in HEAVY_FAMILIES or id(u.node) in seen or _fallback_branch(model, u.node):
+            continue
+        seen.add(id(u.node))
+        out.append((u.node, f"{u.name if u.name.startswith(('@', '.', 'the ')) else u.name + '()'} also does the work here"))
+        if len(out) >= MORE_WORK_SITES:
+            break
+    return tuple(out)
+
+
 def _in_graph_capture(model, node: cst.CSTNode) -> bool:
     """Whether ``node`` is captured in a CUDA graph (``with torch.cuda.graph(g):``): what replays."""
     return any(type(a) is cst.With and any(type(i.item) is cst.Call and (model.call_name(i.item) or "") == "torch.cuda.graph"
@@ -201,7 +304,8 @@ def _in_graph_capture(model, node: cst.CSTNode) -> bool:
 
 # A branch test that holds only off the GPU: ``not x.is_cuda``, ``x.device.type == "cpu"``,
 # ``not torch.cuda.is_available()``.
-_OFF_GPU = re.compile(r"\bnot\s+[\w.]*(is_cuda|cuda\.is_available\(\))|device(\.type)?\s*==\s*['\"]cpu|['\"]cpu['\"]\s*==")
+_OFF_GPU = re.compile(r"\bnot\s+[\w.]*(is_cuda|cuda\.is_available\(\))|device(\.type)?\s*==\s*['\"]cpu|['\"]cpu['\"]\s*=="
+                     r"|^[\w.]*is_cpu$|^[\w.]*_device\(\s*['\"]cpu['\"]")
 _ON_GPU = re.compile(r"^[\w.]*(\.is_cuda|cuda\.is_available\(\))$")
 
 
@@ -309,12 +413,15 @@ def _claims(summary, config) -> tuple[set[str], bool, list[ast.AST]] | None:
                            if isinstance(a, ast.Name) and a.id in local}
     if registered:
         claims += [fn for name in registered for fn in ast_facts(summary).defs.get(name, ())]
+    if KERNEL_PACKAGE.search(summary.path):  # _package_exports: a kernel package's public functions
+        claims += [s for s in summary.tree.body if isinstance(s, _FUNCTION_DEFS) and not s.name.startswith("_")]
     if SUBMISSION_FILE.search(summary.path):  # claims.SUBMISSION_ENTRY_FILE: its public functions may be claims
         claims += [s for s in summary.tree.body if isinstance(s, _FUNCTION_DEFS) and not s.name.startswith("_")]
     live = model_new + claims
     if live and not config.library_ops:
         facts = ast_facts(summary)
-        live = [fn for fn in live if not any(_opaque_call(summary, facts, c) for c in _claim_calls(facts, fn))]
+        dormancy = summary.source is not None and bool(_DORMANCY.search(summary.source))
+        live = [fn for fn in live if not any(_opaque_call(summary, facts, c, dormancy) for c in _claim_calls(facts, fn))]
     live = [fn for fn in live if not is_reference_name(fn.name)]
     result = ({fn.name for fn in live}, any(fn in live for fn in model_new), live)
     summary.memo["dispatch_claims"] = (result,)
@@ -339,6 +446,9 @@ def _own_calls(fn: ast.AST):
             continue
         if isinstance(node, ast.Call):
             yield node
+        if isinstance(node, (ast.If, ast.IfExp, ast.While)):  # a branch test's calls pick a path (:func:`_opaque`)
+            stack.extend(c for c in ast_children(node) if c is not node.test)
+            continue
         stack.extend(ast_children(node))
 
 
@@ -355,7 +465,7 @@ def _claim_calls(facts: AstFacts, fn: ast.AST):
                 yield from _own_calls(helpers[0])
 
 
-def _opaque_call(summary, facts: AstFacts, call: ast.Call) -> bool:
+def _opaque_call(summary, facts: AstFacts, call: ast.Call, dormancy: bool = False) -> bool:
     """Whether :func:`kcheck.claims.classify_call` surely makes ``call`` an ``unknown`` use or a
     launch that is no side job, either of which stops KC101 and KC102 for the claim: a call through
     an imported name (not ``self``) that is no library op, into a module outside
@@ -376,7 +486,8 @@ def _opaque_call(summary, facts: AstFacts, call: ast.Call) -> bool:
     parts = name.split(".")
     if parts[0] not in NEUTRAL_MODULES:
         return True
-    return name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims")
+    # a ``torch.ops`` kernel is a launch, which may wait on an opt-in test (``dormancy``: dormant.py)
+    return name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims") and not dormancy
 
 
 def _builds_extension(facts: AstFacts, call: ast.Call) -> bool:
@@ -418,19 +529,23 @@ def claim_reaches_library(summary, config) -> bool:
         return True  # an extension's source may call cuBLAS or ATen in place of a kernel
     facts = ast_facts(summary)
     aliases = _library_aliases(facts)
-    if model_new and (_names_library_op(summary.all_names, aliases) or facts.matmul or any(
+    if model_new and (_names_library_op(summary.all_names, aliases) or facts.matmul or facts.arith or any(
         isinstance(c.func, ast.Name) and (c.func.id == "Model" or c.func.id in summary.class_names)
         for c, _ in summary.calls  # the baseline, or a layer class of the file (its forward is followed)
     )):
         return True  # attributes bound in __init__ (self.fc = nn.Linear(...)) count for forward
     path = reachable(summary, names, 3, _skip)
-    if path & facts.matmul:
-        return True
+    if path & facts.matmul or path & facts.arith and (
+            "custom_kernel" in (summary.source or "") or SUBMISSION_FILE.search(summary.path)):
+        return True  # a ``@``; or for a leaderboard entry, arithmetic on its inputs (an elementwise solution)
     functions = by_name(summary)
     if any(f.names & summary.class_names for n in path for f in functions[n]) and (
             _names_library_op(summary.all_names, aliases) or facts.matmul):
         return True  # a module class of the file built and called on the path (claims._instance_of)
     return any(_names_library_op(f.names, aliases) for n in path for f in functions[n])
+
+
+_DORMANCY = re.compile(r"getenv|environ|requires_grad")
 
 
 @fact("claim launches kernel")
@@ -442,6 +557,8 @@ def claim_launches_kernel(summary, config) -> bool:
     claims = _claims(summary, config)
     if claims is None:
         return True
+    if claims[0] and summary.source is not None and _DORMANCY.search(summary.source):
+        return True  # a kernel of any kind may wait on an opt-in flag or on inputs requiring grad (dormant.py)
     facts = ast_facts(summary)
     if any(_builds_extension(facts, c) for c, _ in summary.calls):
         return True  # an extension built at module level, in a lazy builder or in a method

@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.claims import HEAVY_FAMILIES, unlaunched_builds
 from kcheck.native import line_of
-from kcheck.rules.dispatch import ClaimRule, analyse, main_use
+from kcheck.rules.dispatch import ClaimRule, analyse, main_use, other_work_sites
 
 
 class LibraryDispatchAsKernel(ClaimRule):
@@ -46,9 +46,18 @@ class LibraryDispatchAsKernel(ClaimRule):
     strings) or on a class (`Fn.kernel = load_inline(...)`). A helper defined once per branch of a
     guarded build (the extension path and its fallback) is read in every definition. A layer
     re-bound to a layout (`self.conv = self.conv.to(memory_format=...)`) stays the library layer,
-    and an in-place op (`torch.relu_`, `.relu_()`) is the op. The finding names the library call
+    and an in-place op (`torch.relu_`, `.relu_()`) is the op. A call of a name bound to
+    `torch.compile(fn)` (at the top, or lazily in a `global` filled by a factory that returns
+    `torch.compile(fn)`) runs `fn`'s torch ops and is followed into `fn`. A solution (a `ModelNew`,
+    a solution's `Model`, a `custom_kernel`) whose only work is arithmetic on its input tensors
+    (`A * s` in an autograd Function presented as a custom operator) hands it to ATen's
+    elementwise kernels and is reported too. Calls made in a branch test (`if _is_device("cpu",
+    x):`) pick a path and do not make the claim opaque. The finding names the library call
     on the claim's main path: one in its own body before one in a warm-up helper, and neither one
-    under a CPU guard (`if not x.is_cuda:`) nor in an `except` handler.
+    under a CPU guard (`if not x.is_cuda:`) nor in an `except` handler. It also points at the
+    other heavy library calls on the path (up to six): where the work is done. A claim whose
+    only kernels are kept from running by default (an opt-in flag, inputs that would have to
+    require grad) is KC102's case, not this rule's.
 
     Not claims: a registered op in a library's own code (not a solution, submission, `ModelNew` file
     or configured kernel path) whose name does not present it as a kernel (`fused_*`, `fast_*`,
@@ -163,8 +172,8 @@ def custom_kernel(data):
         unlaunched = tuple((stmt, f"the extension {name} is built here and never launched")
                            for stmt, name in unlaunched_builds(self.model))
         for found in analyse(self.model):
-            if not found.library or found.unknown:
-                continue
+            if not found.library or found.unknown or found.dormant:
+                continue  # (a kernel kept from running by default is KC102's case)
             library = found.library
             if found.launches:
                 # an extension function presented as a kernel that launches none and only calls a
@@ -182,7 +191,7 @@ def custom_kernel(data):
             line = line_of(self.context.source, launch.library_in or launch.name.split(".")[-1], launch.library + "(") \
                 if launch is not None and launch.library else None  # the C++ line that calls the library
             related = ((use.node, f"{_shown(use.name)} does the work here"),) if use.via is not None else ()
-            related += self._replayed(use.node) + unlaunched
+            related += self._replayed(use.node) + unlaunched + other_work_sites(library, use, self.model)
             self.report(where, claim=found.claim.label, op=_shown(use.name), helper=helper, whose=whose, line=line,
                         related=related)
 
