@@ -15,6 +15,13 @@ FEW_RUNS = 20  # a window averaging this many runs or fewer is "a handful"
 TIMING_RESULT = re.compile(r"bench|timeit|timing|elapsed|^time_|_time$|autorange", re.IGNORECASE)
 SPREAD = re.compile(r"median|percentile|quantile", re.IGNORECASE)
 ESTIMATE = re.compile(r"estimat|n_repeat|calibrat", re.IGNORECASE)
+# Benchmark helpers whose statistic defaults to the mean when neither ``return_mode`` nor
+# ``quantiles`` is given: triton.testing's ``do_bench`` and ``do_bench_cudagraph`` (since Triton 2.1;
+# the catalog's measuring/median-of-device-events) and the copies that keep that signature.
+DEFAULT_MEAN_BENCH = {"do_bench", "do_bench_cudagraph"}
+# A function named for benchmarking anywhere in its name (``run_benchmark``, ``_do_bench``) is
+# measurement code for this rule even outside test and benchmark files.
+BENCH_NAME = re.compile(r"bench", re.IGNORECASE)
 
 
 class MeanOfTimings(Rule):
@@ -25,8 +32,13 @@ class MeanOfTimings(Rule):
     needed: the mean (`statistics.mean`, `np.mean`, `.mean()`, `sum(t) / len(t)`) of a list of
     per-run timings (filled from `elapsed_time` or host timers); `do_bench(...,
     return_mode="mean")`; the mean read off a timing helper's result (`m.mean` of
-    `_, m = benchmark_forward(...)`, `stats["mean"]` of `get_timing_stats(times)`; a same-module
-    helper whose own mean is reported is not reported again at its callers); and a timed
+    `_, m = benchmark_forward(...)`, `stats["mean"]` of `get_timing_stats(times)`,
+    `timer.blocked_autorange().mean`; a same-module helper whose own mean is reported is not
+    reported again at its callers); `triton.testing.do_bench(fn)` and `do_bench_cudagraph(fn)`
+    called with neither `return_mode` nor `quantiles` (their default statistic is the mean; so is
+    that of a same-module copy whose `return_mode` defaults to `"mean"`, and of TileLang's
+    profiler); a running total of per-run timings divided by the count (`total += start.elapsed_time(end)`
+    in the loop, `total / iters` after it); and a timed
     window around `for _ in range(N)` with N of 20 or fewer, or a host-timed total divided by
     such a loop's count (`(time.perf_counter() - t0) / iters`, wherever the two timers stand),
     which is a mean of a handful of runs. The count may be written elsewhere: a name bound once
@@ -34,7 +46,9 @@ class MeanOfTimings(Rule):
     parameter (`niters = repeats`), or a command-line option's default (`args.num_iters` of
     `add_argument("--num-iters", default=10)`); a script's top level is judged like a function.
     Per-run timings include values computed from a timer (`tokens / (time.perf_counter() - t0)`),
-    kept in a list or a dict entry (`metrics["tokens_per_sec"].append(...)`).
+    kept in a list or a dict entry (`metrics["tokens_per_sec"].append(...)`, `ret += [...]`).
+    Besides test and benchmark code, a function named for benchmarking (`run_benchmark`,
+    `do_bench_cudagraph`) is judged wherever it stands.
 
     A mean reported beside the median or percentiles (a function that computes or reads those
     too, `stats["median"]` included) is an extra column, and a short window that only estimates
@@ -103,6 +117,22 @@ def bench(fn):
     return triton.testing.do_bench(fn, return_mode="mean")
 """,
         """
+import triton
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=100)
+""",
+        """
+import torch
+def bench(fn, iters=100):
+    start = torch.cuda.Event(enable_timing=True); end = torch.cuda.Event(enable_timing=True)
+    total = 0.0
+    for _ in range(iters):
+        start.record(); fn(); end.record()
+        torch.cuda.synchronize()
+        total += start.elapsed_time(end)
+    return total / iters
+""",
+        """
 import time, torch
 def bench_host(fn, x, iters=5):
     fn(x)
@@ -114,14 +144,15 @@ def bench_host(fn, x, iters=5):
     return (time.perf_counter() - t0) / iters
 """,
     ]
-    PREFILTER = (r"mean|average|sum\(|do_bench|range\(",)
+    PREFILTER = (r"mean|average|sum\(|do_bench|range\(|\+=",)
     NEEDS = ("timing",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        scope = Scope(self)
+        scope = _BenchScope(Scope(self), model)
         if not scope.gpu:
             return
+        self._totals: dict[int, set[str]] = {}  # id(function) -> names holding a running total of per-run timings
         timings = self._timing_lists(original_node)
         read: set[int] = set()  # statements with a mean read off timings reported
         self._meaned = {id(model.enclosing_function(n)) for n in nodes_under(original_node, nested=True)
@@ -137,6 +168,9 @@ def bench_host(fn, x, iters=5):
                     mode = arg(node, 99, "return_mode")
                     if type(mode) is cst.SimpleString and mode.evaluated_value == "mean":
                         self.report(node, what='do_bench(return_mode="mean") reports the mean')
+                        continue
+                if self._default_mean(node):
+                    self.report(node, what=f"{name}() without return_mode or quantiles reports the mean")
             elif type(node) in (cst.Attribute, cst.Subscript) and self._mean_read(node, timings) \
                     and not self._median_too(node):
                 stmt = next((a for a in model.ancestors(node) if isinstance(
@@ -144,6 +178,12 @@ def bench_host(fn, x, iters=5):
                 if id(stmt) not in read:  # one finding per statement
                     read.add(id(stmt))
                     self.report(node, what="the mean of the timings is reported")
+        totals: set[int] = set()  # divisions reported as a running total's mean
+        for node in nodes_under(original_node, nested=True):
+            if type(node) is cst.BinaryOperation and type(node.operator) is cst.Divide and scope.covers(node) \
+                    and self._running_total(node):
+                totals.add(id(node))
+                self.report(node, what="a running total of per-run timings divided by the count is their mean")
         windows: set[int] = set()  # functions with a window reported
         for region in model.timed_regions:
             if not device_timing(region) or not scope.covers(region.nodes[0]):
@@ -157,7 +197,8 @@ def bench_host(fn, x, iters=5):
                         windows.add(id(root))
                         self.report(stmt, what=f"one window over {n} runs gives the mean of a handful of runs")
         for node in nodes_under(original_node, nested=True):
-            if type(node) is cst.BinaryOperation and type(node.operator) is cst.Divide and scope.covers(node):
+            if type(node) is cst.BinaryOperation and type(node.operator) is cst.Divide and scope.covers(node) \
+                    and id(node) not in totals:
                 fn = model.enclosing_function(node)
                 if fn is None and not any(type(a) in (cst.ClassDef, cst.Lambda) for a in model.ancestors(node)):
                     fn = original_node  # a script's top level: its statements are the benchmark
@@ -167,6 +208,48 @@ def bench_host(fn, x, iters=5):
                         windows.add(id(fn))
                         self.report(node, what=f"a total over {n} runs divided by the count is the mean of a "
                                                "handful of runs")
+
+    def _default_mean(self, call: cst.Call) -> bool:
+        """``do_bench(fn)`` or ``do_bench_cudagraph(fn, rep=...)`` with neither ``return_mode`` nor
+        ``quantiles``: Triton's (and TileLang's profiler's) default statistic is the mean, and so is
+        that of a same-module copy (by any name) whose ``return_mode`` defaults to ``"mean"``. A result unpacked
+        into several names comes from the old signature, whose default was the median and the
+        20th and 80th percentiles."""
+        model = self.model
+        qual = model.call_name(call) or model.dotted(call.func) or ""
+        helper = model.callee(call)
+        if (last(qual) not in DEFAULT_MEAN_BENCH and helper is None) or len(call.args) - sum(
+                a.keyword is not None for a in call.args) > 3:
+            return False
+        if any(a.keyword is not None and a.keyword.value in ("return_mode", "quantiles", "percentiles")
+               for a in call.args) or any(a.star for a in call.args):
+            return False
+        parent = model.parent(call)
+        if type(parent) is cst.Assign and any(type(t.target) in (cst.Tuple, cst.List) for t in parent.targets):
+            return False
+        if helper is not None:
+            default = next((p.default for p in [*helper.params.params, *helper.params.kwonly_params]
+                            if p.name.value == "return_mode"), None)
+            known = type(default) is cst.SimpleString and default.evaluated_value == "mean"
+        else:
+            receiver = call.func.value if type(call.func) is cst.Attribute else None
+            known = qual.startswith(("triton.", "tilelang.")) or (
+                receiver is not None and "profiler" in code(receiver).lower()
+                and any(q.split(".")[0] == "tilelang" for q in model.imports.values()))
+        return known and not self._median_too(call)
+
+    def _running_total(self, node: cst.BinaryOperation) -> bool:
+        """``total / iters`` (or ``/ len(...)``) where ``total`` is a name the same function adds
+        per-run timings to inside a loop (``total += start.elapsed_time(end)``): the mean of the runs."""
+        left = node.left
+        if type(left) is cst.Call and type(left.func) is cst.Name and left.func.value in ("float", "int"):
+            left = left.args[0].value if left.args else left
+        if type(left) not in (cst.Name, cst.Attribute, cst.Subscript):
+            return False
+        fn = self.model.enclosing_function(node)
+        if fn is None or code(left) not in self._totals.get(id(fn), set()):
+            return False
+        return not self._median_too(node) and not self._estimate(fn)
 
     def _mean_of_list(self, node: cst.CSTNode, timings: set[str]) -> bool:
         """``statistics.mean(times)``, ``np.mean(times)``, ``sum(times) / len(times)`` over a list
@@ -227,6 +310,8 @@ def bench_host(fn, x, iters=5):
             if key is None or type(key.value) is not cst.SimpleString or key.value.evaluated_value != "mean":
                 return False
             base = node.value
+        if type(base) is cst.Call:  # ``timer.blocked_autorange().mean``, ``Timer(...).timeit(100).mean``
+            return bool(TIMING_RESULT.search(last(model.call_name(base) or model.dotted(base.func) or "")))
         if type(base) is not cst.Name:
             return False
         fn = model.enclosing_function(node)
@@ -315,7 +400,29 @@ def bench_host(fn, x, iters=5):
                 lists.add(code(n.func.value))  # ``times`` or ``metrics["tokens_per_sec"]``
             elif type(n) is cst.Assign and type(n.value) in (cst.ListComp, cst.List) and is_timing(n.value):
                 lists |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
+            elif type(n) is cst.AugAssign and type(n.operator) is cst.AddAssign and is_timing(n.value) and type(
+                    n.target) in (cst.Name, cst.Attribute, cst.Subscript):
+                if type(n.value) in (cst.List, cst.ListComp):
+                    lists.add(code(n.target))  # ``ret += [start.elapsed_time(end) / n_repeat]``
+                elif any(type(a) in (cst.For, cst.While) for a in model.ancestors(n)):
+                    fn = model.enclosing_function(n)  # ``total += start.elapsed_time(end)``, once per run
+                    if fn is not None:
+                        self._totals.setdefault(id(fn), set()).add(code(n.target))
         return lists
+
+
+class _BenchScope:
+    """The family's scope, and functions named for benchmarking anywhere in their name."""
+
+    def __init__(self, scope: Scope, model) -> None:
+        self.scope, self.model, self.gpu = scope, model, scope.gpu
+
+    def covers(self, node: cst.CSTNode) -> bool:
+        if self.scope.covers(node):
+            return True
+        chain = [node] if type(node) is cst.FunctionDef else []
+        chain += [a for a in self.model.ancestors(node) if type(a) is cst.FunctionDef]
+        return any(BENCH_NAME.search(f.name.value) for f in chain)
 
 
 # -- gate -----------------------------------------------------------------------------------------
