@@ -487,11 +487,12 @@ REDUCTIONS = {"sum", "mean", "var", "std", "softmax", "log_softmax", "logsumexp"
 
 @fact("output check")
 def checks_output(summary, config) -> bool:
-    """Measurement code (:meth:`GateFacts.in_scope`) compares outputs or takes an ``abs()``."""
-    if not uses(summary, COMPARES | {"abs"}):
+    """Measurement code (:meth:`GateFacts.in_scope`) compares outputs or takes an ``abs()`` or a
+    ``norm()`` (a relative error)."""
+    if not uses(summary, COMPARES | {"abs", "norm"}):
         return False
     facts = gate_facts(summary)
-    return any(facts.lasts(call) & (COMPARES | {"abs"}) and facts.in_scope(f) for call, f in summary.calls)
+    return any(facts.lasts(call) & (COMPARES | {"abs", "norm"}) and facts.in_scope(f) for call, f in summary.calls)
 
 
 @fact("timing")

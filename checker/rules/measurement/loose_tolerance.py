@@ -12,9 +12,12 @@ from kcheck.rules.measurement import (
 )
 
 
-# A comment that states why the tolerance is wide.
-REASON = re.compile(r"tol|loose|lenient|relax|noise|ulp|round|accumulat|error|precision|approx|drift|differ|bf16|fp16|"
+# A comment that states why the tolerance is wide: a cause (rounding, accumulation, a dtype, an
+# order of operations), not the words "tolerance", "loose" or "relaxed" alone, which only restate it.
+REASON = re.compile(r"noise|ulp|round|accumulat|error|precision|approx|drift|differ|bf16|fp16|"
                     r"tf32|nondetermin|atomic|order", re.IGNORECASE)
+# A comment that admits the tolerance is a problem to fix is no reason for it.
+ADMITS = re.compile(r"\b(TODO|FIXME|XXX|HACK)\b|too (loose|high|large)", re.IGNORECASE)
 QUICK_REDUCE = re.compile(r"quick_?(all_?)?reduce|quickreduce|\bqr_", re.IGNORECASE)
 
 
@@ -51,6 +54,17 @@ class LooseTolerance(Rule):
     passes, judged by that caller's dtypes; the kernel then runs at the callers). Not judged this way: the
     outputs of a training run (the test or its helpers call `optimizer.step()`), whose error
     compounds over the steps.
+
+    Three more ways of passing a tolerance are read the same way: a dict of tolerances keyed by
+    dtype (`atol, rtol = TOLS[dtype]`, each entry judged for the dtype its key names; a dict whose
+    comment gives the reason for its values is not judged), a checking helper's tolerance parameter
+    with no default, passed by each same-module caller by keyword or by position (reported at the
+    caller, the loosest per call), and an assertion that the error stays under a number:
+    `assert (out - ref).abs().max() < 0.5` (or a name holding that value) is judged as an `atol`,
+    `assert (out - ref).norm() / ref.norm() < 0.2` as an `rtol`.
+
+    A comment that only restates the tolerance ("tolerance", "loose", "relaxed") or admits it is a
+    problem (TODO, FIXME, "too loose") is no reason for it.
 
     Not judged: tests of quantised outputs (FP8, INT8, FP4, block-scaled, a test or a call named for
     quantisation, a quick all-reduce that compresses its payload); tests that run no kernel (no
@@ -114,18 +128,26 @@ def test_norm():
 """,
         """
 import torch
+from mylib import ops
+def test_norm_max_error():
+    x = torch.randn(8, 64, dtype=torch.bfloat16)
+    assert (ops.norm(x) - ref(x)).abs().max() < 1.0
+""",
+        """
+import torch
 ATOL = 1e-2
 def test_softmax():
     x = torch.randn(8, 64, dtype=torch.float32)
     assert torch.allclose(softmax_triton(x), torch.softmax(x, -1), 1e-5, ATOL)
 """,
     ]
-    PREFILTER = (r"close",)
+    PREFILTER = (r"close|abs\(|norm\(",)
     NEEDS = ("output check",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         self._reported: set[int] = set()  # tolerance values reported where they are written
+        self._passed_in: dict[int, int] = {}  # id(value passed to a checking helper) -> id(the call passing it)
         scope = Scope(self)
         module_dtypes = dtypes_in(model, module_statements(original_node))
         for node in nodes_under(original_node, nested=True):
@@ -138,21 +160,9 @@ def test_softmax():
                 continue
             if self._quantized_path(node):
                 continue
-            dtypes = self._dtypes(node)
-            if dtypes <= {"float32", "float64"} and self._upcast_args(node):
-                dtypes = set()  # fp32 copies of outputs of unknown precision: fp32 says nothing
-            if dtypes and dtypes <= {"float32", "float64"}:
-                # fp32 named in the test is often a side tensor (a scale, a sink, an fp32 reference)
-                # while the output's dtype comes from a module constant (DTYPE = torch.bfloat16) or
-                # an input helper: judge by the loosest of all
-                dtypes = dtypes | self._indirect_dtypes(node, original_node)
-            dtypes = dtypes or module_dtypes
-            if "quantized" in dtypes:
+            loosest = self._loosest(node, original_node, module_dtypes, self._upcast_args(node))
+            if loosest is None:
                 continue
-            if "float32" in dtypes and self._tf32(node):
-                dtypes = dtypes | {"float16"}  # TF32 keeps FP16's 10 mantissa bits
-            dtypes = dtypes & TOLERANCE_LIMITS.keys() or {"bfloat16"}
-            loosest = max(dtypes, key=lambda d: TOLERANCE_LIMITS[d])
             for which, index, slot in (("rtol", 2, 1), ("atol", 3, 0)):
                 base, factor = _scaled(original_node, arg(node, index if positional else 99, which))
                 value = number(original_node, base)
@@ -161,6 +171,83 @@ def test_softmax():
                 if value is not None and value > limit:
                     self.report(node, which=which, value=value, dtype=loosest, limit=limit)
                     break
+
+        for node in nodes_under(original_node, nested=True):
+            if type(node) is not cst.Assert or not scope.covers(node):
+                continue
+            bound = self._error_bound(node.test)
+            if bound is None or self._reasoned(node) or not self._checks_kernel(node) or self._quantized_path(node):
+                continue
+            which, value, upcast = bound
+            loosest = self._loosest(node, original_node, module_dtypes, upcast)
+            if loosest is None:
+                continue
+            limit = TOLERANCE_LIMITS[loosest][0 if which == "atol" else 1]
+            if value > limit:
+                self.report(node, which="the max-abs-error bound" if which == "atol" else "the relative-error bound",
+                            value=value, dtype=loosest, limit=limit)
+
+    def _loosest(self, node: cst.CSTNode, module: cst.Module, module_dtypes: set[str], upcast: bool) -> str | None:
+        """The loosest output dtype a comparison at ``node`` may judge (None: a quantised test)."""
+        dtypes = self._dtypes(node)
+        if dtypes <= {"float32", "float64"} and upcast:
+            dtypes = set()  # fp32 copies of outputs of unknown precision: fp32 says nothing
+        if dtypes and dtypes <= {"float32", "float64"}:
+            # fp32 named in the test is often a side tensor (a scale, a sink, an fp32 reference)
+            # while the output's dtype comes from a module constant (DTYPE = torch.bfloat16) or
+            # an input helper: judge by the loosest of all
+            dtypes = dtypes | self._indirect_dtypes(node, module)
+        dtypes = dtypes or module_dtypes
+        if "quantized" in dtypes:
+            return None
+        if "float32" in dtypes and self._tf32(node):
+            dtypes = dtypes | {"float16"}  # TF32 keeps FP16's 10 mantissa bits
+        dtypes = dtypes & TOLERANCE_LIMITS.keys() or {"bfloat16"}
+        return max(dtypes, key=lambda d: TOLERANCE_LIMITS[d])
+
+    def _error_bound(self, test: cst.BaseExpression):
+        """``(which, bound, upcast)`` for an assertion that an output's error stays under a number
+        (a literal or a module constant): the largest absolute difference
+        (``(out - ref).abs().max() < 0.5``, ``torch.max(torch.abs(out - ref)) <= tol``, or a name
+        the function assigned such a value) is an ``atol``; that difference or its norm divided by
+        the reference's (``(out - ref).norm() / ref.norm() < 0.2``) an ``rtol``. ``upcast``: the
+        difference is taken between ``.float()`` copies."""
+        if type(test) is not cst.Comparison or len(test.comparisons) != 1 or type(
+                test.comparisons[0].operator) not in (cst.LessThan, cst.LessThanEqual):
+            return None
+        value = number(self.context.module, test.comparisons[0].comparator)
+        if value is None:
+            return None
+        left = test.left
+        if type(left) is cst.Name:
+            fn = self.model.enclosing_function(test)
+            bound = [a.value for a in nodes_under(fn.body) if type(a) is cst.Assign and len(a.targets) == 1
+                     and type(a.targets[0].target) is cst.Name and a.targets[0].target.value == left.value] if fn else []
+            if len(bound) != 1:
+                return None
+            left = bound[0]
+        while type(left) is cst.Call and type(left.func) is cst.Attribute and left.func.attr.value in ("item", "float"):
+            left = left.func.value
+        if type(left) is cst.Call and type(left.func) is cst.Name and left.func.value == "float" and left.args:
+            left = left.args[0].value
+        which = None
+        if type(left) is cst.BinaryOperation and type(left.operator) is cst.Divide:
+            if self._difference(left.left, ("abs", "norm")):
+                which = "rtol"
+        elif self._difference(left, ("abs",)) and any(
+                type(c) is cst.Call and _called(c) in ("max", "amax") for c in nodes_under(left)):
+            which = "atol"
+        if which is None:
+            return None
+        upcast = any(type(c) is cst.Call and type(c.func) is cst.Attribute and c.func.attr.value in ("float", "double")
+                     for c in nodes_under(left))
+        return which, value, upcast
+
+    def _difference(self, expr: cst.CSTNode, ops: tuple[str, ...]) -> bool:
+        """``expr`` takes one of ``ops`` (``abs``, ``norm``) of a difference of two values."""
+        return any(type(c) is cst.Call and _called(c) in ops and any(
+            type(b) is cst.BinaryOperation and type(b.operator) is cst.Subtract for b in nodes_under(c))
+            for c in nodes_under(expr))
 
     def _chosen_per_dtype(self, call: cst.Call, module: cst.Module, positional: bool) -> bool:
         """Tolerances chosen per dtype where the comparison reads them by name: a
@@ -182,9 +269,10 @@ def test_softmax():
             if type(name) is not cst.Name or number(module, name) is not None:
                 continue
             rows = list(self._rows(fn, name.value))
+            passed = {id(v) for _, v in self._callers_passing(fn, name.value)}  # written at each caller
             for value, dtype in [*rows, *self._local(fn, name.value)]:
                 resolved = True
-                local = not any(value is v for v, _ in rows)
+                local = not any(value is v for v, _ in rows) and id(value) not in passed
                 if dtype is None or type(dtype) is frozenset:
                     dtypes = self._dtypes(call) or dtypes_in(model, module_statements(module))
                     if local and dtypes <= {"float32", "float64"}:
@@ -207,12 +295,16 @@ def test_softmax():
                 where = value if factor == 1 else call
                 if got > limit and id(where) not in self._reported:
                     found.append((got / limit, local, where, which, got, dtype, limit))
-        one_local = False  # of the values bound by local names, only the loosest is reported per comparison
+        # of the values bound by local names, only the loosest is reported per comparison, and of
+        # those a caller passes to a checking helper, only the loosest per call
+        seen: set[int] = set()
         for ratio, local, where, which, got, dtype, limit in sorted(found, key=lambda f: -f[0]):
-            if id(where) in self._reported or (local and one_local):
+            key = 0 if local else self._passed_in.get(id(where))
+            if id(where) in self._reported or (key is not None and key in seen):
                 continue
             self._reported.add(id(where))
-            one_local |= local
+            if key is not None:
+                seen.add(key)
             self.report(where, which=which, value=got, dtype=dtype, limit=limit)
         return resolved
 
@@ -226,8 +318,9 @@ def test_softmax():
         dtype."""
         yield from self._conditional(fn, name)
         for p in [*fn.params.params, *fn.params.kwonly_params]:
-            if p.name.value == name and p.default is not None:
-                yield p.default, None
+            if p.name.value == name:
+                if p.default is not None:
+                    yield p.default, None
                 for caller, value in self._callers_passing(fn, name):
                     found = dtypes_in(self.model, [caller]) & TOLERANCE_LIMITS.keys()
                     if "quantized" not in dtypes_in(self.model, [caller]) and not _quantized_name(caller.name.value):
@@ -249,6 +342,9 @@ def test_softmax():
             if outer is False:
                 continue
             value = n.value
+            if type(value) is cst.Subscript:  # ``atol, rtol = TOLS[dtype]``: each entry for its key's dtype
+                yield from self._dict_entries(fn, value, at)
+                continue
             if type(value) is cst.IfExp:
                 if type(n.value) is cst.IfExp and at is None and type(target) is cst.Name:
                     continue  # ``name = A if test else B``: judged by _conditional
@@ -265,6 +361,40 @@ def test_softmax():
                     side = side.elements[at].value
                 if type(side) in (cst.Integer, cst.Float):
                     yield side, dtype
+
+    def _dict_entries(self, fn: cst.FunctionDef, sub: cst.Subscript, at: int | None):
+        """(value, dtype) of each entry of a dict of tolerances keyed by dtype that ``sub`` indexes
+        (``TOLS[dtype]``, ``TOLS[(dtype, mode)]``; the dict bound in ``fn`` or at the module's top
+        level): the entry's tolerance (its ``at``-th item when a tuple is unpacked) for the dtype
+        its key names. Not judged: a key naming a quantised dtype, several or none, and a dict
+        whose statement gives the reason for its values in a comment."""
+        if type(sub.value) is not cst.Name:
+            return
+        found = None
+        for root in (fn.body, self.context.module):
+            for stmt in nodes_under(root):
+                if type(stmt) is cst.SimpleStatementLine:
+                    for small in stmt.body:
+                        if type(small) is cst.Assign and type(small.value) is cst.Dict and any(
+                                type(t.target) is cst.Name and t.target.value == sub.value.value for t in small.targets):
+                            found = (stmt, small.value)
+            if found:
+                break
+        if found is None or _gives_reason(cst.Module([]).code_for_node(found[0])):
+            return
+        for element in found[1].elements:
+            if type(element) is not cst.DictElement:
+                continue
+            dtype = self._row_dtype(element.key)
+            if not dtype:
+                continue
+            value = element.value
+            if at is not None:
+                if type(value) not in (cst.Tuple, cst.List) or at >= len(value.elements):
+                    continue
+                value = value.elements[at].value
+            if type(value) in (cst.Integer, cst.Float):
+                yield value, dtype
 
     def _branch_dtype(self, fn: cst.FunctionDef, node: cst.CSTNode):
         """The dtype the innermost ``if`` around ``node`` (inside ``fn``) tests for: its name when
@@ -285,13 +415,23 @@ def test_softmax():
         return None
 
     def _callers_passing(self, fn: cst.FunctionDef, name: str):
-        """(caller, value) for each same-module call of ``fn`` that passes ``name`` by keyword."""
+        """(caller, value) for each same-module call of ``fn`` that passes ``name``, by keyword or
+        by position (``check(out, ref, 1.0, 1.0)``; a method called on ``self`` skips ``self``)."""
+        params = list(fn.params.params)
+        at = next((i for i, p in enumerate(params) if p.name.value == name), None)
         for call in self.model.calls:
             if type(call) is not cst.Call or self.model.callee(call) is not fn:
                 continue
             value = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+            if value is None and at is not None:
+                index = at - (1 if params and params[0].name.value in ("self", "cls")
+                              and type(call.func) is cst.Attribute else 0)
+                positional = [a for a in call.args if a.keyword is None and not a.star]
+                if len(positional) == len([a for a in call.args if a.keyword is None]) and 0 <= index < len(positional):
+                    value = positional[index].value
             caller = self.model.enclosing_function(call)
             if value is not None and caller is not None:
+                self._passed_in[id(value)] = id(call)
                 yield caller, value
 
     def _row_dtype(self, row: cst.CSTNode) -> str | None | bool:
@@ -437,6 +577,12 @@ def last_name(model, call: cst.Call) -> str:
     return (model.call_name(call) or model.dotted(call.func) or "").split(".")[-1]
 
 
+def _called(call: cst.Call) -> str:
+    """The called name's last part, on any receiver (``(a - b).abs()``: ``abs``)."""
+    func = call.func
+    return func.attr.value if type(func) is cst.Attribute else (func.value if type(func) is cst.Name else "")
+
+
 def _quantized_name(name: str) -> bool:
     """A function or call named for a quantised path or a quick all-reduce."""
     return bool(QUANTIZED.search(name) or QUICK_REDUCE.search(name))
@@ -444,7 +590,7 @@ def _quantized_name(name: str) -> bool:
 
 def _gives_reason(code: str) -> bool:
     """Whether a comment in ``code`` gives a reason for a tolerance."""
-    return any(REASON.search(c) for c in re.findall(r"#[^\n]*", code))
+    return any(REASON.search(c) and not ADMITS.search(c) for c in re.findall(r"#[^\n]*", code))
 
 
 def _skipped(model, row: cst.Call) -> bool:
