@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from kcheck.rule import Rule
-from kcheck.rules.measurement import REDUCTIONS, REFERENCE, last, nodes_under
+from kcheck.rules.measurement import REDUCTIONS, REFERENCE, Scope, is_compare, last, nodes_under
 
 WIDE = {"float32", "float64", "float", "double"}
 VIEWS = {"view", "reshape", "transpose", "permute", "contiguous", "flatten", "unsqueeze", "squeeze", "clone",
@@ -38,6 +38,11 @@ class LowPrecisionReference(Rule):
     left alone, as are Python's own `sum()` of a list and reductions of counts, masks, ids and lengths
     (`cnts.sum(0)`, `expert_mask.sum()`, `torch.tensor(seq_lens).cumsum(0)`): integer sums are exact.
 
+    Also reported: a same-module reference called in test code with inputs cast down to 16 bits
+    at the call (`torch_gemm(a.to(out_dtype), b.to(out_dtype), c, alpha, beta)`, `ref(x.half())`)
+    when its result is compared and it does not upcast inside: the reference then rounds its
+    inputs and its epilogue like the kernel does.
+
     PyTorch's own reductions accumulate in FP32 internally, so `torch.softmax(x)` of an input
     is left alone; the loss is in the rounded intermediates.
 
@@ -64,8 +69,7 @@ class LowPrecisionReference(Rule):
 
     CODE = "KC406"
     NAME = "low-precision-reference"
-    MESSAGE = ("reference {function}() reduces with {op}() in the inputs' own precision: compute the reference in "
-               "float32 and cast once at the end")
+    MESSAGE = "{what}: compute the reference in float32 and cast once at the end"
     SEVERITY = "warning"
     PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("verification/upcast-reference",)
@@ -107,7 +111,7 @@ def check(dtype):
     ref = torch_softmax(torch.randn(8, 64).to(dtype))
 """,
     ]
-    PREFILTER = (r"bfloat16|float16|\bhalf\b|bf16|fp16", r"sum|mean|var|std|softmax|logsumexp|norm|prod")
+    PREFILTER = (r"bfloat16|float16|\bhalf\b|bf16|fp16", r"sum|mean|var|std|softmax|logsumexp|norm|prod|\.to\(|half\(")
     NEEDS = ("reference reduction",)
 
     def leave_Module(self, original_node: cst.Module) -> None:
@@ -129,8 +133,60 @@ def check(dtype):
                            if type(n) is cst.Name):
                         continue  # counts, masks and ids: an integer reduction is exact
                     if self._computed(_reduced(node), computed):
-                        self.report(node, function=fn.name.value, op=_op(node))
+                        self.report(node, what=f"reference {fn.name.value}() reduces with {_op(node)}() in the "
+                                               "inputs' own precision")
                         break
+        self._cast_at_call(original_node)
+
+    def _cast_at_call(self, module: cst.Module) -> None:
+        """A same-module reference called, in test code, with inputs cast down to 16 bits at the
+        call (``torch_gemm(a.to(out_dtype), b.to(out_dtype), ...)``, ``ref(x.half())``) whose result
+        is compared: the reference rounds like the kernel. A reference that upcasts inside is not
+        reported, nor a cast to a dtype variable in a function that names no 16-bit dtype."""
+        scope = Scope(self)
+        for call in nodes_under(module, nested=True):
+            if type(call) is not cst.Call or type(call.func) is not cst.Name or not scope.covers(call):
+                continue
+            fn = self.model.callee(call)
+            if fn is None or fn.name.value.startswith("test") or not REFERENCE.search(fn.name.value):
+                continue
+            caller = self.model.enclosing_function(call)
+            if caller is None or caller is fn or self._upcasts(fn.body) or self._upcasts(fn.params):
+                continue
+            if not any(self._cast_down(a.value, caller) for a in call.args):
+                continue
+            if self._compared(call, caller):
+                self.report(call, what=f"reference {fn.name.value}() is given inputs cast down to 16 bits")
+
+    def _cast_down(self, value: cst.CSTNode, caller: cst.FunctionDef) -> bool:
+        """``x.half()``, ``x.bfloat16()``, ``x.to(torch.bfloat16)``, or ``x.to(out_dtype)`` in a
+        function whose parameters or body name a 16-bit dtype."""
+        if type(value) is not cst.Call or type(value.func) is not cst.Attribute:
+            return False
+        attr = value.func.attr.value
+        if attr in ("half", "bfloat16"):
+            return True
+        if attr != "to" or not value.args:
+            return False
+        target = value.args[0].value
+        text = self.model.dotted(target) or ""
+        if LOW_TEXT.search(text):
+            return True
+        return type(target) is cst.Name and "dtype" in target.value.lower() and \
+            target.value not in self._dtype_copies(caller) and bool(LOW_TEXT.search(_code(caller)))
+
+    def _compared(self, call: cst.Call, caller: cst.FunctionDef) -> bool:
+        """The call's result (directly, or through the name it is assigned to) is an argument of
+        a comparison in the caller."""
+        parent = self.model.parent(call)
+        names = {t.target.value for t in parent.targets if type(t.target) is cst.Name} \
+            if type(parent) is cst.Assign else set()
+        for n in nodes_under(caller.body):
+            if type(n) is cst.Call and is_compare(self.model, n):
+                for a in n.args[:2]:
+                    if any(x is call or (type(x) is cst.Name and x.value in names) for x in nodes_under(a.value)):
+                        return True
+        return False
 
     def _low_inputs(self, fn: cst.FunctionDef, module: cst.Module) -> bool:
         """The reference visibly computes on 16-bit tensors: it casts to FP16/BF16 itself, or a call
@@ -287,6 +343,10 @@ def check(dtype):
                         wide |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
             return value.value in wide
         return False
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
 
 
 def _reduced(call: cst.Call) -> cst.CSTNode | None:
