@@ -28,7 +28,9 @@ class PrintedComparison(Rule):
     `(out - ref).abs().max()`, directly or as returned by a same-module helper that measures it
     (`err = relative_error(out, ref)`) — and never check it: no `assert`, no `raise`, no `assert_*`
     call, no `pytest.fail` or `sys.exit`, the difference is not returned to a caller, and the
-    function is not a helper whose callers all assert. Also left alone: a comparison whose result
+    function is not a helper whose callers all assert. A checking helper that prints a comparison
+    and returns it is reported where it is called as a bare statement (`check(out, ref)`, its
+    result dropped) by a caller that checks nothing itself. Also left alone: a comparison whose result
     decides something (`if not torch.allclose(...): return False`, `results[k] = passed`,
     `if max_diff > tol:`), reporting helpers (`print_*`, `log_*`, `report_*`, `show_*`), and a
     printed row of a benchmark table (the error is a column beside the timings).
@@ -193,6 +195,14 @@ def verify(out, ref):
                 returned |= {n.value for n in nodes_under(node.value) if type(n) is cst.Name}
                 if self._difference(node.value, diffs):
                     return
+            if type(node) is cst.Expr and type(node.value) is cst.Call:
+                helper = model.callee(node.value)
+                if type(helper) is cst.FunctionDef and helper is not root and self._returns_error(helper) \
+                        and not self._asserts(helper) and any(
+                            type(c) is cst.Call and model.log_kind(c) for c in nodes_under(helper.body)):
+                    # ``check(out, ref)`` as a statement: the helper prints the comparison it
+                    # returns, and the caller drops it
+                    printed.append((node.value, f"the comparison returned by {helper.name.value}()"))
             if type(node) is cst.Call and model.log_kind(node):
                 if any(type(x) is cst.Name and TIMING.search(x.value) for a in node.args for x in nodes_under(a.value)):
                     continue  # a row of a benchmark table: the error is a column beside the timings
