@@ -85,6 +85,12 @@ class Config:
     # Set per file by the engine from the project index: (function, parameter) for the parameters
     # every caller in the project passes a host array (``f(lens_cpu)``).
     host_params: tuple[tuple[str, str], ...] = ()
+    # Set per file by the engine from the project index: why each function of this file (by its
+    # dotted scope name; "*" for all of them) is not serving code, and where its loops over steps are
+    # (their places among its own loop statements); ``indexed`` says the index answered for this file.
+    contexts: tuple[tuple[str, str], ...] = ()
+    step_loops: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    indexed: bool = False
     library_ops: tuple[str, ...] = ()
     fallback_announcers: tuple[str, ...] = ()
     require_suppression_reason: bool = True

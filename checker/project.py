@@ -182,6 +182,12 @@ def function_context(path: str, klass: str, bases: tuple[str, ...], name: str, d
     return None  # one-time work by name (``ONE_TIME``) is the walk's to skip: a configured entry point may match it
 
 
+def module_context(path: str) -> str | None:
+    """Why no function of the module at ``path`` is serving code (a test, benchmark, training or
+    export module), or None."""
+    return function_context(path, "", (), "", ())
+
+
 def _trains(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """Whether a function's body (not its nested functions) runs a training step: it calls
     ``.backward()`` or ``.zero_grad()``, or ``step()`` of something named for an optimizer."""
@@ -252,13 +258,24 @@ _NOT_OWN = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
-def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[str], bool, list[ast.AST]]:
+def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef, typed: dict[str, str] | None = None
+                   ) -> tuple[set[str], bool, list[ast.AST], tuple[int, ...]]:
     """One walk of a function's own body for what :func:`file_facts` asks of it: the names it
-    declares ``global`` or ``nonlocal``, whether it trains (:func:`_trains`) and its loops over
+    declares ``global`` or ``nonlocal``, whether it trains (:func:`_trains`), its loops over
     steps (:func:`step_loops`: the outermost that do not train; a training loop's own step loops
-    count)."""
+    count), and where those are among its own loop statements in source order (``for``/``async
+    for`` and ``while``, not counting nested functions and classes: the n-th is the n-th
+    ``libcst.For``/``While`` of the same body, which is how a rule finds them).
+
+    With ``typed`` (its parameters annotated with a class), the same walk adds to ``typed`` the
+    local names whose every assignment shows one type (``view = cache.get_view(i)``, ``b: Buf =
+    ...``; ``value_type``), and records under ``"return"`` what its ``return`` statements build when
+    they agree (``return CacheView(...)``)."""
     declared: set[str] = set()
+    local: dict[str, str | None] = {}
+    returned: set[str | None] = set()
     trains = False
+    every: list[ast.AST] = []  # all its own loop statements (``for``, ``async for``, ``while``)
     loops: list[ast.AST] = []
     parent: list[int] = []  # each candidate loop's enclosing candidate (-1: none)
     training: list[bool] = []
@@ -268,6 +285,18 @@ def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[str]
         kind = type(node)
         if kind is ast.Global or kind is ast.Nonlocal:
             declared.update(node.names)
+        elif typed is not None and (kind is ast.Assign or kind is ast.AnnAssign or kind is ast.Return):
+            if kind is ast.Return:
+                returned.add(value_type(node.value, typed) if node.value is not None else None)
+            else:
+                targets = node.targets if kind is ast.Assign else [node.target]
+                for t in targets:
+                    for el in (t.elts if type(t) is ast.Tuple else [t]):
+                        if type(el) is ast.Name and el.id not in typed:
+                            found = annotated_class(node.annotation) if kind is ast.AnnAssign else None
+                            if found is None and type(t) is not ast.Tuple and node.value is not None:
+                                found = value_type(node.value, typed)
+                            local[el.id] = found if local.get(el.id, found) == found else None
         elif kind is ast.Call and type(node.func) is ast.Attribute:
             attr = node.func.attr
             if attr in ("backward", "zero_grad") or attr == "step" and re.search(
@@ -277,11 +306,13 @@ def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[str]
                 while up >= 0 and not training[up]:
                     training[up] = True
                     up = parent[up]
-        elif kind in _LOOPS and step_loop_names(_loop_names(node)):
-            loops.append(node)
-            parent.append(cand)
-            training.append(False)
-            cand = len(loops) - 1
+        elif kind in _LOOPS:
+            every.append(node)
+            if step_loop_names(_loop_names(node)):
+                loops.append(node)
+                parent.append(cand)
+                training.append(False)
+                cand = len(loops) - 1
         stack.extend((c, cand) for c in ast.iter_child_nodes(node) if type(c) not in _NOT_OWN)
     steps = []
     for i, loop in enumerate(loops):
@@ -290,7 +321,20 @@ def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[str]
             up = parent[up]
         if not training[i] and up < 0:
             steps.append(loop)
-    return declared, trains, steps
+    if steps:  # each step loop's place among the function's own loop statements, in source order
+        order = {id(n): k for k, n in enumerate(sorted(every, key=lambda n: (n.lineno, n.col_offset)))}
+        steps = sorted(steps, key=lambda n: order[id(n)])
+        ordinals = tuple(order[id(n)] for n in steps)
+    else:
+        ordinals = ()
+    if typed is not None:
+        typed.update((name, found) for name, found in local.items() if found)
+        shown = annotated_class(fn.returns)
+        if shown is None and len(returned) == 1:
+            shown = next(iter(returned))
+        if shown:
+            typed["return"] = shown
+    return declared, trains, steps, ordinals
 
 
 @dataclass
@@ -322,6 +366,17 @@ class FileFacts:
     contexts: dict[str, str] = field(default_factory=dict)
     # "f" or "Cls.m" -> the calls written inside its loops over steps (``step_loops``): they run every step
     step_calls: dict[str, list[str]] = field(default_factory=dict)
+    # Per definition at any depth, by the dotted name the module model gives it (``Outer.Inner.m``,
+    # ``f.helper``), what the rules ask of it: why it is not serving code (``function_context``;
+    # empty where a reason holds for the whole module, see ``module_context``), and, for one that may
+    # be, where its loops over steps are among its own loop statements (``_scan_function``)
+    scope_contexts: dict[str, str] = field(default_factory=dict)
+    step_loops: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> what it returns, where its return annotation or its ``return`` statements show
+    # it: a class (``"CacheView"``) or the result of a call (``"(CacheView)"``; see ``value_type``)
+    returns: dict[str, str] = field(default_factory=dict)
+    # class -> its bases as written, for the classes that have some (a method found on a base)
+    bases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def module_name(path: str) -> str:
@@ -348,14 +403,18 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
     module = module_name(path)
     facts = FileFacts(module, constants=_numeric_constants(tree))
     is_package = path.endswith("__init__.py")
-    # (node, the function or method it is in: "f", "Cls.m", or "" outside any, nested functions "")
-    stack: list[tuple[ast.AST, str, str]] = [(n, "", "") for n in tree.body]
+    # (node, the function or method it is in: "f", "Cls.m", or "" outside any, nested functions "",
+    # the class it is in, the dotted name of the def or class around it as the module model names it)
+    stack: list[tuple[ast.AST, str, str, str]] = [(n, "", "", "") for n in tree.body]
+    everywhere = module_context(path)  # a reason that holds for every function here
+    classes: dict[str, tuple[str, ...]] = {}  # the full dotted name of each class -> its bases as written
     typed: dict[str, dict[str, str]] = {}  # function -> its parameters annotated with a class name
     bases: dict[str, tuple[str, ...]] = {}  # class -> its bases as written
     setters: dict[str, dict[str, set[str]]] = {}  # class -> method -> the ``self.x`` it assigns
     declared: dict[str, set[str]] = {}  # function -> the names it declares ``global`` or ``nonlocal``
+    attributes: dict[str, dict[str, str]] = {}  # class -> ``self.x`` -> its type (``_self_assigned``)
     while stack:
-        node, owner, klass = stack.pop()
+        node, owner, klass, scope = stack.pop()
         kind = type(node)
         if kind is ast.Import or kind is ast.ImportFrom:
             for local, qualified in import_bindings(node):
@@ -367,30 +426,57 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             if not owner:
                 facts.calls.setdefault(name, [])
                 typed[name] = _annotated_params(node)
+                typed[name].pop("return", None)
                 found = _options(node)
                 if found:
                     facts.options[name] = found
                 facts.params[name] = _params(node)
+            full = f"{scope}.{node.name}" if scope else node.name
+            # the class it is a method of, as the rules see it: none for a def inside a function
+            holder = scope.rsplit(".", 1)[-1] if not owner and scope in classes else ""
+            decorators = _decorator_lasts(node)
+            if not owner and "." in name:  # what the class's attributes hold, for locals bound from them
+                typed[name].update((f"self.{a}", t) for a, t in attributes.get(name.rsplit(".", 1)[0], {}).items())
+            declared_here, trains, loops, ordinals = _scan_function(node, typed[name] if not owner else None)
+            if not owner and "return" in typed[name]:
+                facts.returns[name] = typed[name].pop("return")
+            reason = function_context(path, holder, classes.get(scope, ()), node.name, decorators, trains)
             if not owner:
-                declared[name], trains, loops = _scan_function(node)
-                reason = function_context(path, klass, bases.get(klass, ()), node.name, _decorator_lasts(node), trains)
-                if reason is not None:
-                    facts.contexts[name] = reason
+                declared[name] = declared_here
+                top = reason if holder == klass else function_context(
+                    path, klass, bases.get(klass, ()), node.name, decorators, trains)
+                if top is not None:
+                    facts.contexts[name] = top
                     loops = []
                 if loops:
                     facts.step_calls[name] = [text for loop in loops for n in _own_nodes(loop)
                                               if type(n) is ast.Call and (text := dotted(n.func))]
+            if reason is not None:
+                if everywhere is None:
+                    facts.scope_contexts[full] = reason
+            elif ordinals:
+                facts.step_loops[full] = ordinals
             every = per_call_statements(node, setters.get(klass) if klass and not owner else None)
             if len(every) < len(node.body) and not owner:
                 facts.once_after[name] = len(every) - 1
-            stack.extend((n, inner or "<nested>", "") for n in every)
+            stack.extend((n, inner or "<nested>", "", full) for n in every)
             continue
         if kind is ast.ClassDef:
+            full = f"{scope}.{node.name}" if scope else node.name
+            classes[full] = tuple(t for b in node.bases if (t := dotted(b)))
             if not owner and not klass:
-                bases[node.name] = tuple(t for b in node.bases if (t := dotted(b)))
-                setters[node.name] = {m.name: _self_assigned(m) for m in node.body
+                bases[node.name] = classes[full]
+                if classes[full]:
+                    facts.bases[node.name] = classes[full]
+                types: dict[str, str | None] = {}
+                setters[node.name] = {m.name: _self_assigned(m, types) for m in node.body
                                       if type(m) in (ast.FunctionDef, ast.AsyncFunctionDef)}
-            stack.extend((n, owner, node.name if not owner and not klass else "") for n in node.body)
+                for m in node.body:  # a dataclass's fields, a class's annotated attributes
+                    if type(m) is ast.AnnAssign and type(m.target) is ast.Name:
+                        shown = annotated_class(m.annotation)
+                        types[m.target.id] = shown if types.get(m.target.id, shown) == shown else None
+                attributes[node.name] = {a: t for a, t in types.items() if t}
+            stack.extend((n, owner, node.name if not owner and not klass else "", full) for n in node.body)
             continue
         if kind is ast.Lambda:
             continue
@@ -399,6 +485,11 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             if text:
                 head, dot, rest = text.partition(".")
                 cls = typed[owner].get(head) if dot else None  # ``timer.median_us()`` of ``timer: Timer``
+                if cls is None and head == "self" and rest.count(".") == 1 and "." in owner:
+                    attr, _, rest = rest.partition(".")  # ``self.cache.update()`` of ``self.cache = Cache()``
+                    cls = attributes.get(owner.rsplit(".", 1)[0], {}).get(attr)
+                    if cls is None:
+                        rest = f"{attr}.{rest}"
                 facts.calls[owner].append(f"{cls}.{rest}" if cls else text)
                 if node.args or node.keywords:
                     count = 99 if any(type(a) is ast.Starred for a in node.args) else len(node.args)
@@ -411,17 +502,17 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
         if kind is ast.ExceptHandler:
             continue  # an error path, not the step (a handler that re-raises or logs)
         if kind is ast.If and type(node.test) is ast.Constant and not node.test.value:
-            stack.extend((n, owner, klass) for n in node.orelse)  # ``if False:``: never runs
+            stack.extend((n, owner, klass, scope) for n in node.orelse)  # ``if False:``: never runs
             continue
         if kind is ast.If and (_other_backend(node.test) or _fills_cache(node, declared.get(owner, set()))):
             # not that backend's branch; a branch that fills the cache its test reads runs once
-            stack.extend((n, owner, klass) for n in [node.test, *node.orelse])
+            stack.extend((n, owner, klass, scope) for n in [node.test, *node.orelse])
             continue
         if kind is ast.If and node.orelse and _fills_cache(node, declared.get(owner, set()), other=True):
             # ``if self._c is not None and self._c[0] == key: use it / else: fill self._c``
-            stack.extend((n, owner, klass) for n in [node.test, *node.body])
+            stack.extend((n, owner, klass, scope) for n in [node.test, *node.body])
             continue
-        stack.extend((n, owner, klass) for n in ast.iter_child_nodes(node))
+        stack.extend((n, owner, klass, scope) for n in ast.iter_child_nodes(node))
     return facts
 
 
@@ -531,18 +622,73 @@ def _off_value(value: ast.expr, keyword: str | None) -> bool:
 
 
 def _annotated_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, str]:
-    """Parameter -> the class its annotation names (``timer: Timer``, ``x: "ops.Timer"``), for the
-    parameters annotated with a plain or dotted name."""
+    """Parameter -> the class its annotation names (``timer: Timer``, ``x: "ops.Timer"``,
+    ``cache: Optional[CacheView]``, ``view: CacheView | None``), for the parameters annotated with a
+    plain or dotted name, or one of those or ``None``."""
     out = {}
     for arg in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
-        ann = arg.annotation
-        if type(ann) is ast.Constant and type(ann.value) is str and ann.value.replace(".", "").isidentifier():
-            out[arg.arg] = ann.value
-        elif type(ann) in (ast.Name, ast.Attribute):
-            text = dotted(ann)
-            if text:
-                out[arg.arg] = text
+        text = annotated_class(arg.annotation)
+        if text:
+            out[arg.arg] = text
     return out
+
+
+# Annotations that name no class of the project whose methods a call could reach.
+_NOT_A_CLASS = {"None", "int", "float", "bool", "str", "bytes", "list", "dict", "tuple", "set", "object", "Any",
+                "List", "Dict", "Tuple", "Set", "Callable", "Sequence", "Iterable", "Iterator", "Mapping", "Type"}
+
+
+def annotated_class(ann: ast.expr | None) -> str | None:
+    """The class an annotation names: ``Timer``, ``ops.Timer``, ``"Timer"``, and ``Optional[X]``,
+    ``Union[X, None]``, ``X | None`` of one; None for anything else (containers, builtins, unions
+    of several classes)."""
+    if ann is None:
+        return None
+    if type(ann) is ast.Constant and type(ann.value) is str:
+        text = ann.value.strip()
+        if text.replace(".", "").isidentifier():
+            return None if text in _NOT_A_CLASS else text
+        try:
+            ann = ast.parse(text, mode="eval").body
+        except SyntaxError:
+            return None
+    if type(ann) in (ast.Name, ast.Attribute):
+        text = dotted(ann)
+        return None if not text or text in _NOT_A_CLASS or text.rsplit(".", 1)[-1] in _NOT_A_CLASS else text
+    if type(ann) is ast.BinOp and type(ann.op) is ast.BitOr:
+        parts = [ann.left, ann.right]
+    elif type(ann) is ast.Subscript and (dotted(ann.value) or "").rsplit(".", 1)[-1] in ("Optional", "Union"):
+        parts = list(ann.slice.elts) if type(ann.slice) is ast.Tuple else [ann.slice]
+    else:
+        return None
+    named = [p for p in parts if not (type(p) is ast.Constant and p.value is None)]
+    return annotated_class(named[0]) if len(named) == 1 else None
+
+
+def value_type(value: ast.expr, typed: dict[str, str]) -> str | None:
+    """What an assigned value tells of its type, as the index writes it: ``"(C)"`` for the result of
+    the call ``C(...)`` (a class built, or what a function returns: phase two decides), the class of a
+    name the function knows (``typed``: annotated parameters), else None."""
+    if type(value) is ast.Call:
+        text = dotted(value.func)
+        if not text or text.startswith(_LIBRARY_HEADS):
+            return None
+        head, dot, rest = text.partition(".")
+        if dot and head in typed and "." not in rest:
+            text = f"{typed[head]}.{rest}"  # ``cache.get_view(...)`` of ``cache: BufferCache``
+        elif head == "self" and rest.count(".") == 1 and f"self.{rest.partition('.')[0]}" in typed:
+            attr, _, method = rest.partition(".")  # ``self.cache.get_view(...)`` of ``self.cache = BufferCache()``
+            text = f"{typed['self.' + attr]}.{method}"
+        return f"({text})"
+    if type(value) is ast.Name and value.id in typed:
+        return typed[value.id]
+    return None
+
+
+# Calls whose result is no object of the project (tensors, arrays, numbers, containers).
+_LIBRARY_HEADS = ("torch.", "np.", "numpy.", "math.", "triton.", "tl.", "F.", "os.", "int", "float", "len", "list",
+                  "dict", "tuple", "set", "str", "range", "enumerate", "zip", "sum", "max", "min", "getattr",
+                  "isinstance", "super", "type")
 
 
 def _fills_cache(node: ast.If, declared: set[str] = frozenset(), other: bool = False) -> bool:
@@ -636,18 +782,33 @@ def per_call_statements(fn: ast.FunctionDef | ast.AsyncFunctionDef,
     return body
 
 
-def _self_assigned(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    """The ``self.x`` a method assigns (``self.x = ...``, ``self.x[k] = ...``), as dotted text."""
+def _self_assigned(fn: ast.FunctionDef | ast.AsyncFunctionDef, types: dict[str, str | None] | None = None) -> set[str]:
+    """The ``self.x`` a method assigns (``self.x = ...``, ``self.x[k] = ...``), as dotted text. With
+    ``types``, each attribute assigned whole also gets what the assignment shows of its type
+    (``self.cache = BufferCache(...)``, ``self.view: CacheView = ...``, ``self.timer = timer`` of
+    ``timer: Timer``; ``value_type``), None where two assignments disagree or one shows nothing."""
     out = set()
+    typed = _annotated_params(fn) if types is not None else {}
     for node in _own_nodes(fn):
-        targets = node.targets if type(node) is ast.Assign else [node.target] if type(node) in (
+        kind = type(node)
+        targets = node.targets if kind is ast.Assign else [node.target] if kind in (
             ast.AnnAssign, ast.AugAssign) else []
         for t in targets:
             for el in (t.elts if type(t) is ast.Tuple else [t]):
+                whole = type(el) is ast.Attribute
                 el = el.value if type(el) is ast.Subscript else el
                 text = dotted(el) if type(el) is ast.Attribute else None
                 if text and text.startswith("self."):
                     out.add(text)
+                    if types is not None and whole and kind is not ast.AugAssign and text.count(".") == 1:
+                        attr = text[5:]
+                        found = annotated_class(node.annotation) if kind is ast.AnnAssign else None
+                        if found is None and node.value is not None and type(t) is not ast.Tuple:
+                            found = value_type(node.value, typed)
+                        if found is None and kind is ast.Assign and type(node.value) is ast.Constant \
+                                and node.value.value is None:
+                            continue  # ``self.cache = None`` before it is built: says nothing
+                        types[attr] = found if types.get(attr, found) == found else None
     return out
 
 
@@ -706,6 +867,7 @@ class Resolver:
     def __init__(self, files: dict[str, FileFacts]) -> None:
         self.files = files
         self.memo: dict[tuple[str, str, str], tuple[str, str] | None] = {}
+        self._class_names: dict[str, set[str]] = {}
         self._modules: dict[str, str | None] = {}
         self.by_module = {f.module: path for path, f in files.items()}
         suffixes: dict[str, str | None] = {}
@@ -726,29 +888,90 @@ class Resolver:
         return self._modules[module]
 
     def __call__(self, path: str, owner: str, call: str) -> tuple[str, str] | None:
-        key = (path, owner if call.startswith(("self.", "cls.")) else "", call)
+        key = (path, owner if call.startswith(("self.", "cls.", "(")) else "", call)
         if key not in self.memo:
             self.memo[key] = self._resolve(path, owner, call)
         return self.memo[key]
 
     def _resolve(self, path: str, owner: str, call: str) -> tuple[str, str] | None:
         facts = self.files[path]
+        if call.startswith("("):  # ``(C).m``: a method of what the call ``C(...)`` returned (``value_type``)
+            close = call.rfind(")")
+            inner, rest = call[1:close], call[close + 1:]
+            if close < 0 or not rest.startswith(".") or "." in rest[1:]:
+                return None
+            return self._method_of_result(path, owner, inner, rest[1:], 0)
         head, _, rest = call.partition(".")
         if head in ("self", "cls") and rest and "." not in rest and owner:
-            target = f"{owner.rsplit('.', 1)[0]}.{rest}" if "." in owner else f"{owner}.{rest}"
-            return (path, target) if target in facts.calls else None
+            klass = owner.rsplit(".", 1)[0] if "." in owner else owner
+            return self._method(path, klass, rest, 0)  # its own class's, or one it inherits
         if call in facts.calls:  # ``f()``, ``Cls.m()``
             return path, call
         qualified = facts.imports.get(head)
+        if qualified is not None:
+            parts = (f"{qualified}.{rest}" if rest else qualified).split(".")
+            for cut in range(len(parts) - 1, max(0, len(parts) - 3), -1):  # ``mod.f`` or ``mod.Cls.m``
+                target_path = self.module_path(".".join(parts[:cut]))
+                fn = ".".join(parts[cut:])
+                if target_path is not None and fn in self.files[target_path].calls:
+                    return target_path, fn
+        klass, dot, method = call.rpartition(".")
+        if dot and klass:  # ``Cls.m`` of a class whose base defines ``m``
+            where = self._class(path, klass)
+            if where is not None:
+                return self._method(*where, method, 1)
+        return None
+
+    def _classes(self, path: str) -> set[str]:
+        found = self._class_names.get(path)
+        if found is None:
+            facts = self.files[path]
+            found = self._class_names[path] = {k.split(".", 1)[0] for k in facts.calls if "." in k} | set(facts.bases)
+        return found
+
+    def _class(self, path: str, text: str) -> tuple[str, str] | None:
+        """Where the class named ``text`` in the file at ``path`` is defined: ``(path, "Cls")``."""
+        if text in self._classes(path):
+            return path, text
+        head, _, rest = text.partition(".")
+        qualified = self.files[path].imports.get(head)
         if qualified is None:
             return None
-        parts = (f"{qualified}.{rest}" if rest else qualified).split(".")
-        for cut in range(len(parts) - 1, max(0, len(parts) - 3), -1):  # ``mod.f`` or ``mod.Cls.m``
-            target_path = self.module_path(".".join(parts[:cut]))
-            fn = ".".join(parts[cut:])
-            if target_path is not None and fn in self.files[target_path].calls:
-                return target_path, fn
+        module, _, name = (f"{qualified}.{rest}" if rest else qualified).rpartition(".")
+        target = self.module_path(module) if module else None
+        return (target, name) if target is not None and name in self._classes(target) else None
+
+    def _method(self, path: str, klass: str, method: str, depth: int) -> tuple[str, str] | None:
+        """``klass.method`` in the file at ``path``, or the method a base of it defines (a few levels)."""
+        if f"{klass}.{method}" in self.files[path].calls:
+            return path, f"{klass}.{method}"
+        if depth >= 3:
+            return None
+        for base in self.files[path].bases.get(klass, ()):
+            where = self._class(path, base)
+            if where is not None and where != (path, klass):
+                hit = self._method(*where, method, depth + 1)
+                if hit is not None:
+                    return hit
         return None
+
+    def _method_of_result(self, path: str, owner: str, inner: str, method: str, depth: int) -> tuple[str, str] | None:
+        """``method`` of what the call text ``inner`` returns: of the class it builds (``CacheView(...)``),
+        or of what the project function it calls returns (``cache.get_view(...)`` of a method annotated
+        ``-> CacheView`` or ending in ``return CacheView(...)``)."""
+        where = self._class(path, inner)
+        if where is not None:
+            return self._method(*where, method, 0)
+        target = self(path, owner, inner)
+        if target is None or depth >= 2:
+            return None
+        shown = self.files[target[0]].returns.get(target[1])
+        if shown is None:
+            return None
+        if shown.startswith("("):
+            return self._method_of_result(target[0], target[1], shown[1:-1], method, depth + 1)
+        where = self._class(target[0], shown)
+        return self._method(*where, method, 0) if where is not None else None
 
 
 HOST_TIMER_LASTS = {name.rsplit(".", 1)[-1] for name in HOST_TIMERS}
@@ -868,6 +1091,13 @@ def options_off(files: dict[str, FileFacts], resolve: Resolver | None = None) ->
     return {path: tuple(sorted(found)) for path, found in out.items()}
 
 
+def _followed_in_module(call: str) -> bool:
+    """Whether the module model follows a call from a hot path itself (``helper()``, ``self.m()``:
+    ``ModuleModel.callee``); a method of an object (``cache.update()``, ``Cls.m()``) only the index
+    resolves, so the function it reaches in the same module is marked per step too."""
+    return "." not in call or call.count(".") == 1 and call.startswith(("self.", "cls."))
+
+
 def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
              resolve: Resolver | None = None) -> dict[str, dict[str, str]]:
     """Phase two: file path -> {function ("f" or "Cls.m") -> why it runs every step}.
@@ -915,7 +1145,7 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
                 or tname in files[tpath].contexts:
             continue
         # a same-module helper is followed by the module model from the loop itself
-        out.setdefault(tpath, {})[tname] = INDIRECT if tpath == path else \
+        out.setdefault(tpath, {})[tname] = INDIRECT if tpath == path and _followed_in_module(call) else \
             f"called in the step loop of {files[path].module}.{name}()"
         queue.append((tpath, tname, 1))
     while queue:
@@ -932,9 +1162,12 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
                     or tname in files[tpath].contexts:
                 continue  # one-time, training, calibration or memoized work (``function_context``)
             if tname in out.get(tpath, {}):
+                if out[tpath][tname] == INDIRECT and not (tpath == path and _followed_in_module(call)):
+                    out[tpath][tname] = f"called every step from {files[path].module}.{name}()"
                 continue
             where = files[path].module
-            if tpath != path:  # same-module helpers: the module model follows those from its hot paths
+            if tpath != path or not _followed_in_module(call):
+                # same-module helpers: the module model follows those from its hot paths
                 out.setdefault(tpath, {})[tname] = f"called every step from {where}.{name}()"
             else:
                 out.setdefault(tpath, {})[tname] = INDIRECT
@@ -943,6 +1176,16 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
 
 
 # -- the engine's side: facts for every file, cached, and each job's per-step functions ----------------
+
+
+def scope_answers(rel: str, facts: FileFacts | None) -> dict:
+    """The configuration fields that carry the index's answers per function of one file to the rules
+    (``contexts``, ``step_loops``, ``indexed``); nothing known when the file has no facts."""
+    if facts is None:
+        return {"contexts": (), "step_loops": (), "indexed": False}
+    everywhere = module_context(rel)
+    return {"contexts": (("*", everywhere),) if everywhere else tuple(sorted(facts.scope_contexts.items())),
+            "step_loops": tuple(sorted(facts.step_loops.items())), "indexed": True}
 
 
 def _facts_of(path: str, rel: str) -> FileFacts | None:
@@ -988,6 +1231,10 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         facts.constants.update(part.constants)
         facts.options.update(part.options)
         facts.params.update(part.params)
+        facts.scope_contexts.update(part.scope_contexts)
+        facts.returns.update(part.returns)
+        facts.bases.update(part.bases)
+        facts.step_loops.update(part.step_loops)
         for name, passes in part.passes.items():
             before = facts.passes.setdefault(name, [])
             for i, mark in part.hosts.get(name, {}).items():
@@ -1016,7 +1263,8 @@ class FactsCache:
             with open(self.path, "rb") as fh:
                 self.entries, self.walk = pickle.load(fh)
         except (OSError, pickle.PickleError, EOFError, AttributeError, ValueError, TypeError):
-            # key -> (stamp, rel, since, once: the lazy initialisers' guards, or None for a file with no facts)
+            # key -> (stamp, rel, since, once: the lazy initialisers' guards, or None for a file with no
+            # facts, the index's answers per function: ``scope_answers``)
             self.entries: dict[str, tuple] = {}
             self.walk: tuple = ("", {})  # (digest of the facts and entry points it was made from, per_step's answer)
         self._facts: dict[str, FileFacts] | None = None
@@ -1035,7 +1283,7 @@ class FactsCache:
 
     def put(self, key: str, stamp, rel: str, facts: FileFacts | None, since) -> None:
         once = tuple(sorted(facts.once_after.items())) if facts is not None else None
-        self.entries[key] = (stamp, rel, since, once)
+        self.entries[key] = (stamp, rel, since, once, scope_answers(rel, facts))
         if facts is None:
             self.facts.pop(key, None)
         else:
@@ -1090,6 +1338,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
     files: dict[str, FileFacts] = {}
     pending: dict[str, str] = {}  # rel -> cache key of facts still on disk (read when the walk is redone)
     once_of: dict[str, tuple] = {}  # rel -> its lazy initialisers' guards
+    scoped: dict[str, dict] = {}  # rel -> the index's answers per function (``scope_answers``)
     todo: list[tuple[str, str]] = []
     stamps: dict[str, tuple | None] = {}
     for job in jobs:
@@ -1098,7 +1347,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         hit = cache.entries.get(key) if cache is not None else None
         if hit is not None and hit[0] == stamps[key] and hit[1] == job.rel:
             if hit[3] is not None:
-                pending[job.rel], once_of[job.rel] = key, hit[3]
+                pending[job.rel], once_of[job.rel], scoped[job.rel] = key, hit[3], hit[4]
         elif stamps[key] is not None and stamps[key][0] <= job.config.max_file_size and job.path.endswith((".py", ".pyi")):
             todo.append((job.path, job.rel))  # what the engine skips (special or oversized files) has no facts
     if workers > 1 and len(todo) >= 256:
@@ -1112,6 +1361,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         if facts is not None:
             files[rel] = facts
             once_of[rel] = tuple(sorted(facts.once_after.items()))
+            scoped[rel] = scope_answers(rel, facts)
         if cache is not None:
             key = os.path.abspath(path)
             old = cache.entries.get(key)
@@ -1120,7 +1370,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
             cache.put(key, stamps[key], rel, facts, old[2] if same else stamps[key])
     if cache is not None:
         scanned = {os.path.abspath(job.path) for job in jobs}
-        for key, (stamp, rel, _since, once) in list(cache.entries.items()):
+        for key, (stamp, rel, _since, once, _scoped) in list(cache.entries.items()):
             if key in scanned or once is None or rel in files or rel in pending:
                 continue
             if _stamp(key) == stamp:
@@ -1132,7 +1382,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
-        digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, _) in cache.entries.items()),
+        digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, *_) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
             steps, timing, constants, off, hosts = cache.walk[1]
@@ -1159,7 +1409,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                             if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name)))
         known = {"per_step": mine, "once_after": once_of.get(job.rel, ()), "measuring": timing.get(job.rel, ()),
                  "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
-                 "host_params": hosts.get(job.rel, ())}
+                 "host_params": hosts.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

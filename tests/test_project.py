@@ -551,3 +551,151 @@ def test_lazy_guards_and_local_defaults():
     assert calls["Wrapper.layout"] == ["hasattr"]  # below the guard: filled through self._store, once
     assert calls["Wrapper.prepare"] == ["shape_key"]  # rebuilt only when the key changes
     assert calls["Wrapper.fill"] == ["measure"]  # a local default is no cache: every call without lens
+
+
+# -- calls through objects: attributes, locals and what methods return -----------------------------
+
+ATTENTION = """
+    from typing import Optional
+
+    import torch
+    from ..cache import BufferCache, CacheView, Planner
+
+
+    class Attention(torch.nn.Module):
+        def __init__(self, planner: Planner):
+            super().__init__()
+            self.cache = BufferCache()
+            self.planner = planner
+            self.loader = BufferCache()
+
+        def forward(self, x, layer: int, view: Optional[CacheView] = None):
+            self.cache.bump(x)
+            local = self.cache.get_view(layer)
+            local.update(x)
+            built = self.cache.make_view(layer)
+            built.update(x)
+            self.planner.plan(x)
+            return x
+
+        def load_weights(self, w):
+            self.loader.check(w)
+"""
+CACHE = """
+    import torch
+
+
+    class Base:
+        def bump(self, x):
+            return int(x.sum().item())
+
+
+    class CacheView:
+        def update(self, x):
+            return x.nonzero()
+
+        def check(self, w):
+            return w.tolist()
+
+
+    class BufferCache(Base):
+        def get_view(self, layer) -> CacheView:
+            return CacheView()
+
+        def make_view(self, layer):
+            return CacheView()
+
+        def check(self, w):
+            return w.max().item()
+
+
+    class Planner:
+        def plan(self, x):
+            return x.cpu()
+"""
+
+
+def test_per_step_follows_methods_of_attributes_locals_and_returned_objects():
+    files = _facts({"pkg/layers/attention.py": ATTENTION, "pkg/cache.py": CACHE})
+    steps = per_step(files, DEFAULT_HOT_PATHS)["pkg/cache.py"]
+    # self.cache = BufferCache(): its get_view, make_view and the method bump it inherits from Base
+    assert {"BufferCache.get_view", "BufferCache.make_view", "Base.bump", "CacheView.update", "Planner.plan"} <= set(steps)
+    # a local bound to what a method returns (annotated ``-> CacheView``, or ``return CacheView()``)
+    assert steps["CacheView.update"] == "called every step from pkg.layers.attention.Attention.forward()"
+    # the same kind of object used only by one-time work is not per step
+    assert "BufferCache.check" not in steps and "CacheView.check" not in steps
+
+
+def test_a_sync_in_a_method_of_a_held_object_is_reported(tmp_path):
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "",
+                      "pkg/layers/__init__.py": "", "pkg/layers/attention.py": ATTENTION, "pkg/cache.py": CACHE})
+    jobs, _ = discover([str(tmp_path)])
+    found = sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC203")
+    # Base.bump (7), CacheView.update (12), Planner.plan (31); not the checks run by load_weights (15, 26)
+    assert found == [("pkg/cache.py", 7), ("pkg/cache.py", 12), ("pkg/cache.py", 31)]
+
+
+SAME_MODULE = """
+    import torch
+
+
+    class Counter:
+        def count(self, x):
+            return int(x.sum().item())
+
+        def describe(self, x):
+            return x.tolist()
+
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.counter = Counter()
+
+        def forward(self, x):
+            return x[: self.counter.count(x)]
+
+        def __repr__(self):
+            return str(self.counter.describe(torch.zeros(1)))
+"""
+
+
+def test_a_method_of_an_object_in_the_same_module_is_per_step(tmp_path):
+    # the module model follows helper() and self.m(); a method of a held object only the index resolves
+    steps = per_step(_facts({"pkg/layer.py": SAME_MODULE}), DEFAULT_HOT_PATHS)["pkg/layer.py"]
+    assert steps["Counter.count"] == "called every step from pkg.layer.Layer.forward()"
+    assert "Counter.describe" not in steps
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "", "pkg/layer.py": SAME_MODULE})
+    jobs, _ = discover([str(tmp_path)])
+    assert [(f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC203"] == [("pkg/layer.py", 7)]
+
+
+def test_the_rules_read_the_index_answers_per_function():
+    from kcheck.project import scope_answers
+
+    source = textwrap.dedent("""
+        import torch
+
+
+        class Madgrad(torch.optim.Optimizer):
+            def step(self):
+                for p in self.params:
+                    p.sum().item()
+
+
+        def generate(model, x, max_tokens):
+            for _ in range(3):
+                x = x + 1
+            for step in range(max_tokens):
+                def helper():
+                    for t in timesteps:
+                        pass
+                x = model(x)
+            return x
+    """)
+    answers = scope_answers("pkg/gen.py", file_facts(ast.parse(source), "pkg/gen.py"))
+    assert dict(answers["contexts"]) == {"Madgrad.step": "training-only: a method of an optimizer"}
+    # the second loop statement of generate, and the only one of the function nested in it
+    assert dict(answers["step_loops"]) == {"generate": (1,), "generate.helper": (0,)}
+    assert scope_answers("tests/test_gen.py", file_facts(ast.parse(source), "tests/test_gen.py"))["contexts"] == (
+        ("*", "test code (by its module's path)"),)

@@ -15,12 +15,12 @@ import libcst as cst
 
 from kcheck import facts
 from kcheck.gate import dotted, import_bindings
-from kcheck.project import step_loops
+from kcheck.project import step_loops as step_loops_of
 from kcheck.native import file_host_syncs, wait_line
 from kcheck.values import READING_BUILTINS, REDUCTIONS
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
-    SYNC_FUNCTIONS, SYNC_METHODS,
+    SYNC_FUNCTIONS, SYNC_METHODS, walk,
 )
 
 TIMED = ("event-window", "bench-callable", "host-timer")
@@ -321,11 +321,16 @@ class FileView:
         indexed = {name.rsplit(".", 1)[-1] for name, _ in config.per_step}  # by short name: looser than the model
         # a "Cls.m" pattern by its method's name alone: looser than the model, which knows the class
         indexed |= {p.rsplit(".", 1)[-1] for p in config.hot_path_functions if "." in p}
-        # and a function looping over steps (``kcheck.project.step_loops``; any function when the defs
-        # cannot be matched to their nodes)
+        # and a function looping over steps (the index's ``step_loops``, by short name; asked of the
+        # file's own tree when it is checked alone, and any function when the defs cannot be matched
+        # to their nodes)
+        if config.indexed:
+            looping = {name.rsplit(".", 1)[-1] for name, _ in config.step_loops}
+            return [("hot-path", i, self.body(i)) for i, f in enumerate(self.summary.functions)
+                    if hot(f.name) or f.name in indexed or f.decorators & REGISTERING or f.name in looping]
         return [("hot-path", i, self.body(i)) for i, f in enumerate(self.summary.functions)
                 if hot(f.name) or f.name in indexed or f.decorators & REGISTERING
-                or (not self.exact or bool(step_loops(self.nodes[i])))]
+                or (not self.exact or bool(step_loops_of(self.nodes[i])))]
 
     # -- reachability ---------------------------------------------------------------------------
 
@@ -489,6 +494,63 @@ def report_calls(rule, kinds: tuple[str, ...], classify: Callable, template: str
             continue
         rule.report(call, text.format(what=what, helper=through(model, call, via), region=region.label),
                     line=native_wait_line(rule, call))
+
+
+# -- the project index's answers per function -----------------------------------------------------
+#
+# What kind of code a function is and where its loops over steps are is decided once, by the project
+# index over the ``ast`` (``kcheck.project.file_facts``), and reaches the rules through the file's
+# configuration (``Config.contexts``, ``Config.step_loops``). A file checked on its own text, with no
+# project scan around it, asks the index's same function of its own tree.
+
+
+def _scope_index(model) -> tuple[dict[str, str], dict[str, tuple[int, ...]]]:
+    found = model.__dict__.get("_scope_index")
+    if found is None:
+        config = model.config
+        if config.indexed:
+            found = dict(config.contexts), dict(config.step_loops)
+        else:
+            found = _own_answers(model)
+        model.__dict__["_scope_index"] = found
+    return found
+
+
+def _own_answers(model) -> tuple[dict[str, str], dict[str, tuple[int, ...]]]:
+    import warnings
+
+    from kcheck.project import file_facts, scope_answers
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(model.module.code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}, {}
+    answers = scope_answers(model.path, file_facts(tree, model.path))
+    return dict(answers["contexts"]), dict(answers["step_loops"])
+
+
+def context(model, function) -> str | None:
+    """Why ``function`` is not serving code that may run every step (the index's
+    ``function_context`` for that definition), or None."""
+    if type(function) is not cst.FunctionDef:
+        return None
+    contexts = _scope_index(model)[0]
+    return contexts.get("*") or contexts.get(model.scope_names.get(id(function), function.name.value))
+
+
+def step_loops(model, function) -> list[cst.CSTNode]:
+    """The loops over steps in ``function``'s own body that the index found (``kcheck.project.
+    step_loops``: the outermost that do not train), matched to the libcst ``for``/``while`` nodes by
+    their place among the function's own loop statements."""
+    if type(function) is not cst.FunctionDef:
+        return []
+    ordinals = _scope_index(model)[1].get(model.scope_names.get(id(function), function.name.value))
+    if not ordinals:
+        return []
+    own = [n for n in walk(function.body, into_scopes=False) if type(n) in (cst.For, cst.While)]
+    return [own[k] for k in ordinals if k < len(own)]
 
 
 def native_wait_line(rule, call: cst.Call) -> int | None:

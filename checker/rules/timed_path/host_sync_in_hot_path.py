@@ -6,16 +6,15 @@ import re
 import libcst as cst
 
 from kcheck.gate import dotted
-from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, children, walk
-from kcheck.project import (
-    ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, OTHER_PLATFORM, STEP_LOOP, function_context, once_per_input,
-)
+from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, walk
+from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, OTHER_PLATFORM, once_per_input
 from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
 from kcheck.rules.timed_path import (
     first_in_statement,
-    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, FileView, native_wait_line, off_the_step, through,
+    CLASSIFY, DEBUG_PATH, REFERENCE_PATH, SYNC_TEXT, FileView, context, native_wait_line, off_the_step, step_loops,
+    through,
 )
 
 
@@ -240,92 +239,20 @@ def _hot_calls(model):
             yield region, call, via
 
 
-# The loop over generation or denoising steps (``kcheck.project.STEP_LOOP``): ``for step in
-# range(max_new_tokens)``, ``for i, t in enumerate(timesteps)``, ``while index_to_generate <= last``.
-
-
-def _named_for_steps(part: cst.CSTNode) -> bool:
-    return any(type(x) is cst.Name and STEP_LOOP.search(x.value) or type(x) is cst.Attribute
-               and STEP_LOOP.search(x.attr.value) for x in walk(part))
-
-
-def _step_loop(model, node: cst.CSTNode) -> bool:
-    """Whether ``node`` holds a loop over steps (not counting nested functions): its target or what
-    it iterates is named for steps."""
-    return any(type(n) is cst.For and (_named_for_steps(n.target) or _named_for_steps(n.iter))
-               for n in walk(node, into_scopes=False))
-
-
-def step_loops(function: cst.FunctionDef) -> list[cst.CSTNode]:
-    """The outermost loops over steps in a function's own body (``for i, t in enumerate(timesteps)``,
-    ``while token_index_to_generate <= last``) that do not train (call ``.backward()``)."""
-    out = []
-    stack = [function.body]
-    while stack:
-        node = stack.pop()
-        if type(node) is cst.For and (_named_for_steps(node.target) or _named_for_steps(node.iter)) \
-                or type(node) is cst.While and _named_for_steps(node.test):
-            if not _trains(node):
-                out.append(node)
-            continue
-        stack.extend(c for c in children(node) if type(c) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda))
-    return out
-
-
 def _step_loop_regions(model, hot: set[int]) -> list:
     """A function that is no hot path by name or by the index but loops over steps (a pipeline's
     ``__call__`` denoising ``for i, t in enumerate(timesteps)``, a generator's ``while
-    token_index_to_generate <= last``): each such loop's body runs every step. Not in measurement
-    functions (a benchmark's loop over timed steps)."""
+    token_index_to_generate <= last``; the index's ``step_loops``): each such loop's body runs every
+    step. Not in measurement functions (a benchmark's loop over timed steps)."""
     out = []
     for defs in model.functions.values():
         for fn in defs:
             if id(fn) in hot or MEASUREMENT_FUNCTION.match(fn.name.value):
                 continue
             name = model.scope_names.get(id(fn), fn.name.value)
-            for loop in step_loops(fn):
+            for loop in step_loops(model, fn):
                 out.append(TimedRegion("hot-path", f"the step loop of {name}()", [loop.body], fn))
     return out
-
-
-def _trains(node: cst.CSTNode) -> bool:
-    """Whether code calls ``.backward()``, ``.zero_grad()`` or an optimizer's ``step()`` (not in
-    nested functions): a training step."""
-    for n in walk(node, into_scopes=False):
-        if type(n) is cst.Call and type(n.func) is cst.Attribute:
-            attr = n.func.attr.value
-            if attr in ("backward", "zero_grad") or attr == "step" and re.search(
-                    r"optim", cst.Module([]).code_for_node(n.func.value), re.I):
-                return True
-    return False
-
-
-def _decorator_lasts(fn: cst.FunctionDef) -> tuple[str, ...]:
-    out = []
-    for dec in fn.decorators:
-        target = dec.decorator.func if type(dec.decorator) is cst.Call else dec.decorator
-        out.append(target.attr.value if type(target) is cst.Attribute else getattr(target, "value", ""))
-    return tuple(out)
-
-
-def context(model, function) -> str | None:
-    """Why ``function`` is not serving code that may run every step (``kcheck.project.function_context``,
-    the index's answer for the same definition), or None."""
-    if type(function) is not cst.FunctionDef:
-        return None
-    cache = model.__dict__.setdefault("_serving_contexts", {})  # id(def) -> its context, once per module
-    if id(function) in cache:
-        return cache[id(function)]
-    owner = model.context_of(function).split(".")
-    klass = owner[-2] if len(owner) >= 2 else ""
-    node = model.classes.get(klass) if klass else None
-    if type(node) is not cst.ClassDef or model.enclosing_function(function) is not None:
-        klass, bases = "", ()
-    else:
-        bases = tuple(model.dotted(b.value) or "" for b in node.bases)
-    found = cache[id(function)] = function_context(
-        model.path, klass, bases, function.name.value, _decorator_lasts(function), _trains(function.body))
-    return found
 
 
 def _step_loop_helpers(model, function) -> set[int]:
@@ -334,13 +261,13 @@ def _step_loop_helpers(model, function) -> set[int]:
     range(self.max_new_tokens):``): the ids of those helpers. Only what they reach runs per step;
     the driver's own set-up and its other helpers run once per request. Empty when the hot path
     has its own step loop or calls no such helper."""
-    if type(function) is not cst.FunctionDef or _step_loop(model, function.body):
+    if type(function) is not cst.FunctionDef or step_loops(model, function):
         return set()
     found: set[int] = set()
     for n in walk(function.body, into_scopes=False):
         if type(n) is cst.Call and not _in_loop(model, n, function):
             target = model.callee(n)
-            if target is not None and target is not function and _step_loop(model, target.body):
+            if target is not None and target is not function and step_loops(model, target):
                 found.add(id(target))
     return found
 
