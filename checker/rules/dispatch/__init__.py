@@ -18,6 +18,7 @@ from kcheck.claims import (
 )
 from kcheck.facts import fact
 from kcheck.rules.dispatch.dormant import dormant_test
+from kcheck.model import walk
 from kcheck.gate import ast_children, by_name, dotted, import_bindings, reachable, resolve, stack_fields
 from kcheck.rule import Rule
 
@@ -46,7 +47,9 @@ class ClaimRule(Rule):
     ``CLAIM_NAMES`` (or lie on a configured kernel path) before it is parsed for them."""
 
     # (``getenv|environ``: a kernel package's op whose kernel waits on an opt-in flag, dormant.py)
-    PREFILTER = ("|".join(sorted(CLAIM_NAMES)) + r"|class Model\b|getenv|environ",)
+    # a kernel package's op named as a kernel (``def fast_topk``), or a TODO admitting a missing kernel
+    PREFILTER = ("|".join(sorted(CLAIM_NAMES)) + r"|class Model\b|getenv|environ|from \.(naive|reference|ref) import"
+                 r"|def (\w+_)?(fused|fuse|fast|kernel|optimi[sz]ed)(_\w*)?\(|(TODO|FIXME|XXX)\b[^\n]*\bkernel",)
 
     @classmethod
     def prefilter(cls, text: str, config=None, seen: dict | None = None) -> bool:
@@ -209,6 +212,59 @@ def _package_exports(model) -> list[cst.FunctionDef]:
             and not s.name.value.startswith("_") and s not in model.triton_kernels and not is_reference_name(s.name.value)]
 
 
+# A comment admitting that the kernel a function stands for is not written yet
+# ("TODO: implement the CUDA kernel for NewGELU", "TODO: faster cuda kernels for large vocab").
+MISSING_KERNEL = re.compile(r"#[^\n]*\b(TODO|FIXME|XXX)\b[^\n]*\bkernels?\b", re.I)
+
+
+def admits_missing_kernel(model, fn: cst.FunctionDef) -> bool:
+    """Whether ``fn``'s own code carries a comment saying its kernel is still to be written."""
+    return bool(MISSING_KERNEL.search(cst.Module([]).code_for_node(fn)))
+
+
+def _delegates(fn: cst.FunctionDef, target: cst.FunctionDef) -> cst.Call | None:
+    """The call ``self.<target name>(...)`` in ``fn``, if any."""
+    name = target.name.value
+    return next((n for n in walk(fn.body) if type(n) is cst.Call and type(n.func) is cst.Attribute
+                 and n.func.attr.value == name and type(n.func.value) is cst.Name and n.func.value.value == "self"), None)
+
+
+# An ops or kernel package (``fla/ops/titans/``, ``torchao/kernel/``), and the import of its
+# pure-torch module (``from .naive import chunk_titans_linear``).
+OPS_PACKAGE = re.compile(r"(^|/)(ops|kernels?|\w+_kernels?)/([^/]+/)*__init__\.py$")
+NAIVE_IMPORT = re.compile(r"from \.(naive|reference|ref) import")
+_NAIVE_MODULES = ("naive", "reference", "ref")
+
+
+def naive_exports(model) -> list[tuple[cst.CSTNode, str, str]]:
+    """(statement, name, module) for each function an ops package's ``__init__`` exports from its
+    pure-torch module (``naive.py``, ``reference.py``) under a name that does not say so
+    (``chunk_titans_linear``, not ``naive_chunk_titans``): the package presents the reference
+    implementation as one of its kernel ops. Only names in ``__all__`` count when it is given."""
+    if not (model.path.endswith("__init__.py") and OPS_PACKAGE.search(model.path)):
+        return []
+    module = getattr(model, "_claim_module", None)
+    if module is None:
+        return []
+    exported: set[str] | None = None
+    imports = []
+    for stmt in module.body:
+        if type(stmt) is not cst.SimpleStatementLine:
+            continue
+        for small in stmt.body:
+            if type(small) is cst.ImportFrom and len(small.relative) == 1 and type(small.module) is cst.Name \
+                    and small.module.value in _NAIVE_MODULES and type(small.names) is not cst.ImportStar:
+                imports += [(stmt, (a.asname.name.value if a.asname else a.name.value), small.module.value)
+                            for a in small.names if type(a.name) is cst.Name]
+            elif type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name \
+                    and small.targets[0].target.value == "__all__" and type(small.value) in (cst.List, cst.Tuple):
+                exported = {e.value.evaluated_value for e in small.value.elements
+                            if type(e.value) is cst.SimpleString and isinstance(e.value.evaluated_value, str)}
+    return [(stmt, name, mod) for stmt, name, mod in imports
+            if name[:1].islower() and not is_reference_name(name) and "naive" not in name.lower()
+            and (exported is None or name in exported)]
+
+
 def analyse(model) -> list[Analysis]:
     """Each kernel claim with what its compute path hands work to (cached on the model)."""
     cached = getattr(model, "_dispatch_analysis", None)
@@ -226,7 +282,18 @@ def analyse(model) -> list[Analysis]:
         bool(model.config.kernel_paths) and model.config.is_kernel_path(model.path))
     for claim in model.kernel_claims:
         if claim.kind == "custom-op-class":
-            continue  # a CustomOp's forward_cuda is the CUDA slot of a layer, not a kernel submission
+            # a CustomOp's forward_cuda is the CUDA slot of a layer, not a kernel submission, unless
+            # the slot itself admits that the kernel it stands for was never written
+            if admits_missing_kernel(model, claim.function):
+                uses = compute_uses(model, claim.function, claim.attrs)
+                call = _delegates(claim.function, claim.baseline) if not uses and claim.baseline is not None else None
+                if call is not None:  # ``return self.forward_native(x)``: the slot runs the native formula
+                    uses = compute_uses(model, claim.baseline, claim.baseline_attrs)
+                    for u in uses:
+                        u.via = call
+                out.append(Analysis(claim, [u for u in uses if u.kind == "library"],
+                                    [u for u in uses if u.kind == "launch"], _opaque(model, uses)))
+            continue
         if claim.kind == "custom-op" and not solution and not _presented_as_kernel(claim.function):
             continue  # a library's registered op binds work for torch.compile, sharding or fakes
         if not submission and REFERENCE_DOC.search(claim.function.get_docstring() or ""):
@@ -255,6 +322,10 @@ def analyse(model) -> list[Analysis]:
         launches, dormant = _split_dormant(model, claim, [u for u in uses if u.kind == "launch"])
         if dormant and not launches:  # only its dormant kernels make it a claim (KC102)
             out.append(Analysis(claim, [u for u in uses if u.kind == "library"], launches, _opaque(model, uses), dormant))
+        elif not launches and not dormant and (PRESENTED_AS_KERNEL.search(fn.name.value) or admits_missing_kernel(model, fn)):
+            # named as a kernel of its own (``fast_topk``, ``fused_rope``) by a package of kernels,
+            # or admitting the kernel is missing: its library ops are the claim's work (KC101)
+            out.append(Analysis(claim, [u for u in uses if u.kind == "library"], [], _opaque(model, uses)))
     model._dispatch_analysis = out
     return out
 
@@ -413,6 +484,9 @@ def _claims(summary, config) -> tuple[set[str], bool, list[ast.AST]] | None:
                            if isinstance(a, ast.Name) and a.id in local}
     if registered:
         claims += [fn for name in registered for fn in ast_facts(summary).defs.get(name, ())]
+    if summary.source is not None and MISSING_KERNEL.search(summary.source):  # a CUDA slot admitting its kernel is missing
+        claims += [fn for cls in ast_facts(summary).classes for fn in cls.body
+                   if isinstance(fn, _FUNCTION_DEFS) and fn.name == "forward_cuda"]
     if KERNEL_PACKAGE.search(summary.path):  # _package_exports: a kernel package's public functions
         claims += [s for s in summary.tree.body if isinstance(s, _FUNCTION_DEFS) and not s.name.startswith("_")]
     if SUBMISSION_FILE.search(summary.path):  # claims.SUBMISSION_ENTRY_FILE: its public functions may be claims
@@ -517,6 +591,8 @@ def claim_reaches_library(summary, config) -> bool:
     files and a leaderboard problem's shipped files hold no claim :func:`analyse` looks at."""
     if REFERENCE_FILE.search(PurePosixPath(summary.path).stem) or SHIPPED_HARNESS.search(summary.path):
         return False
+    if summary.path.endswith("__init__.py") and OPS_PACKAGE.search(summary.path) and NAIVE_IMPORT.search(summary.source or ""):
+        return True  # an ops package re-exporting its pure-torch module (naive_exports)
     claims = _claims(summary, config)
     if claims is None:
         return True
@@ -525,6 +601,8 @@ def claim_reaches_library(summary, config) -> bool:
         return False
     if config.library_ops:
         return True  # configured library ops may have any name
+    if "forward_cuda" in names and MISSING_KERNEL.search(summary.source or ""):
+        return True  # a CUDA slot that admits its kernel is missing may run forward_native's torch ops
     if summary.source is not None and CUDA_LIBRARY.search(summary.source):
         return True  # an extension's source may call cuBLAS or ATen in place of a kernel
     facts = ast_facts(summary)

@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.claims import HEAVY_FAMILIES, unlaunched_builds
 from kcheck.native import line_of
-from kcheck.rules.dispatch import ClaimRule, analyse, main_use, other_work_sites
+from kcheck.rules.dispatch import ClaimRule, analyse, main_use, naive_exports, other_work_sites
 
 
 class LibraryDispatchAsKernel(ClaimRule):
@@ -103,6 +103,8 @@ class LibraryDispatchAsKernel(ClaimRule):
     NEEDS = ("claim reaches library",)
     NAME = "library-dispatch-as-kernel"
     MESSAGE = "{claim} hands its work to {op}{helper}, {whose}: this is not a kernel"
+    NAIVE = ("this ops package exports {name} from its {module} module: the op it presents beside its kernels "
+             "is the pure-torch implementation, not a kernel")
     SEVERITY = "error"
     PREVIEW = True  # below the bar on the test split: benchmarks/results/evaluation-test.md
     KNOWLEDGE = ("verification/library-dispatch-is-not-a-kernel", "verification/ways-kernels-cheat-benchmarks")
@@ -171,6 +173,8 @@ def custom_kernel(data):
     def leave_Module(self, original_node: cst.Module) -> None:
         unlaunched = tuple((stmt, f"the extension {name} is built here and never launched")
                            for stmt, name in unlaunched_builds(self.model))
+        for stmt, name, module in naive_exports(self.model):
+            self.report(stmt, message=self.NAIVE.format(name=name, module=module))
         for found in analyse(self.model):
             if not found.library or found.unknown or found.dormant:
                 continue  # (a kernel kept from running by default is KC102's case)
