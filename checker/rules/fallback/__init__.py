@@ -191,7 +191,8 @@ def has_claimed_dispatcher(summary, config) -> bool:
 
 # A module that holds the project's compiled or JIT kernels (``from .ops import fused_moe``,
 # ``import my_ext._C``, ``from pkg.kernels.triton import matmul``). The compilers and DSLs themselves
-# (``import triton``) are optional dependencies, not kernels.
+# (``import triton``) are optional dependencies, not kernels. An extension's name ends in a word
+# ``ext``/``extension`` (``awq_ext``, ``_ext``); ``forward_context`` or ``next_token`` does not.
 # A compiled extension ends its name in ``_cuda`` (``flash_attn_2_cuda``); a module that starts with
 # ``cuda`` is a binding or a helper (``nvidia.cuda_runtime``, ``cuda_graph``), not a kernel.
 # Third-party kernel libraries: importing one loads its kernels, and a call into one
@@ -200,7 +201,7 @@ KERNEL_LIBRARY = re.compile(
     r"^(aiter|flash_attn|flashinfer|deep_gemm|deep_ep|sgl_kernel|flash_mla|xformers|apex|transformer_engine"
     r"|fbgemm_gpu|mamba_ssm|causal_conv1d|cudnn|quack|liger_kernel|vllm_flash_attn|fla|bitsandbytes|gemlite)(\.|$)")
 KERNEL_MODULE = re.compile(
-    r"(^|\.)(_C|_?[a-z0-9_]*_?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
+    r"(^|\.)(_C|_?([a-z0-9_]*_)?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
     r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu|fused_[a-z0-9_]+)(\.|$)|" + KERNEL_LIBRARY.pattern)
 # A capability probe: a function that answers whether something is available. Its False is clean
 # when a caller that tests it announces the choice (broad_except_fallback._announced_by_callers).
@@ -379,6 +380,8 @@ def _all_dispatchers(model) -> list[Dispatcher]:
         if fn is None or fn in model.triton_kernels or id(call) in model.launch_sites or \
                 (model.dotted(call.func) or "").split(".")[0] not in model.imports or not imported_kernel(name):
             continue
+        if type(model.parent(call)) is cst.WithItem:
+            continue  # ``with _device_guard(w):``: a context manager from the kernel module, not a launch
         entry = direct.setdefault(id(fn), (fn, [], name))
         entry[1].append(call)
     found = dict(direct)

@@ -9,7 +9,7 @@ from kcheck.rule import Rule
 from kcheck.model import walk
 from kcheck.project import TEST_PATH
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, PROBE_NAME, dispatchers, is_announcer, statements, warns,
+    BROAD_EXCEPTIONS, PROBE_NAME, dispatchers, kernel_module, is_announcer, sibling_statements, statements, warns,
 )
 from kcheck.rules.fallback.kernel_imports import (
     announced_by_callers, answers_no, keeps_error, loads_kernel, nothing_to_fall_back_to, returns_reason,
@@ -186,7 +186,7 @@ def moe(x, w):
                 for handler in node.handlers:
                     caught = _broad(model, handler)
                     if caught and not _reraises(handler) and _falls_back(model, handler, node) \
-                            and id(handler) not in reported \
+                            and id(handler) not in reported and not _same_kernel_on_route(model, node, handler) \
                             and not _says_or_ends(model, handler, say=_answers(handler)):
                         reported.add(id(handler))
                         self.report(handler, handler=caught, kernel=disp.label)
@@ -203,11 +203,65 @@ def moe(x, w):
             for handler in node.handlers:
                 caught = _broad(model, handler)
                 body = statements(handler.body)
-                if caught and id(handler) not in reported and not _reraises(handler) and not warns(
+                if caught and id(handler) not in reported and not _reraises(handler) and not _version_shim(
+                    model, node, handler) and not warns(
                     model, body
                 ) and not _says_or_ends(model, handler) and not keeps_error(model, handler) and not returns_reason(handler) \
                         and not nothing_to_fall_back_to(model, node, handler):
                     self.report(handler, handler=caught, kernel=what)
+
+
+def _kernel_calls(model, nodes, depth: int = 1) -> dict[str, int]:
+    """Names of the calls in ``nodes`` that launch a kernel or call a same-module helper that does
+    (and, ``depth`` helpers down, the calls those helpers make), with how many times each is written."""
+    dispatching = {id(d.function) for d in dispatchers(model, claimed=False)}
+    found: dict[str, int] = {}
+    stack = [(root, 0) for root in nodes]
+    while stack:
+        root, level = stack.pop()
+        for n in _walk(root):
+            if type(n) is not cst.Call:
+                continue
+            target = model.callee(n)
+            if id(n) in model.launch_sites or target is not None and id(target) in dispatching:
+                name = model.dotted(n.func) or ""
+                found[name] = found.get(name, 0) + 1
+                if target is not None and level < depth:
+                    stack.append((target.body, level + 1))
+    return found
+
+
+def _same_kernel_on_route(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
+    """Whether the route the handler leaves to launches the same kernel the ``try`` does: the
+    ``try`` guards only a way of running it (a CUDA graph capture, a warm-up) and the block around
+    it, or the handler, launches the kernel eagerly (``self._run(x)`` after a failed capture, or
+    ``out = _launch(...)`` before it). A bug in the kernel still fails there; nothing slower is chosen."""
+    tried = set(_kernel_calls(model, statements(node.body)))
+    if not tried:
+        return False
+    route = [s for s in sibling_statements(model, node) if s is not node] + statements(handler.body)
+    return bool(tried & set(_kernel_calls(model, route, depth=0)))
+
+
+def _version_shim(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
+    """Whether the handler imports from the same package the ``try`` does (``from te.pytorch.tensor
+    import QuantizedTensor`` failing, then ``from te.pytorch.float8_tensor import Float8Tensor``):
+    the same library under another version's module path, not a slower path. The handler's import
+    must be a kernel module too (``from myproj.reference import gelu`` after ``myproj.kernels`` is
+    the slower path). A nested ``try`` there is judged on its own handler."""
+    def heads(nodes) -> set[str]:
+        out = set()
+        for root in nodes:
+            for n in _walk(root):
+                if type(n) is cst.ImportFrom and not n.relative and n.module is not None:
+                    mods = [model.dotted(n.module) or ""]
+                elif type(n) is cst.Import:
+                    mods = [model.dotted(a.name) or "" for a in n.names]
+                else:
+                    continue
+                out.update(m.split(".")[0] for m in mods if kernel_module(m))
+        return out - {""}
+    return bool(heads(statements(node.body)) & heads(statements(handler.body)))
 
 
 # Calls that end the process or the test: the failure stops the run instead of falling back.

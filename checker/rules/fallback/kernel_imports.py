@@ -62,6 +62,8 @@ def loads_kernel(model, body) -> str | None:
             elif type(node) is cst.ImportFrom:
                 mod = "." * len(node.relative) + (model.dotted(node.module) or "" if node.module is not None else "")
                 names = [] if type(node.names) is cst.ImportStar else [model.dotted(a.name) or "" for a in node.names]
+                if _own_plumbing(model, mod):
+                    continue
                 if kernel_module(mod):
                     return f"the import of `{mod}`"
                 sub = next((n for n in names if kernel_module(f"{mod}.{n}" if node.module is not None else n)), None)
@@ -81,6 +83,14 @@ def loads_kernel(model, body) -> str | None:
                 if type(node.func) is cst.Name and node.func.value in _builders(model):
                     return f"`{node.func.value}()`, which builds a kernel,"
     return None
+
+
+def _own_plumbing(model, mod: str) -> bool:
+    """Whether ``mod`` is a kernel library's own non-kernel module imported from inside that library
+    (``from flashinfer.utils import get_compute_capability`` in flashinfer): only the library's name
+    made it a kernel module, and the library's own plumbing is not a kernel it loads."""
+    head, _, rest = mod.partition(".")
+    return bool(rest) and bool(KERNEL_LIBRARY.match(head)) and _own_package(model, mod) and not kernel_module(rest)
 
 
 def _own_package(model, name: str) -> bool:
