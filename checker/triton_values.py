@@ -30,6 +30,10 @@ Reshapes and slices (``tl.reshape``, ``tl.trans``, ``tl.extract_slice``, ``tl.sp
 keep the dtype; reductions keep it (``tl.sum`` of an int64 load is an int64 sum) unless ``dtype=``
 says otherwise; ``tl.dot`` accumulates in fp32 unless ``out_dtype=``. A name bound to a Python float
 and reassigned in a loop is an fp32 loop-carried value.
+
+A dtype expression (``dtype_value``) is followed through a local name assigned once, and a
+``tl.constexpr`` parameter named for the data's type (``dtype``) is the data's element type unless
+the module's launches or jit callers pass ``tl.float32`` for it.
 """
 
 from __future__ import annotations
@@ -77,6 +81,9 @@ INT_POINTER = re.compile(r"idx|ids|cnt|index|indices|offset|count|len|mask|pos|e
 # is the activations.
 F32_POINTER = re.compile(r"part|scratch|segm|acc|lse|sum|max|denom|(?:^|_)den(?:_|$)|mean|rstd|var|stat|scale|amax"
                          r"|fp32|f32|float32", re.IGNORECASE)
+# A constexpr parameter named for the element type of the data (``dtype``, ``input_dtype``), not
+# for an accumulator's or output's type chosen apart from it.
+DATA_DTYPE = re.compile(r"(?:(?:input|in|x|data|elem|element)_)?dtype", re.IGNORECASE)
 # Parameters named for sizes and strides, not buffers (``max_seq_len``, ``state_stride``).
 SIZE_NAME = re.compile(r"len|size|stride|num|dim|count|^n_|_n$", re.IGNORECASE)
 
@@ -214,14 +221,18 @@ class KernelValues:
         env = self._env_for(pointer)
         return self._load(pointer, call, env)
 
-    def dtype_value(self, node: cst.CSTNode | None) -> str | None:
+    def dtype_value(self, node: cst.CSTNode | None, depth: int = 3) -> str | None:
         """The type a dtype expression names: ``tl.bfloat16``, ``x_ptr.dtype.element_ty`` (the
-        pointer's element type; LOADED when the module does not show it), ``x.dtype``."""
+        pointer's element type; LOADED when the module does not show it), ``x.dtype``; a local
+        name through its one assignment (``acc_dtype = c_ptr.type.element_ty``), and a
+        ``tl.constexpr`` parameter named for the data's type (see ``_named_dtype``)."""
         if node is None:
             return None
         found = tl_dtype(self.model, node)
         if found is not None:
             return found
+        if type(node) is cst.Name:
+            return self._named_dtype(node.value, depth)
         text = self.model.dotted(node) or ""
         base = text.split(".")[0]
         if text.endswith(".dtype.element_ty") or text.endswith(".type.element_ty"):
@@ -233,6 +244,27 @@ class KernelValues:
                 return self._pointer_type(base)
             return self.of(node.value)
         return None
+
+    def _named_dtype(self, name: str, depth: int) -> str | None:
+        """A dtype held by a name: a local assigned once (followed to ``depth``), or a constexpr
+        parameter called for the data's type (``dtype``, ``input_dtype``, not ``acc_dtype`` or
+        ``out_dtype``): what the launches and jit callers in the module pass for it, else the
+        data's element type as read from memory (LOADED: a launcher that passes
+        ``x.dtype``-derived values from another module)."""
+        values = self.assigned.get(name)
+        if values is not None:
+            return self.dtype_value(values[0], depth - 1) if len(values) == 1 and depth > 0 else None
+        if name not in self.constexprs or not DATA_DTYPE.fullmatch(name):
+            return None
+        passed = set()
+        for call in self.model.callers(self.fn) + list(_kernel_launches(self.model, self.fn.name.value)):
+            value = param_arg(call, self.fn, name)
+            if value is not None:
+                passed.add(tl_dtype(self.model, value) or torch_dtype(self.model, value))
+        known = passed - {None}
+        if F32 in known or any(t in INTS for t in known):
+            return F32 if F32 in known else None
+        return LOW if known == {LOW} else LOADED
 
     def buffers(self, pointer: cst.CSTNode) -> set[str]:
         """The kernel's runtime parameters a pointer expression is built from, through the local
@@ -524,6 +556,13 @@ def launch_dtypes(model, fn: cst.FunctionDef) -> dict[str, str]:
             value = passed.get(p)
             seen.setdefault(p, []).append(host.dtype(value, where, 2, frozenset()) if value is not None else None)
     return {p: ts[0] for p, ts in seen.items() if ts and ts[0] is not None and all(t == ts[0] for t in ts)}
+
+
+def _kernel_launches(model, name: str) -> Iterator[cst.Call]:
+    """Every ``name[grid](...)`` launch in the module."""
+    for call in model.calls:
+        if type(call.func) is cst.Subscript and model.dotted(call.func.value) == name:
+            yield call
 
 
 def _registered_as(model, name: str) -> set[str]:

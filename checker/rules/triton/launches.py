@@ -116,6 +116,8 @@ def divisors(model, module: cst.Module) -> set[str | None]:
     moduli = [n.right for n in nodes_under(module, nested=True)
               if type(n) is cst.BinaryOperation and type(n.operator) is cst.Modulo]
     out = {model.dotted(m) or getattr(m, "value", None) for m in moduli}
+    # ``PRE_BLOCK = 128; assert N_CTX % PRE_BLOCK == 0``: the module checks divisibility by 128
+    out |= {literal(model, m) for m in moduli if type(m) is cst.Name} - {None}
     texts = {_norm(code(m)) for m in moduli if model.dotted(m) is None}
     if not texts:
         return out
@@ -130,6 +132,44 @@ def divisors(model, module: cst.Module) -> set[str | None]:
             out |= {target.value for target, value in pairs
                     if type(target) is cst.Name and _norm(code(value)) in texts}
     return out
+
+
+def literal(model, name: cst.Name) -> str | None:
+    """The integer literal a name holds where it is read: every assignment to it in the enclosing
+    function (or, outside one, the module) binds the same integer (``BLOCK = 128``, also by
+    unpacking ``BM, BN = 32, 128`` or in several branches); None otherwise."""
+    scope = model.enclosing_function(name) or model.module
+    if scope is None:
+        return None
+    found: set[str | None] = set()
+    for node in nodes_under(scope.body if type(scope) is cst.FunctionDef else scope):
+        if type(node) is not cst.Assign:
+            continue
+        for t in node.targets:
+            pairs = [(t.target, node.value)]
+            if type(t.target) in (cst.Tuple, cst.List):
+                values = node.value.elements if type(node.value) in (cst.Tuple, cst.List) else ()
+                if len(values) != len(t.target.elements):
+                    values = [None] * len(t.target.elements)
+                pairs = [(a.value, getattr(b, "value", None)) for a, b in zip(t.target.elements, values)]
+            for target, value in pairs:
+                if type(target) is cst.Name and target.value == name.value:
+                    found.add(value.value if type(value) is cst.Integer else None)
+        if len(found) > 1:
+            return None
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def passed_literals(model, k) -> dict[str, set[str | None]]:
+    """For each parameter, the integer literal each launch passes, directly (``BLOCK=128``) or
+    through a name the launching function binds to one (``BLOCK_N1 = 128``); None for others."""
+    passed: dict[str, set[str | None]] = {}
+    for call in launches(model, k):
+        for name, value in bound_args(call, list(k.params)).items():
+            found = value.value if type(value) is cst.Integer else \
+                literal(model, value) if type(value) is cst.Name else None
+            passed.setdefault(name, set()).add(found)
+    return passed
 
 
 def _norm(text: str) -> str:

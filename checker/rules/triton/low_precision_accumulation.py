@@ -52,9 +52,20 @@ class LowPrecisionAccumulation(Rule):
     by promotion, and a sum masked by an equality (`tl.sum(tl.where(offs == j, x, 0))`) selects
     one element and is exact. `tl.dot` without `out_dtype` accumulates in FP32 and is fine.
 
-    Limits: an accumulator created in a `dtype` that a helper receives from another module (a
-    kernel library whose launchers pass `dtype=<the input's dtype>` from a separate file) is not
-    seen, nor a `tl.sum` over a caller's bf16 activations when the file does not show their type.
+    The accumulator's dtype may be held by a name: a local bound once (`acc_dtype =
+    c_ptr.type.element_ty`, used for `tl.zeros` and for the dot's `out_dtype`), or a `tl.constexpr`
+    parameter named for the data's type (`dtype`, `input_dtype`, not `acc_dtype` or `out_dtype`).
+    Such a parameter is taken as the data's element type (a kernel library whose launchers, in
+    another module, pass the input's dtype converted to a `tl` dtype) unless a launch or jit caller
+    in the module passes `tl.float32` for it.
+
+    Limits: a `tl.sum` over a caller's bf16 activations when the file does not show their type
+    is not reported.
+
+    What Triton does (its `triton/language/standard.py`): `tl.sum` picks a wider result type only
+    for integers narrower than 32 bits (int32/uint32); a floating-point input is reduced in its own
+    type unless `dtype=` is given. `tl.max`/`tl.min` convert 16-bit floats to fp32 first.
+    `tl.dot` accumulates in `out_dtype`, fp32 by default.
 
     ## Why is this bad?
     BF16 keeps 8 bits of mantissa: once a running sum is a few hundred times larger than the
@@ -270,7 +281,8 @@ def k(a, b):
     def _dots(self, k) -> None:
         for call in k.calls(self.model, "dot"):
             out = arg(call, 99, "out_dtype")
-            if out is not None and is_tl_attr(self.model, out, *LOW_DTYPES) and not self._opt_in(call):
+            if out is not None and (is_tl_attr(self.model, out, *LOW_DTYPES) or self._low_dtype(out)) \
+                    and not self._opt_in(call):
                 self.report(call, what="tl.dot(..., out_dtype=<16-bit type>) accumulates the product in 16 bits")
 
     def _selects(self, values, selectors: set[str]) -> bool:

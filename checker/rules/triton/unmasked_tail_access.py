@@ -10,7 +10,7 @@ from kcheck.rules.triton import (
     kernels, nodes_under, runtime_value, tl_op,
 )
 from kcheck.rules.triton.allocations import page_local, page_table_lookup, padded_index_list, scratch, static_tiles
-from kcheck.rules.triton.launches import code, divisors, launched_ragged, launches, passed_values
+from kcheck.rules.triton.launches import code, divisors, launched_ragged, launches, passed_literals, passed_values
 
 # A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
 DECLARED_EXACT = re.compile(r"no[ _-]?(column[ _-])?mask|unmasked|nomask|\beven\b|divisib|multiple of", re.IGNORECASE)
@@ -43,7 +43,8 @@ class UnmaskedTailAccess(Rule):
     docstring states the precondition ("no mask", "even", "divisible", "multiple of"): an
     unmasked fast path the launcher chose on purpose. Two more launcher guarantees are
     recognised: a block parameter that every launch in the module passes a value the module
-    checks divisibility by (`BLOCK_H=_BLOCK_H` beside `if H % _BLOCK_H != 0: <fallback>`), and a
+    checks divisibility by (`BLOCK_H=_BLOCK_H` beside `if H % _BLOCK_H != 0: <fallback>`, also by
+    value: `BLOCK_N=BN` with `BM, BN = 32, 128` beside `PRE = 128; assert n % PRE == 0`), and a
     load of an index list (`sorted_token_ids`, `ids`, `slots`) whose values the kernel then
     compares to a sentinel (`ids < num_valid`): such lists are padded to whole blocks. And a
     kernel launched on one program per row (no ceil-division in the grid) with a fixed block
@@ -217,8 +218,10 @@ def fill(out, val, n):
         divisibility the module checks (``BLOCK_H=_BLOCK_H`` beside ``if H % _BLOCK_H != 0:``)."""
         count, passed = passed_values(self.model, k)
         self._row_blocks = {name for name, values in passed.items() if count and self._whole_rows(k, values)}
+        literals = passed_literals(self.model, k)  # ``BLOCK_N1 = 128`` beside ``assert n % PRE_BLOCK == 0``
         return {name for name, values in passed.items()
-                if count and len(values) == 1 and None not in values and values <= self._divisors}
+                if count and len(values) == 1 and None not in values and values <= self._divisors} | {
+            name for name, values in literals.items() if count and None not in values and values <= self._divisors}
 
     def _whole_rows(self, k, values) -> bool:
         """Every launch gives the block a fixed size (a literal or a module constant) on a grid of
