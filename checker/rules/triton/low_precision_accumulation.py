@@ -46,8 +46,10 @@ class LowPrecisionAccumulation(Rule):
     explicitly (`(x * x).to(tl.bfloat16)`: a kernel that reproduces a BF16 reference on purpose)
     do not count, nor a 16-bit accumulator every term of which is cast to 16 bits first, nor a
     kernel whose docstring or comments say it models 16-bit rounding on purpose (bit-exact with,
-    or mirroring, bf16 atomics), nor a 16-bit zero tile created in a block that returns after it
-    (written out for an empty causal block). Values that meet an FP32 accumulator or running
+    or mirroring, bf16 atomics), nor an accumulator whose dtype name has an fp32 assignment left
+    commented out beside it (`# compute_dtype = tl.float32`: fp32 weighed and set aside), nor a
+    16-bit zero tile created in a block that returns after it (written out for an empty causal
+    block). Values that meet an FP32 accumulator or running
     maximum (`tl.zeros(..., dtype=tl.float32)`, a Python float carried through a loop) are FP32
     by promotion, and a sum masked by an equality (`tl.sum(tl.where(offs == j, x, 0))`) selects
     one element and is exact. `tl.dot` without `out_dtype` accumulates in FP32 and is fine.
@@ -204,7 +206,8 @@ def k(a, b):
         for name, value, stmt in k.assigns:
             if type(value) is cst.Call and tl_op(self.model, value) in ("zeros", "full"):
                 index = 1 if tl_op(self.model, value) == "zeros" else 2
-                if self._low_dtype(arg(value, index, "dtype")) and not self._opt_in(stmt):
+                dtype = arg(value, index, "dtype")
+                if self._low_dtype(dtype) and not self._opt_in(stmt) and not _fp32_commented_out(k, dtype):
                     created[name] = value
         reach = {name: _returning_block(self.model, call) for name, call in created.items()}
         updates: dict[str, list] = {}
@@ -331,6 +334,16 @@ def k(a, b):
                     if type(stmt) is cst.Assign and len(stmt.targets) == 1 and type(stmt.targets[0].target) is cst.Name \
                             and _equality(stmt.value):
                         selectors.add(stmt.targets[0].target.value)
+
+
+def _fp32_commented_out(k, dtype) -> bool:
+    """The kernel keeps an fp32 choice for the accumulator's dtype name commented out
+    (``compute_dtype = out.dtype.element_ty`` above ``# compute_dtype = tl.float32``): the author
+    weighed fp32 and chose the output's type on purpose (to match another framework's rounding)."""
+    if type(dtype) is not cst.Name:
+        return False
+    pattern = re.compile(r"#\s*%s\s*=\s*(?:tl|triton\.language)\.float32\b" % re.escape(dtype.value))
+    return bool(pattern.search(cst.Module([]).code_for_node(k.fn)))
 
 
 def _returning_block(model, node) -> cst.IndentedBlock | None:
