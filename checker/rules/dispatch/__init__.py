@@ -322,10 +322,14 @@ def analyse(model) -> list[Analysis]:
         launches, dormant = _split_dormant(model, claim, [u for u in uses if u.kind == "launch"])
         if dormant and not launches:  # only its dormant kernels make it a claim (KC102)
             out.append(Analysis(claim, [u for u in uses if u.kind == "library"], launches, _opaque(model, uses), dormant))
-        elif not launches and not dormant and (PRESENTED_AS_KERNEL.search(fn.name.value) or admits_missing_kernel(model, fn)):
-            # named as a kernel of its own (``fast_topk``, ``fused_rope``) by a package of kernels,
-            # or admitting the kernel is missing: its library ops are the claim's work (KC101)
-            out.append(Analysis(claim, [u for u in uses if u.kind == "library"], [], _opaque(model, uses)))
+        elif not launches and not dormant and (fn.name.value.startswith("fast_") or admits_missing_kernel(model, fn)):
+            # named as a faster kernel of its own (``fast_topk``) by a package of kernels, or
+            # admitting the kernel is missing: its library ops are the claim's work (KC101). A
+            # ``fused_*`` op of a package may fuse through the library (an affine folded into
+            # ``F.layer_norm``), and an op around a third-party kernel library binds that kernel.
+            library = [u for u in uses if u.kind == "library" and not EXTERNAL_KERNELS.match(u.name)
+                       and u.family != "kernel-library"]
+            out.append(Analysis(claim, library, [], _opaque(model, uses)))
     model._dispatch_analysis = out
     return out
 

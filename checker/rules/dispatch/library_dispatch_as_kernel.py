@@ -59,6 +59,14 @@ class LibraryDispatchAsKernel(ClaimRule):
     only kernels are kept from running by default (an opt-in flag, inputs that would have to
     require grad) is KC102's case, not this rule's.
 
+    What a library says about itself also makes claims: a public function of a kernel package's
+    module (a `kernel`/`kernels`/`*_kernel` folder, such as `sgl_kernel/`) named as a faster kernel
+    (`fast_topk`) or whose comment admits its kernel is still to be written (`# TODO: ... kernel`),
+    when it launches nothing and calls no third-party kernel library; a `CustomOp`-style layer's
+    `forward_cuda` whose comment admits the same and that runs `forward_native`'s torch formula;
+    and an ops package's `__init__` that exports a function from its `naive`/`reference` module
+    under a kernel op's name (`from .naive import chunk_titans_linear`), reported at the import.
+
     Not claims: a registered op in a library's own code (not a solution, submission, `ModelNew` file
     or configured kernel path) whose name does not present it as a kernel (`fused_*`, `fast_*`,
     `*kernel*`, `optimized`): libraries register ops to bind a vendor kernel (PyTorch's flash
