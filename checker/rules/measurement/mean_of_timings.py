@@ -45,7 +45,8 @@ class MeanOfTimings(Rule):
     to a number (in the function or at the module's top level, `repeats = 3`), an alias of a
     parameter (`niters = repeats`), or a command-line option's default (`args.num_iters` of
     `add_argument("--num-iters", default=10)`); a script's top level is judged like a function.
-    Per-run timings include values computed from a timer (`tokens / (time.perf_counter() - t0)`),
+    Per-run timings include values computed from a timer (`tokens / (time.perf_counter() - t0)`)
+    and the values of a same-module helper that returns one (`times.append(time_once(fn))`),
     kept in a list or a dict entry (`metrics["tokens_per_sec"].append(...)`, `ret += [...]`).
     Besides test and benchmark code, a function named for benchmarking (`run_benchmark`,
     `do_bench_cudagraph`) is judged wherever it stands.
@@ -384,11 +385,30 @@ def bench_host(fn, x, iters=5):
                     local |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
             timer_names |= local
 
+        def returns_time(fn: cst.FunctionDef) -> bool:
+            """A same-module helper whose returned value is a timer reading or a name derived from one
+            (``return start.elapsed_time(end) / iters``, ``return time.perf_counter() - t0``)."""
+            local = set(timer_names)
+            for n in nodes_under(fn.body):
+                if type(n) is cst.Assign and any(
+                        (type(x) is cst.Name and x.value in local) or (type(x) is cst.Call and (
+                            model.call_name(x) in HOST_TIMERS or last(model.dotted(x.func)) == "elapsed_time"))
+                        for x in nodes_under(n.value)):
+                    local |= {t.target.value for t in n.targets if type(t.target) is cst.Name}
+            return any(type(r) is cst.Return and r.value is not None and any(
+                (type(x) is cst.Name and x.value in local) or (type(x) is cst.Call and (
+                    model.call_name(x) in HOST_TIMERS or last(model.dotted(x.func)) == "elapsed_time"))
+                for x in nodes_under(r.value)) for r in nodes_under(fn.body))
+
         def is_timing(expr) -> bool:
             for s in nodes_under(expr):
                 if type(s) is cst.Call and (last(model.dotted(s.func)) == "elapsed_time"
                                                 or model.call_name(s) in HOST_TIMERS):
                     return True
+                if type(s) is cst.Call:  # ``times.append(time_once(fn))``: a helper that returns a timing
+                    helper = model.callee(s)
+                    if helper is not None and returns_time(helper):
+                        return True
                 if type(s) is cst.Name and s.value in timer_names:
                     return True
             return False
