@@ -12,7 +12,8 @@ from kcheck.rules.fallback import (
     BROAD_EXCEPTIONS, PROBE_NAME, dispatchers, kernel_module, is_announcer, sibling_statements, statements, warns,
 )
 from kcheck.rules.fallback.kernel_imports import (
-    announced_by_callers, answers_no, keeps_error, loads_kernel, nothing_to_fall_back_to, returns_reason,
+    _imported_names, announced_by_callers, answers_no, keeps_error, loads_kernel, nothing_to_fall_back_to,
+    returns_reason,
 )
 
 
@@ -43,7 +44,15 @@ class BroadExceptFallback(Rule):
     a probe whose False nobody announces is reported. Names a probe imports inside a function are
     its own: a method that imports the same kernel again is another binding, and the probe's use
     after the `try` runs only when the import worked. A module whose name starts with `cuda` is a
-    binding or helper, not a kernel.
+    binding or helper, not a kernel, and one whose name merely ends in the letters "ext"
+    (`forward_context`) is not an extension.
+
+    Also left alone: a `try` that only changes how a kernel runs (a CUDA graph capture) while the
+    surrounding block or the handler launches the same kernel eagerly; a handler that imports the
+    same kernel library under another version's module path; a kernel library's own non-kernel
+    modules imported inside that library; a device guard used as a `with` item; an import whose
+    bound names are tested by `if`s that all warn on the path they take; and an import-only
+    loader answering None whose every caller raises on that answer.
 
     ## Why is this bad?
     The handler cannot tell "this input is not supported" from a bug: a wrong argument, an
@@ -207,7 +216,8 @@ def moe(x, w):
                     model, node, handler) and not warns(
                     model, body
                 ) and not _says_or_ends(model, handler) and not keeps_error(model, handler) and not returns_reason(handler) \
-                        and not nothing_to_fall_back_to(model, node, handler):
+                        and not nothing_to_fall_back_to(model, node, handler) \
+                        and not _announced_where_read(model, node, handler) and not _refused_by_callers(model, node, handler):
                     self.report(handler, handler=caught, kernel=what)
 
 
@@ -240,6 +250,16 @@ def _same_kernel_on_route(model, node: cst.Try, handler: cst.ExceptHandler) -> b
     if not tried:
         return False
     route = [s for s in sibling_statements(model, node) if s is not node] + statements(handler.body)
+    fn = model.enclosing_function(node)
+    current = node
+    for anc in model.ancestors(node):  # and what follows each enclosing statement, up to the function
+        if anc is fn or type(anc) in (cst.FunctionDef, cst.ClassDef, cst.Module):
+            break
+        if type(anc) in (cst.If, cst.For, cst.While, cst.With, cst.Try) and anc is not current:
+            siblings = sibling_statements(model, anc)
+            if anc in siblings:
+                route += siblings[siblings.index(anc) + 1:]
+            current = anc
     return bool(tried & set(_kernel_calls(model, route, depth=0)))
 
 
@@ -262,6 +282,92 @@ def _version_shim(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
                 out.update(m.split(".")[0] for m in mods if kernel_module(m))
         return out - {""}
     return bool(heads(statements(node.body)) & heads(statements(handler.body)))
+
+
+def _warns_deep(model, nodes, depth: int = 2) -> bool:
+    """Whether ``nodes``, or the same-module helpers they call (``depth`` deep), warn visibly."""
+    seen: set[int] = set()
+    stack = [(root, 0) for root in nodes]
+    while stack:
+        root, level = stack.pop()
+        if warns(model, [root]):
+            return True
+        for n in _walk(root):
+            target = model.callee(n) if type(n) is cst.Call else None
+            if target is not None and level < depth and id(target) not in seen:
+                seen.add(id(target))
+                stack.extend((s, level + 1) for s in statements(target.body))
+    return False
+
+
+def _bound_names(model, node: cst.Try, handler: cst.ExceptHandler) -> set[str]:
+    """What the ``try`` imports, and the plain names its body and handler assign (``HAVE_X``,
+    ``flashinfer_comm = _comm``)."""
+    names = _imported_names(model, node)
+    for s in statements(node.body) + statements(handler.body):
+        for small in (s.body if type(s) is cst.SimpleStatementLine else ()):
+            if type(small) is cst.Assign:
+                names.update(t.target.value for t in small.targets if type(t.target) is cst.Name)
+    return names
+
+
+def _announced_where_read(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
+    """Whether the module announces the fallback where it reads what the ``try`` bound: an ``if``
+    that tests the name (``if flashinfer_comm is None:``, ``if unpack is not None: return ...``) has a
+    branch that warns (for an early return, the statements after it), and so does every other ``if``
+    that tests it, directly or through a same-module helper (``_warn_torch_only_fallback()``).
+    The import stays quiet, but the path it leaves says so when it is taken."""
+    said = False
+    for name in _bound_names(model, node, handler):
+        for use in model.names_of(name):
+            if model.inside(use, node):
+                continue
+            for anc in model.ancestors(use):
+                if type(anc) is cst.If and model.inside(use, anc.test):
+                    branches = statements(anc.body) + (
+                        statements(anc.orelse.body) if type(anc.orelse) is cst.Else else [])
+                    siblings = sibling_statements(model, anc)
+                    if anc.orelse is None and anc in siblings and branches and _ends(branches[-1]):
+                        branches += siblings[siblings.index(anc) + 1:][:3]  # the early return's other side
+                    if not _warns_deep(model, branches):
+                        return False  # a choice on it that says nothing
+                    said = True
+                    break
+                if type(anc) in (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef):
+                    break
+    return said
+
+
+def _ends(stmt) -> bool:
+    return type(stmt) is cst.SimpleStatementLine and type(stmt.body[-1]) in (cst.Return, cst.Raise)
+
+
+def _raises(stmt) -> bool:
+    return type(stmt) is cst.SimpleStatementLine and type(stmt.body[0]) is cst.Raise
+
+
+def _refused_by_callers(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
+    """Whether a loader that answers None on failure (``except Exception: return None``) is called
+    only where a None answer ends in a ``raise`` within the next few statements (``out =
+    _try_lib(x)``, ``if out is not None: return out``, ``raise RuntimeError("... unavailable")``):
+    the failure is loud, not a slower path."""
+    fn = model.enclosing_function(node)
+    if fn is None or not _answers(handler) or not all(
+            type(s) is cst.SimpleStatementLine and all(type(x) in (cst.Import, cst.ImportFrom) for x in s.body)
+            for s in statements(node.body)):
+        return False  # only a loader that just imports: around a call, a kernel bug would read as "unavailable"
+    callers = list(model.callers(fn))
+    if not callers:
+        return False
+    for call in callers:
+        stmt = next((a for a in model.ancestors(call) if type(a) is cst.SimpleStatementLine), None)
+        siblings = sibling_statements(model, stmt) if stmt is not None else []
+        if stmt not in siblings:
+            return False
+        later = siblings[siblings.index(stmt) + 1:][:3]
+        if not any(_raises(s) or type(s) is cst.If and any(_raises(x) for x in statements(s.body)) for s in later):
+            return False
+    return True
 
 
 # Calls that end the process or the test: the failure stops the run instead of falling back.
