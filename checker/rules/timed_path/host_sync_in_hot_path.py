@@ -30,13 +30,16 @@ class HostSyncInHotPath(Rule):
     implementation, an attention processor's `__call__` (`*AttnProcessor`, run by its attention
     layer's forward), the body of a loop over steps in any function (a pipeline's `for i, t in
     enumerate(timesteps):`, a generator's `while token_index_to_generate <= last:`), the functions
-    the project index finds they call in other modules, and the same-module helpers they call. A
+    the project index finds they call in other modules or through an object (a method of an
+    attribute built in `__init__`, of a parameter annotated with a class, of what a method returns:
+    `self.cache.update(...)`, `view = cache.get_view(i); view.update(...)`, a method a base class
+    defines), and the same-module helpers they call. A
     sync in a helper is reported where it is written, once; the message names what made its
     function a hot path (its name, the step loop, or the call chain the index followed).
     Whether a tensor is on the host comes from the values model (`kcheck.values`).
 
-    Each function's context is decided once, with its reason (`kcheck.project.function_context`,
-    which the index asks too): code that is not serving is never a hot path, whatever its name or
+    Each function's context, and where its loops over steps are, is decided once by the project
+    index (`kcheck.project.function_context`, `step_loops`), which this rule reads per function: code that is not serving is never a hot path, whatever its name or
     caller. Training (a method of an optimizer or a loss, a function named for training or
     `backward`, one that calls `.backward()`, `.zero_grad()` or an optimizer's `step()`, a
     training module: `training.py`, `trainer/`, `*_loss.py`), calibration observers
