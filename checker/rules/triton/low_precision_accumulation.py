@@ -16,6 +16,8 @@ ON_PURPOSE = re.compile(
     r"bit[- ]?(?:exact|wise|comparable|identical|for[- ]bit)"
     r"|(?:match|mirror|reproduc|emulat|mimic)\w*\b[^.]{0,80}?\b(?:atomic|bf16|bfloat16|fp16|float16|half)",
     re.IGNORECASE)
+# A loop bound that counts the experts a router selects per token (top-k: a handful).
+TOPK = re.compile(r"top_?k|experts_per_tok", re.IGNORECASE)
 # A comment at the end of a reduction's line that gives its type as FP32 (``# [N] fp32``): the
 # buffer's type is set where the rule cannot see it (a cache allocated in another module).
 FP32_COMMENT = re.compile(r"\b(?:fp32|f32|float32)\b", re.IGNORECASE)
@@ -47,7 +49,9 @@ class LowPrecisionAccumulation(Rule):
     do not count, nor a 16-bit accumulator every term of which is cast to 16 bits first, nor a
     kernel whose docstring or comments say it models 16-bit rounding on purpose (bit-exact with,
     or mirroring, bf16 atomics), nor an accumulator whose dtype name has an fp32 assignment left
-    commented out beside it (`# compute_dtype = tl.float32`: fp32 weighed and set aside), nor a
+    commented out beside it (`# compute_dtype = tl.float32`: fp32 weighed and set aside), nor an
+    accumulator updated only in a loop over the router's top-k (`for i in range(topk)`: a handful
+    of terms, one per selected expert, not a long reduction), nor a
     16-bit zero tile created in a block that returns after it (written out for an empty causal
     block). Values that meet an FP32 accumulator or running
     maximum (`tl.zeros(..., dtype=tl.float32)`, a Python float carried through a loop) are FP32
@@ -221,6 +225,8 @@ def k(a, b):
                 continue  # every term is cast to 16 bits first: the kernel models 16-bit adds on purpose
             if all(self._selects_once(a, stmt, selectors) for a, stmt in addends):
                 continue  # each element gets one nonzero term over the loop: the adds are exact
+            if all(self._over_topk(stmt, created[name]) for _, stmt in addends):
+                continue  # a handful of terms, one per routed expert: not a long reduction
             self.report(created.pop(name), what=f"{name} is created in a 16-bit type and accumulated into")
         for call in k.calls(self.model, "dot"):
             acc = arg(call, 2, "acc")
@@ -249,6 +255,16 @@ def k(a, b):
             return False
         variables = {n.value for n in nodes_under(loop.target) if type(n) is cst.Name}
         return any(type(n) is cst.Name and n.value in variables for n in nodes_under(addend))
+
+    def _over_topk(self, stmt, creation) -> bool:
+        """The update's innermost loop, entered after the accumulator is created, runs over the
+        router's top-k (``for i in range(topk)``): the sum has a handful of terms, one per
+        selected expert, and 16-bit rounding of so few adds stays within a few units."""
+        created_in = set(map(id, self.model.ancestors(creation)))
+        loop = next((a for a in self.model.ancestors(stmt) if type(a) is cst.For), None)
+        if loop is None or id(loop) in created_in:
+            return False
+        return bool(TOPK.search(cst.Module([]).code_for_node(loop.iter)))
 
     def _cast_low(self, expr, k, depth: int = 3) -> bool:
         """``x.to(tl.bfloat16)``/``tl.cast(x, tl.float16)``, directly or through a name every
