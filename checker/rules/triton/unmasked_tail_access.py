@@ -44,7 +44,9 @@ class UnmaskedTailAccess(Rule):
     unmasked fast path the launcher chose on purpose. Two more launcher guarantees are
     recognised: a block parameter that every launch in the module passes a value the module
     checks divisibility by (`BLOCK_H=_BLOCK_H` beside `if H % _BLOCK_H != 0: <fallback>`, also by
-    value: `BLOCK_N=BN` with `BM, BN = 32, 128` beside `PRE = 128; assert n % PRE == 0`), and a
+    value: `BLOCK_N=BN` with `BM, BN = 32, 128` beside `PRE = 128; assert n % PRE == 0`); a grid
+    over a size named for a problem size the module states at its top level (`cdiv(N, BLOCK_N)`
+    beside `N = 12288`, a benchmark's stated shape) with a literal block width that divides it; and a
     load of an index list (`sorted_token_ids`, `ids`, `slots`) whose values the kernel then
     compares to a sentinel (`ids < num_valid`): such lists are padded to whole blocks. And a
     kernel launched on one program per row (no ceil-division in the grid) with a fixed block
