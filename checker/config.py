@@ -85,6 +85,9 @@ class Config:
     # Set per file by the engine from the project index: (function, parameter) for the parameters
     # every caller in the project passes a host array (``f(lens_cpu)``).
     host_params: tuple[tuple[str, str], ...] = ()
+    # Set per file by the engine from the project index: (function, call text, demands) for the calls
+    # whose callee's checks demand something of their arguments (``kcheck.contracts.call_demands``).
+    demands: tuple[tuple[str, str, tuple[tuple[int, str, str, str], ...]], ...] = ()
     # Set per file by the engine from the project index: why each function of this file (by its
     # dotted scope name; "*" for all of them) is not serving code, and where its loops over steps are
     # (their places among its own loop statements); ``indexed`` says the index answered for this file.

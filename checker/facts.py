@@ -28,6 +28,8 @@ fact                              holds where ...
 ``claim launches kernel``         a kernel claim may launch a kernel built or defined in the file
 ``dispatcher``                    a function may launch a specialised kernel (``rules.fallback``)
 ``claimed dispatcher``            such a function lies on a kernel claim's compute path
+``dispatcher meets demands``      such a function exists and a call in the file meets what its callee's
+                                  checks demand (the index's ``Config.demands``, ``kcheck.contracts``)
 ``kernel import under try``       a ``try`` with a broad handler imports or builds a kernel
 ``triton kernel``                 a Triton kernel is defined (``rules.triton``)
 ``autotuned kernel``              a Triton kernel is autotuned

@@ -31,7 +31,7 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from kcheck import chunks
+from kcheck import chunks, contracts
 from kcheck.config import hot_path_matcher
 from kcheck.gate import dotted, import_bindings
 from kcheck.values import HOST_NAME
@@ -377,6 +377,11 @@ class FileFacts:
     returns: dict[str, str] = field(default_factory=dict)
     # class -> its bases as written, for the classes that have some (a method found on a base)
     bases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> what its own checks demand of its parameters (``kcheck.contracts.demands``)
+    demands: dict[str, tuple[tuple[str, str, int], ...]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> (call text, positional arguments' roots, (keyword, root) pairs) for the calls
+    # that pass one of its parameters on (``kcheck.contracts.argument_root``; None: computed)
+    forwards: dict[str, list[tuple[str, tuple, tuple]]] = field(default_factory=dict)
 
 
 def module_name(path: str) -> str:
@@ -431,6 +436,9 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                 if found:
                     facts.options[name] = found
                 facts.params[name] = _params(node)
+                found = contracts.demands(node, facts.constants)
+                if found:
+                    facts.demands[name] = found
             full = f"{scope}.{node.name}" if scope else node.name
             # the class it is a method of, as the rules see it: none for a def inside a function
             holder = scope.rsplit(".", 1)[-1] if not owner and scope in classes else ""
@@ -495,6 +503,11 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                     count = 99 if any(type(a) is ast.Starred for a in node.args) else len(node.args)
                     facts.passes.setdefault(owner, []).append((facts.calls[owner][-1], count, tuple(
                         kw.arg or "**" for kw in node.keywords if not _off_value(kw.value, kw.arg))))
+                    params = facts.params.get(owner, ())
+                    roots = tuple(contracts.argument_root(a) for a in node.args)
+                    named = tuple((kw.arg, contracts.argument_root(kw.value)) for kw in node.keywords if kw.arg)
+                    if any(r in params for r in roots) or any(r in params for _, r in named):
+                        facts.forwards.setdefault(owner, []).append((facts.calls[owner][-1], roots, named))
                     positions = tuple(i for i, a in enumerate(node.args) if host_spelled(a))
                     keywords = tuple(kw.arg for kw in node.keywords if kw.arg and host_spelled(kw.value))
                     if positions or keywords:
@@ -1188,6 +1201,13 @@ def scope_answers(rel: str, facts: FileFacts | None) -> dict:
             "step_loops": tuple(sorted(facts.step_loops.items())), "indexed": True}
 
 
+def file_answers(tree: ast.Module, rel: str) -> dict:
+    """What the index answers from one file alone, for a file checked with no index (text given
+    on stdin, a fixture): the demands its calls meet in the same module."""
+    facts = {rel: file_facts(tree, rel)}
+    return {"demands": contracts.call_demands(facts, Resolver(facts)).get(rel, ())}
+
+
 def _facts_of(path: str, rel: str) -> FileFacts | None:
     try:
         with open(path, "rb") as fh:
@@ -1219,7 +1239,7 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         text = data.decode(encoding)
     except (SyntaxError, UnicodeDecodeError, LookupError):
         return None
-    parts = chunks.trees(text, lambda tree: file_facts(tree, rel), chunk, lines=False)  # facts hold no lines
+    parts = chunks.trees(text, lambda tree: file_facts(tree, rel), chunk)  # demands hold their lines
     if parts is None:
         return None
     facts = FileFacts(module_name(rel))
@@ -1235,6 +1255,9 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         facts.returns.update(part.returns)
         facts.bases.update(part.bases)
         facts.step_loops.update(part.step_loops)
+        facts.demands.update(part.demands)
+        for name, calls in part.forwards.items():
+            facts.forwards.setdefault(name, []).extend(calls)
         for name, passes in part.passes.items():
             before = facts.passes.setdefault(name, [])
             for i, mark in part.hosts.get(name, {}).items():
@@ -1378,14 +1401,14 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
             else:  # changed or gone since: its facts are stale
                 cache.drop(key)
     config = jobs[0].config
-    steps = timing = constants = off = hosts = None
+    steps = timing = constants = off = hosts = demanded = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
         digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, *_) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants, off, hosts = cache.walk[1]
+            steps, timing, constants, off, hosts, demanded = cache.walk[1]
     if steps is None:
         for rel, key in pending.items():  # the walk is redone: it needs every file's facts
             facts = cache.facts.get(key)
@@ -1397,9 +1420,9 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         resolve = Resolver(files)
         steps, timing = per_step(files, config.hot_path_functions, resolve), timing_calls(files, resolve)
         constants, off = imported_constants(files, resolve), options_off(files, resolve)
-        hosts = host_params(files, resolve)
+        hosts, demanded = host_params(files, resolve), contracts.call_demands(files, resolve)
         if cache is not None:
-            cache.walk = (digest, (steps, timing, constants, off, hosts))
+            cache.walk = (digest, (steps, timing, constants, off, hosts, demanded))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -1409,7 +1432,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                             if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name)))
         known = {"per_step": mine, "once_after": once_of.get(job.rel, ()), "measuring": timing.get(job.rel, ()),
                  "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
-                 "host_params": hosts.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
+                 "host_params": hosts.get(job.rel, ()), "demands": demanded.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

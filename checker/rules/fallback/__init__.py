@@ -181,6 +181,13 @@ def has_dispatcher(summary, config) -> bool:
     return bool(gate_dispatch(summary).dispatchers)
 
 
+@fact("dispatcher meets demands")
+def dispatcher_meets_demands(summary, config) -> bool:
+    """A function of the file may launch a specialised kernel and a call in the file meets a
+    callee's demands (the index's ``Config.demands``)."""
+    return bool(config.demands) and has_dispatcher(summary, config)
+
+
 @fact("claimed dispatcher")
 def has_claimed_dispatcher(summary, config) -> bool:
     """Such a function lies on a kernel claim's compute path (:func:`claimed_dispatchers`), or the

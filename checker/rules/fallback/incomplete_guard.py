@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.claims import _walk
+from kcheck.contracts import KEEPS
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
     DISPATCH_TEXT, claims_only, computes, device_only, dispatchers, mentioned_props, sibling_statements, statements,
@@ -13,9 +14,10 @@ class IncompleteGuard(Rule):
     """A guard that checks only the device before a kernel that assumes more.
 
     ## What it does
-    Reports a guard that sends inputs to a specialised kernel after checking only their device,
-    where the kernel was written for narrower dtypes, shapes or layouts. Inputs that pass the
-    guard but not the kernel's assumptions get a wrong result or a crash instead of the fallback.
+    Reports a guard that sends inputs to a specialised kernel while checking less than the kernel
+    assumes: only their device, or nothing of the dtype, sizes or value that the kernel's wrapper
+    itself checks (in this module or another). Inputs that pass the guard but not the kernel's
+    assumptions get a wrong result or a crash instead of the fallback beside the guard.
 
     In detail, it finds an `if` on the compute path of a kernel claim that replaces a library path (the
     `forward_cuda` of a `CustomOp`-style class beside its `forward_native`, a function under a
@@ -25,6 +27,15 @@ class IncompleteGuard(Rule):
     else in the function checks the dtype, shape, rank, contiguity or strides the kernel was
     written for. Low-level op wrappers outside such a claim are not checked: a device branch
     there picks the platform, and the native op behind it checks its own inputs.
+
+    The same holds across modules: where the kernel's wrapper checks what it was written for
+    (`assert group_size in SUPPORTED`, `if x.dtype != torch.bfloat16: raise`: the project index's
+    contracts, `kcheck.contracts`), a guard in the caller that picks the wrapper over a fallback
+    computing the same result (both branches return, or assign one name) and says nothing of those
+    properties of the caller's own parameters sends every other input into that check, which stops
+    the call there instead of reaching the fallback. What the caller builds itself, and contiguity
+    (which callers ensure), are not asked; a predicate the guard calls with the argument
+    (`if self._use_triton(x):`) counts as checking it. The finding names the check and where it is.
 
     ## Why is this bad?
     Being on the GPU is the least a kernel needs. A Triton or CUDA kernel is written for some
@@ -108,8 +119,8 @@ class RMSNorm(CustomOp):
         return rms_norm_reference(x, self.w, self.eps)
 """,
     ]
-    PREFILTER = (DISPATCH_TEXT, r"is_cuda|device|is_available")
-    NEEDS = ("claimed dispatcher",)
+    PREFILTER = (DISPATCH_TEXT, r"is_cuda|device|is_available|TRITON|HAS_|_AVAILABLE|use_|if ")
+    NEEDS = ("claimed dispatcher", "dispatcher meets demands")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -131,11 +142,140 @@ class RMSNorm(CustomOp):
             for node in guards:
                 if _picks_kernel(model, disp, node):
                     self.report(node.test, kernel=disp.label)
+        if model.config.demands:
+            self._demands_unchecked()
+
+    def _demands_unchecked(self) -> None:
+        """Guards that pick a call whose callee demands what the guard never checks."""
+        model = self.model
+        wanted: dict[tuple[str, str], tuple] = {(fn, text): found for fn, text, found in model.config.demands}
+        for disp in dispatchers(model, claimed=False):
+            scope = model.scope_names.get(id(disp.function), disp.function.name.value)
+            calls = {text for fn, text in wanted if fn == scope}
+            if not calls:
+                continue
+            checked = _checked(model, disp.function)
+            params = {p.name.value for p in (*disp.function.params.posonly_params, *disp.function.params.params,
+                                             *disp.function.params.kwonly_params)}
+            for node in _walk(disp.function.body):
+                if type(node) is not cst.If or not _picks_kernel(model, disp, node, any_guard=True) \
+                        or not _alternatives(model, node):
+                    continue
+                for call in _walk(node.body):
+                    text = model.dotted(call.func) if type(call) is cst.Call else None
+                    if text not in calls:
+                        continue
+                    gap = next((d for d in wanted[(scope, text)] if _unchecked(model, call, d, checked, params)), None)
+                    if gap is not None:
+                        _pos, param, prop, where = gap
+                        self.report(node.test, message=(
+                            f"the guard picks {text}() without checking the {_WHAT[prop]} of what it passes as "
+                            f"`{param}`, which {where.split(' ', 1)[1]}() demands ({where.split(' ', 1)[0]}); "
+                            "inputs outside it stop there instead of reaching the fallback"))
+                        break
 
 
-def _picks_kernel(model, disp, node: cst.If) -> bool:
-    """Whether the guard chooses between the kernel and a fallback that computes the result."""
-    if not _about_cuda(model, node.test):
+_WHAT = {"dtype": "dtype", "layout": "layout", "shape": "sizes", "value": "value"}
+
+
+def _checked(model, function: cst.FunctionDef) -> set[tuple[str, str]]:
+    """(root, property) for what any test or normalisation in the function reads of a name:
+    ``x.dtype`` -> (x, dtype); a bare ``g`` -> (g, value) and (g, shape); ``x.shape`` -> (x, shape);
+    ``x.contiguous()`` -> (x, layout); ``x.to(...)`` -> (x, dtype)."""
+    out: set[tuple[str, str]] = set()
+    sizes: dict[str, set[str]] = {}  # a local bound from sizes (``g = w.shape[0] // s.shape[0]``) -> whose
+    for node in _walk(function.body):
+        if type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Name:
+            roots = {model.dotted(n.value) for n in _walk(node.value)
+                     if type(n) is cst.Attribute and n.attr.value in ("shape", "size")} - {None}
+            if roots:
+                sizes[node.targets[0].target.value] = roots
+    for node in _walk(function.body):
+        test = getattr(node, "test", None) if type(node) in (cst.If, cst.Assert, cst.IfExp, cst.While) else None
+        if test is not None:
+            for n in _walk(test):
+                if type(n) is cst.Attribute:
+                    root = model.dotted(n.value)
+                    if root:
+                        prop = {"dtype": "dtype", "shape": "shape", "ndim": "shape", "is_contiguous": "layout",
+                                "stride": "layout", "size": "shape", "dim": "shape"}.get(n.attr.value)
+                        out.add((root, prop) if prop else (root, "value"))
+                    text = model.dotted(n)
+                    if text:
+                        out |= {(text, "value"), (text, "shape")}
+                elif type(n) is cst.Name:
+                    out |= {(n.value, "value"), (n.value, "shape")}
+                    out |= {(root, "shape") for root in sizes.get(n.value, ())}
+                elif type(n) is cst.Call:  # ``if self._use_triton(x):``: the predicate may check anything of x
+                    out |= {(name, prop) for a in n.args if type(a.value) is cst.Name
+                            for name in [a.value.value] for prop in ("dtype", "shape", "value", "layout")}
+        if type(node) is cst.Call and type(node.func) is cst.Attribute:
+            root = model.dotted(node.func.value)
+            attr = node.func.attr.value
+            if root and attr in ("contiguous", "reshape"):
+                out.add((root, "layout"))
+            if root and attr in ("to", "float", "half", "bfloat16", "type"):
+                out.add((root, "dtype"))
+    return out
+
+
+def _alternatives(model, node: cst.If) -> bool:
+    """Whether the guard's branch and what runs otherwise are two ways to one result: both branches
+    return, or assign one name (``if ok: out = kernel(x) else: out = ref(x)``), or the branch returns
+    and the statements after the ``if`` return too. A branch that does extra work and carries on
+    (``if fp8_fnuz: w = normalize(w)``) is a step, not an alternative to a fallback."""
+    def ends(stmts) -> str | None:
+        last = stmts[-1] if stmts else None
+        inner = last.body[0] if type(last) is cst.SimpleStatementLine and last.body else None
+        return "return" if type(inner) is cst.Return else None
+
+    def assigned(stmts) -> set[str]:
+        return {t.target.value for s in stmts for a in _walk(s)
+                if type(a) is cst.Assign for t in a.targets if type(t.target) is cst.Name}
+
+    body = statements(node.body)
+    if type(node.orelse) is cst.Else:
+        other = statements(node.orelse.body)
+        return ends(body) == ends(other) == "return" or bool(assigned(body) & assigned(other))
+    if node.orelse is not None:  # ``elif``: the next test picks among the others
+        return ends(body) == "return" or bool(assigned(body))
+    siblings = sibling_statements(model, node)
+    index = next((i for i, s in enumerate(siblings) if s is node), None)
+    later = siblings[index + 1:] if index is not None else []
+    return ends(body) == "return" and any(
+        type(s) is cst.SimpleStatementLine and any(type(a) is cst.Return for a in s.body) for s in later)
+
+
+def _unchecked(model, call: cst.Call, demand: tuple, checked: set[tuple[str, str]], params: set[str]) -> bool:
+    """Whether the argument the demand is about is one of the function's parameters (an input from
+    outside: what the function makes itself, it knows) whose property nothing checked."""
+    position, param, prop, _where = demand
+    if prop == "layout":
+        return False  # a wrapper's contiguity assert guards tensors its callers make contiguous (dev trees)
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if any(a.star for a in call.args):
+        return False
+    arg = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == param), None)
+    if arg is None and 0 <= position < len(positional):
+        arg = positional[position].value
+    if arg is None:
+        return False
+    while type(arg) is cst.Call and type(arg.func) is cst.Attribute and arg.func.attr.value in KEEPS:
+        if prop == "dtype" and arg.func.attr.value in ("to", "float", "half", "bfloat16"):
+            return False  # the caller casts it
+        if prop == "layout" and arg.func.attr.value in ("contiguous", "reshape"):
+            return False
+        arg = arg.func.value
+    root = arg.value if type(arg) is cst.Name else None
+    if root not in params:
+        return False
+    return (root, prop) not in checked and not (prop == "shape" and (root, "value") in checked)
+
+
+def _picks_kernel(model, disp, node: cst.If, any_guard: bool = False) -> bool:
+    """Whether the guard chooses between the kernel and a fallback that computes the result (with
+    ``any_guard``, whatever it tests; otherwise only a test about CUDA)."""
+    if not any_guard and not _about_cuda(model, node.test):
         return False  # a choice between device backends (npu, xpu, cpu), not a kernel's guard
     body = statements(node.body)
     if type(node.orelse) is cst.Else:
@@ -148,8 +288,8 @@ def _picks_kernel(model, disp, node: cst.If) -> bool:
     siblings = sibling_statements(model, node)
     index = next((i for i, s in enumerate(siblings) if s is node), None)
     later = siblings[index + 1:] if index is not None else []
-    if disp.dispatches(body):
-        return computes(model, later)  # the kernel under the guard, the fallback after it
+    if disp.dispatches(body):  # the kernel under the guard, the fallback after it (not another kernel)
+        return computes(model, later) and not (any_guard and disp.dispatches(later))
     return disp.dispatches(later) and computes(model, body)
 
 
