@@ -17,7 +17,7 @@ from kcheck import facts
 from kcheck.gate import dotted, import_bindings
 from kcheck.project import step_loops as step_loops_of
 from kcheck.native import file_host_syncs, wait_line
-from kcheck.values import READING_BUILTINS, REDUCTIONS
+from kcheck.values import HOST_NAME, READING_BUILTINS, REDUCTIONS
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
     SYNC_FUNCTIONS, SYNC_METHODS, walk,
@@ -696,6 +696,9 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
         if type(anc) is cst.If and child is not anc.test and _on_cuda(anc.test) is not None and (
                 (child is anc.body) != _on_cuda(anc.test)):
             return True  # the other side of ``if x.is_cuda:``: the CPU's path
+        if type(anc) is cst.If and child is not anc.test and _host_copy(anc.test) is not None and (
+                (child is anc.body) != _host_copy(anc.test)):
+            return True  # the side of ``if meta.seq_lens_cpu is not None:`` taken when the host copy is missing
         if type(anc) is cst.If and child is anc.body and _cpu_conjunct(anc.test):
             return True  # ``if not x.is_cuda and ...:``
         if type(anc) is cst.BooleanOperation and type(anc.operator) is cst.And and child is anc.right \
@@ -715,10 +718,12 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
                 if i and any(_lazy_guard(model, function, j) for j in range(i)):
                     return True  # below ``if hasattr(self, "_layout"): return ...`` that the rest fills
                 break
-            if type(stmt) is cst.If and (_names_flag(stmt.test) or _on_cuda(stmt.test)
+            if type(stmt) is cst.If and (_names_flag(stmt.test) or _on_cuda(stmt.test) or _host_copy(stmt.test)
                                          or off and _option_test(stmt.test, off) is False) \
                     and type(stmt.body) is cst.IndentedBlock and _exits(stmt.body):
-                return True  # below ``if not <debug switch>: return`` or ``if x.is_cuda: return kernel(x)``
+                # below ``if not <debug switch>: return``, ``if x.is_cuda: return kernel(x)`` or
+                # ``if meta.lens_cpu is not None: return <host path>``
+                return True
     return False
 
 
@@ -738,6 +743,31 @@ def _option_test(test: cst.CSTNode, off: set[str]) -> bool | None:
         inner = _option_test(test.expression, off)
         return None if inner is None else not inner
     return True if type(test) is cst.Name and test.value in off else None
+
+
+def _host_copy(test: cst.CSTNode) -> bool | None:
+    """True for a test that a host copy of the step's metadata is at hand (``meta.seq_lens_cpu is not
+    None``, ``self._has_cpu_track_metadata(batch)``, a bare ``meta.lens_cpu``), False for its
+    negation, None for any other test. An engine fills such copies when it builds the step's
+    metadata, so the device read on the other side is a fallback for callers that do not."""
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        inner = _host_copy(test.expression)
+        return None if inner is None else not inner
+    if type(test) is cst.Comparison and len(test.comparisons) == 1:
+        c = test.comparisons[0]
+        if type(c.comparator) is cst.Name and c.comparator.value == "None" and type(c.operator) in (cst.Is, cst.IsNot) \
+                and _host_spelled(test.left):
+            return type(c.operator) is cst.IsNot
+        return None
+    if type(test) is cst.Call and type(test.func) in (cst.Name, cst.Attribute):
+        name = test.func.value if type(test.func) is cst.Name else test.func.attr.value
+        return True if re.match(r"_*(has|have|use)_\w*(cpu|host)", name) else None
+    return True if type(test) in (cst.Name, cst.Attribute) and _host_spelled(test) else None
+
+
+def _host_spelled(node: cst.CSTNode) -> bool:
+    name = node.value if type(node) is cst.Name else node.attr.value if type(node) is cst.Attribute else ""
+    return bool(name) and bool(HOST_NAME.search(name))
 
 
 def _cpu_conjunct(test: cst.CSTNode) -> bool:

@@ -67,6 +67,10 @@ class HostSyncInHotPath(Rule):
       helper called under another backend's test or in a `with gpu_sync_allowed():` block. The
       cache must outlive the call (an attribute, a container filled by subscript, a `global`): a
       local default (`if lens is None: lens = x.sum(-1).tolist()`) is reported;
+    - a sync on the side of a test that the step's host copy is missing (the `else` of `if
+      meta.seq_lens_cpu is not None:`, or below `if self._has_cpu_metadata(batch): return ...`):
+      an engine builds such copies with the step's metadata, so the device read is a fallback for
+      callers that do not pass one (a read on the side where the copy is present is reported);
     - a sync under a test for another backend (`if is_npu(): cu_seqlens = cu_seqlens.to("cpu")`,
       `if not _is_cuda: return self._forward_impl(...)`, `if x.device.type == "mps":`): what that
       backend's op requires, another backend's own sync (`torch.mps.synchronize()`), and the
