@@ -110,6 +110,23 @@ def rms_norm(x, w, eps):
     INVALID = [
         """
 import torch
+import triton
+from .kernels import _w4_kernel
+
+def w4_gemm(x, qweight, scales):
+    group_size = qweight.shape[0] * 8 // scales.shape[0]
+    assert group_size in (64, 128)
+    y = torch.empty(x.shape[0], scales.shape[1], device=x.device, dtype=x.dtype)
+    _w4_kernel[(triton.cdiv(y.numel(), 256),)](x, qweight, scales, y, y.numel(), BLOCK=256)
+    return y
+
+def quant_linear(x, qweight, scales):
+    if x.is_cuda and x.dtype == torch.float16:
+        return w4_gemm(x, qweight, scales)
+    return x @ dequantize(qweight, scales).to(x.dtype)
+""",
+        """
+import torch
 class RMSNorm(CustomOp):
     def forward_native(self, x):
         return rms_norm_reference(x, self.w, self.eps)
