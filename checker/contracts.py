@@ -186,6 +186,21 @@ def _trivial(expr: ast.expr) -> bool:
     return type(expr) is ast.Constant and expr.value in (0, 1)
 
 
+# call heads that are never the project's own functions: torch and friends, builtins
+_FOREIGN = frozenset({"torch", "F", "nn", "np", "numpy", "math", "triton", "tl", "os", "re", "json", "logger",
+                      "logging", "warnings", "len", "isinstance", "getattr", "setattr", "hasattr", "print", "int",
+                      "float", "bool", "str", "list", "tuple", "dict", "set", "range", "enumerate", "zip", "min",
+                      "max", "sum", "any", "all", "sorted", "super", "type", "id", "repr", "iter", "next"})
+
+
+def may_demand(call: str, params: tuple[str, ...]) -> bool:
+    """Whether a call (dotted text as written) can be a project function whose contract matters:
+    not a method of one of the caller's parameters (``x.view(...)``), nor torch's, a builtin's or
+    another library's that the index never resolves (what ``FileFacts.forwards`` keeps)."""
+    head = call.split(".", 1)[0]
+    return head not in _FOREIGN and head not in params
+
+
 def argument_root(expr: ast.expr) -> str | None:
     """The caller's name an argument passes on (``x``, ``self.w``), through methods that keep its
     data (``x.reshape(-1, k)``); None for anything computed."""
@@ -244,12 +259,12 @@ def call_demands(files: dict, resolve) -> dict[str, tuple]:
 
 
 def _passed(params: tuple[str, ...], callee: str, param: str, positional: tuple, keywords: tuple) -> str | None:
-    """The caller's name passed to the callee's ``param`` (``forwards``' roots), or None."""
+    """The caller's parameter passed on to the callee's ``param`` (``FileFacts.forwards``), or None."""
     offset = 1 if "." in callee and params[:1] in (("self",), ("cls",)) else 0
     for kw, root in keywords:
         if kw == param:
             return root
     index = next((j for j, p in enumerate(params) if p == param), None)
-    if index is None or index < offset or index - offset >= len(positional):
+    if index is None or index < offset:
         return None
-    return positional[index - offset]
+    return next((root for position, root in positional if position == index - offset), None)

@@ -379,8 +379,8 @@ class FileFacts:
     bases: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # "f" or "Cls.m" -> what its own checks demand of its parameters (``kcheck.contracts.demands``)
     demands: dict[str, tuple[tuple[str, str, int], ...]] = field(default_factory=dict)
-    # "f" or "Cls.m" -> (call text, positional arguments' roots, (keyword, root) pairs) for the calls
-    # that pass one of its parameters on (``kcheck.contracts.argument_root``; None: computed)
+    # "f" or "Cls.m" -> (call text, (position, parameter) pairs, (keyword, parameter) pairs) for the
+    # calls that pass one of its parameters on unchanged (``kcheck.contracts.argument_root``)
     forwards: dict[str, list[tuple[str, tuple, tuple]]] = field(default_factory=dict)
 
 
@@ -504,9 +504,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                     facts.passes.setdefault(owner, []).append((facts.calls[owner][-1], count, tuple(
                         kw.arg or "**" for kw in node.keywords if not _off_value(kw.value, kw.arg))))
                     params = facts.params.get(owner, ())
-                    roots = tuple(contracts.argument_root(a) for a in node.args)
-                    named = tuple((kw.arg, contracts.argument_root(kw.value)) for kw in node.keywords if kw.arg)
-                    if any(r in params for r in roots) or any(r in params for _, r in named):
+                    roots = tuple((i, r) for i, a in enumerate(node.args) if (r := contracts.argument_root(a)) in params)
+                    named = tuple((kw.arg, r) for kw in node.keywords
+                                  if kw.arg and (r := contracts.argument_root(kw.value)) in params)
+                    if (roots or named) and contracts.may_demand(text, params):
                         facts.forwards.setdefault(owner, []).append((facts.calls[owner][-1], roots, named))
                     positions = tuple(i for i, a in enumerate(node.args) if host_spelled(a))
                     keywords = tuple(kw.arg for kw in node.keywords if kw.arg and host_spelled(kw.value))
@@ -1239,7 +1240,8 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         text = data.decode(encoding)
     except (SyntaxError, UnicodeDecodeError, LookupError):
         return None
-    parts = chunks.trees(text, lambda tree: file_facts(tree, rel), chunk)  # demands hold their lines
+    parts = chunks.each(text, lambda piece, line, first: _shift_lines(file_facts(chunks.parse(piece), rel), line - 1),
+                        chunk)  # parsed from line 1 (no padding), the few facts that hold lines moved
     if parts is None:
         return None
     facts = FileFacts(module_name(rel))
@@ -1263,6 +1265,14 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
             for i, mark in part.hosts.get(name, {}).items():
                 facts.hosts.setdefault(name, {})[len(before) + i] = mark
             before.extend(passes)
+    return facts
+
+
+def _shift_lines(facts: FileFacts, by: int) -> FileFacts:
+    """A chunk's facts with the lines they hold (``demands``) moved to the chunk's place in its file."""
+    if by:
+        facts.demands = {name: tuple((p, prop, line + by) for p, prop, line in found)
+                         for name, found in facts.demands.items()}
     return facts
 
 

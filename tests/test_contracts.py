@@ -120,3 +120,16 @@ def test_a_guard_that_skips_what_the_wrapper_in_another_module_demands_is_report
     assert [(f.path, f.line) for f in found] == [("pkg/linear.py", 17)]
     assert "sizes of what it passes as `qweight`" in found[0].message
     assert "pkg/kernels/gemm.py:16" in found[0].message
+
+
+def test_demands_read_in_chunks_keep_their_lines():
+    from kcheck import chunks
+    from kcheck.project import facts_in_chunks, file_facts
+
+    text = "import torch\n\n" + "".join(
+        f"\n\ndef op_{i}(x, group_size):\n    assert group_size in (32, 64, 128)\n    return x * {i}\n" for i in range(60))
+    assert len(chunks.cuts(text, 300)) > 10
+    whole = file_facts(ast.parse(text), "pkg/ops.py")
+    part = facts_in_chunks(text.encode(), "pkg/ops.py", 300)
+    assert part.demands == whole.demands
+    assert whole.demands["op_59"] == (("group_size", "value", text.splitlines().index("def op_59(x, group_size):") + 2),)
