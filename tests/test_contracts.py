@@ -92,19 +92,25 @@ PROJECT = {
 
 
         def linear(x, qweight, scales):
-            if HAS_TRITON:
+            if HAS_TRITON and x.dtype == torch.float16:
                 return gemm_triton(x.reshape(-1, x.shape[-1]), qweight, scales)
             return naive(x, qweight, scales)
 
 
         def linear_guarded(x, qweight, scales):
-            if HAS_TRITON and qweight.shape[0] // scales.shape[0] in (32, 64, 128):
+            if x.dtype == torch.float16 and qweight.shape[0] // scales.shape[0] in (32, 64, 128):
                 return gemm_triton(x, qweight, scales)
             return naive(x, qweight, scales)
 
 
         def linear_no_fallback(x, qweight, scales):
             return gemm_triton(x, qweight, scales)
+
+
+        def linear_chosen(x, qweight, scales, backend="triton"):
+            if backend == "triton":  # the caller's choice, not a capability guard
+                return gemm_triton(x, qweight, scales)
+            return naive(x, qweight, scales)
     """,
 }
 
@@ -116,7 +122,8 @@ def test_a_guard_that_skips_what_the_wrapper_in_another_module_demands_is_report
     jobs, _ = discover([str(tmp_path)])
     found = [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC302"]
     # the demand is two calls deep (gemm_triton passes qweight on to _check), in another module;
-    # the guard that checks the sizes and the function with no fallback are not reported
+    # the guard that checks the sizes, the function with no fallback and the caller's choice of
+    # backend are not reported
     assert [(f.path, f.line) for f in found] == [("pkg/linear.py", 17)]
     assert "sizes of what it passes as `qweight`" in found[0].message
     assert "pkg/kernels/gemm.py:16" in found[0].message

@@ -6,7 +6,8 @@ from kcheck.claims import _walk
 from kcheck.contracts import KEEPS
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, claims_only, computes, device_only, dispatchers, mentioned_props, sibling_statements, statements,
+    DISPATCH_TEXT, claims_only, computes, device_only, dispatchers, is_guard, mentioned_props, sibling_statements,
+    statements,
 )
 
 
@@ -31,7 +32,9 @@ class IncompleteGuard(Rule):
     The same holds across modules: where the kernel's wrapper checks what it was written for
     (`assert group_size in SUPPORTED`, `if x.dtype != torch.bfloat16: raise`: the project index's
     contracts, `kcheck.contracts`), a guard in the caller that picks the wrapper over a fallback
-    computing the same result (both branches return, or assign one name) and says nothing of those
+    computing the same result (both branches return, or assign one name), on a test of what the input
+    or the machine supports (a dtype, device, shape or size compared with constants, a layout, a
+    `supported`/`can_use`-style name; not a backend the user or the configuration chose), and says nothing of those
     properties of the caller's own parameters sends every other input into that check, which stops
     the call there instead of reaching the fallback. What the caller builds itself, and contiguity
     (which callers ensure), are not asked; a predicate the guard calls with the argument
@@ -175,9 +178,9 @@ class RMSNorm(CustomOp):
             params = {p.name.value for p in (*disp.function.params.posonly_params, *disp.function.params.params,
                                              *disp.function.params.kwonly_params)}
             for node in _walk(disp.function.body):
-                if type(node) is not cst.If or not _picks_kernel(model, disp, node, any_guard=True) \
-                        or not _alternatives(model, node):
-                    continue
+                if type(node) is not cst.If or not is_guard(model, node.test) \
+                        or not _picks_kernel(model, disp, node, any_guard=True) or not _alternatives(model, node):
+                    continue  # a user's or a configuration's choice of backend is not a capability guard
                 for call in _walk(node.body):
                     text = model.dotted(call.func) if type(call) is cst.Call else None
                     if text not in calls:
