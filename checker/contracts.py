@@ -33,7 +33,6 @@ Demand = tuple[str, str, int]  # (parameter, property, line)
 
 _SIZE_ATTRS = frozenset({"shape"})
 _SIZE_CALLS = frozenset({"size", "numel"})  # a rank (``ndim``, ``dim()``) is the API's contract, not the kernel's
-_LAYOUT_CALLS = frozenset({"is_contiguous", "stride"})
 # methods that keep a tensor's identity for a caller's argument (``x.reshape(-1, k)`` is still x's data)
 KEEPS = frozenset({"reshape", "view", "flatten", "squeeze", "unsqueeze", "contiguous", "t", "transpose",
                    "permute", "to", "float", "half", "bfloat16", "expand", "clone", "detach"})
@@ -74,13 +73,10 @@ def demands(fn: ast.FunctionDef | ast.AsyncFunctionDef, constants: set[str]) -> 
                 stack.extend(reversed([*stmt.body, *stmt.orelse]))
         elif kind in (ast.With, ast.AsyncWith, ast.Try):
             stack.extend(reversed(stmt.body))
-    seen: set[tuple[str, str]] = set()
-    out = []
+    first: dict[tuple[str, str], int] = {}  # each (parameter, property) at its first check
     for param, prop, line in found:
-        if (param, prop) not in seen:
-            seen.add((param, prop))
-            out.append((param, prop, line))
-    return tuple(out)
+        first.setdefault((param, prop), line)
+    return tuple((param, prop, line) for (param, prop), line in first.items())
 
 
 def _size_roots(expr: ast.expr, params: set[str], sizes: dict[str, set[str]]) -> set[str]:
@@ -157,9 +153,9 @@ def _read(expr: ast.expr, params: set[str], sizes: dict[str, set[str]]) -> set[t
         got = _read(expr.args[0], params, sizes)
         return {(p, "shape") for p, _ in got}
     if kind is ast.BinOp and type(expr.op) is ast.Mod:
-        left = _read(expr.left, params, sizes)
-        return {(p, "shape" if prop == "shape" else prop) for p, prop in left} \
-            if _constant(expr.right, set()) or type(expr.right) is ast.Name and expr.right.id.isupper() else set()
+        by = expr.right  # a literal, a module constant, or an upper-case name (``K % BLOCK``, ``n % N``)
+        return _read(expr.left, params, sizes) if _constant(by, set()) or type(by) is ast.Name and by.id.isupper() \
+            else set()
     return set()
 
 
@@ -245,7 +241,7 @@ def call_demands(files: dict, resolve) -> dict[str, tuple]:
                 if hit is None or not own.get(hit):
                     continue
                 params = files[hit[0]].params.get(hit[1], ())
-                offset = 1 if "." in hit[1] and params[:1] in (("self",), ("cls",)) else 0
+                offset = _bound(params, hit[1])
                 wanted = []
                 for param, prop, where in sorted(own[hit]):
                     index = next((j for j, p in enumerate(params) if p.lstrip("*") == param), None)
@@ -260,7 +256,7 @@ def call_demands(files: dict, resolve) -> dict[str, tuple]:
 
 def _passed(params: tuple[str, ...], callee: str, param: str, positional: tuple, keywords: tuple) -> str | None:
     """The caller's parameter passed on to the callee's ``param`` (``FileFacts.forwards``), or None."""
-    offset = 1 if "." in callee and params[:1] in (("self",), ("cls",)) else 0
+    offset = _bound(params, callee)
     for kw, root in keywords:
         if kw == param:
             return root
@@ -268,3 +264,8 @@ def _passed(params: tuple[str, ...], callee: str, param: str, positional: tuple,
     if index is None or index < offset:
         return None
     return next((root for position, root in positional if position == index - offset), None)
+
+
+def _bound(params: tuple[str, ...], callee: str) -> int:
+    """1 for a method whose first parameter the call binds (``self``, ``cls``), else 0."""
+    return 1 if "." in callee and params[:1] in (("self",), ("cls",)) else 0

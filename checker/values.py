@@ -87,7 +87,7 @@ def _operands(places) -> str | None:
     return None
 
 
-def _host_tensor(expr: cst.CSTNode) -> bool:
+def host_tensor(expr: cst.CSTNode) -> bool:
     """A host-resident array by its spelling: a ``*_cpu``/``*_np`` name (sliced, or through
     ``.to(dtype)``-style methods) or a ``.cpu()``/``.numpy()`` result."""
     while True:
@@ -175,7 +175,7 @@ class Places:
         tensors too, unless one is known on the GPU: a CPU tensor does not mix with a GPU one."""
         places = [self.place(n) for n in operands]
         known = [p for n, p in zip(operands, places) if p is not None or not _self_attribute(n)]
-        if None in known and not set(known).intersection(ON_GPU) and any(_host_tensor(n) for n in operands):
+        if None in known and not set(known).intersection(ON_GPU) and any(host_tensor(n) for n in operands):
             return HOST
         return _operands(known)
 

@@ -139,7 +139,7 @@ class RMSNorm(CustomOp):
         return rms_norm_reference(x, self.w, self.eps)
 """,
     ]
-    PREFILTER = (DISPATCH_TEXT, r"is_cuda|device|is_available|TRITON|HAS_|_AVAILABLE|use_|if ")
+    PREFILTER = (DISPATCH_TEXT, r"\bif\b")  # a guard is an ``if``; the declared facts decide the rest
     NEEDS = ("claimed dispatcher", "dispatcher meets demands")
 
     def leave_Module(self, original_node: cst.Module) -> None:
@@ -283,8 +283,6 @@ def _unchecked(model, call: cst.Call, demand: tuple, checked: set[tuple[str, str
     while type(arg) is cst.Call and type(arg.func) is cst.Attribute and arg.func.attr.value in KEEPS:
         if prop == "dtype" and arg.func.attr.value in ("to", "float", "half", "bfloat16"):
             return False  # the caller casts it
-        if prop == "layout" and arg.func.attr.value in ("contiguous", "reshape"):
-            return False
         arg = arg.func.value
     root = arg.value if type(arg) is cst.Name else None
     if root not in params:

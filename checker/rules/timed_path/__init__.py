@@ -17,7 +17,7 @@ from kcheck import facts
 from kcheck.gate import dotted, import_bindings
 from kcheck.project import step_loops as step_loops_of
 from kcheck.native import file_host_syncs, wait_line
-from kcheck.values import HOST_NAME, READING_BUILTINS, REDUCTIONS
+from kcheck.values import READING_BUILTINS, REDUCTIONS, host_tensor
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
     SYNC_FUNCTIONS, SYNC_METHODS, walk,
@@ -756,18 +756,13 @@ def _host_copy(test: cst.CSTNode) -> bool | None:
     if type(test) is cst.Comparison and len(test.comparisons) == 1:
         c = test.comparisons[0]
         if type(c.comparator) is cst.Name and c.comparator.value == "None" and type(c.operator) in (cst.Is, cst.IsNot) \
-                and _host_spelled(test.left):
+                and host_tensor(test.left):
             return type(c.operator) is cst.IsNot
         return None
     if type(test) is cst.Call and type(test.func) in (cst.Name, cst.Attribute):
         name = test.func.value if type(test.func) is cst.Name else test.func.attr.value
         return True if re.match(r"_*(has|have|use)_\w*(cpu|host)", name) else None
-    return True if type(test) in (cst.Name, cst.Attribute) and _host_spelled(test) else None
-
-
-def _host_spelled(node: cst.CSTNode) -> bool:
-    name = node.value if type(node) is cst.Name else node.attr.value if type(node) is cst.Attribute else ""
-    return bool(name) and bool(HOST_NAME.search(name))
+    return True if type(test) in (cst.Name, cst.Attribute) and host_tensor(test) else None
 
 
 def _cpu_conjunct(test: cst.CSTNode) -> bool:
