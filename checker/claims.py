@@ -7,7 +7,8 @@ leaderboard-style ``custom_kernel``. ``@triton.jit`` functions are kept apart as
 ``model.triton_kernels``.
 
 A *launch site* is a call that hands work to a specialised kernel: a Triton launch
-``kernel[grid](...)``, a ``torch.ops.<namespace>.<op>(...)`` call outside ``aten``, a call into an
+``kernel[grid](...)``, a call of a kernel written in another Python DSL of the file (CuTe DSL,
+TileLang, Numba, Helion: ``model.dsl_kernels``) or of what compiles or caches one, a ``torch.ops.<namespace>.<op>(...)`` call outside ``aten``, a call into an
 extension built with ``load_inline``/``load``, or a call into a known kernel module
 (``vllm._custom_ops``, ``sgl_kernel``, ``*._C``).
 
@@ -31,6 +32,15 @@ from kcheck.model import SCOPES_AND_LAMBDAS, subtree, walk
 from kcheck.native import _BLANK, _CALLED, _function_name, _host_functions, _matching, file_host_syncs
 
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
+# Python kernel DSLs besides Triton: a function under one of these decorators is a kernel written in
+# the file (or the host function that launches one): CuTe DSL, TileLang (and TVM script), Numba CUDA,
+# Helion. Their other calls (compiling a kernel, wrapping a tensor for it) are plumbing, not work.
+DSL_DECORATORS = {"cutlass.cute.kernel", "cutlass.cute.jit", "tilelang.jit", "tilelang.language.prim_func",
+                  "tilelang.prim_func", "tvm.script.tir.prim_func", "tvm.script.prim_func", "numba.cuda.jit",
+                  "helion.kernel"}
+DSL_MODULES = ("cutlass", "tilelang", "tvm", "numba", "helion", "cuda")
+# What makes a DSL kernel multiply and accumulate: a GEMM or MMA call (``T.gemm``, ``cute.gemm``).
+DSL_MAC = re.compile(r"gemm|mma|(^|_)dot$")
 
 # The library ops a baseline typically already calls, by family. Keys are qualified names or
 # fnmatch patterns over them; config ``library-ops`` adds more (family "configured").
@@ -148,7 +158,7 @@ def is_solution_file(path: str, authors_kernel: bool) -> bool:
 class Launch:
     """A call that hands work to a specialised kernel."""
 
-    kind: str  # triton | torch-ops | extension | kernel-module | registry
+    kind: str  # triton | dsl | torch-ops | extension | kernel-module | registry
     call: cst.Call
     name: str  # what is launched, as written (``_rms_kernel``, ``torch.ops._C.rms_norm``)
     side_job: bool = False  # known to do only elementwise or data-movement work (no dot, reduction, loop)
@@ -238,8 +248,11 @@ def find_claims(model, module: cst.Module) -> None:
     """Fill ``model.triton_kernels``, ``model.launch_sites`` and ``model.kernel_claims``."""
     for defs in model.functions.values():
         for fn in defs:
-            if any(name in TRITON_DECORATORS for name in decorator_names(model, fn)):
+            names = decorator_names(model, fn)
+            if any(name in TRITON_DECORATORS for name in names):
                 model.triton_kernels.append(fn)
+            elif any(name in DSL_DECORATORS for name in names):
+                model.dsl_kernels.append(fn)
     consts, extensions = _module_bindings(model, module)
     _nested_extensions(model, module, consts, extensions)
     model._claim_extensions = extensions
@@ -389,8 +402,14 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
     syncs = file_host_syncs([*consts.values(), *(s for s in extensions.values() if s)]) if extensions else {}
     side_cache: dict[int, bool] = {}
     lookups = _registry_names(model, _registries(model, module, local_kernels))
+    dsl = _dsl_names(model)
     for node in model.calls:
         func = node.func
+        kernels = _dsl_launched(model, node, dsl) if dsl else None
+        if kernels:
+            model.launch_sites[id(node)] = Launch("dsl", node, kernels[0].name.value,
+                                                  accumulates=_dsl_accumulates(model, kernels, dsl))
+            continue
         if lookups and type(func) is cst.Name:
             fn = model.enclosing_function(node)
             registry = lookups.get(id(fn), {}).get(func.value) if fn is not None else None
@@ -432,6 +451,97 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
         elif (model.dotted(func) or "").split(".")[0] in model.imports and not name.startswith("torch.") and \
                 in_kernel_module(name):  # torch._C is the framework's own binding, not a kernel module
             model.launch_sites[id(node)] = Launch("kernel-module", node, name)
+
+
+def _dsl_names(model) -> dict[str, list[cst.FunctionDef]]:
+    """Name -> the DSL kernels (``model.dsl_kernels``) it stands for: a kernel's own name, and a
+    factory of one: a function that returns it or a value naming it (TileLang's ``def matmul(M, N,
+    K):`` holding a ``@T.prim_func def main(...)`` and ending ``return tilelang.compile(main)``), or
+    stores such a value and returns (a cache getter: ``self._cache[key] = build(M, N); return
+    self._cache[key]``), through up to three such steps."""
+    out: dict[str, list[cst.FunctionDef]] = {}
+    for fn in model.dsl_kernels:
+        out.setdefault(fn.name.value, []).append(fn)
+    for _ in range(3):
+        grown = False
+        for name, defs in model.functions.items():
+            if name in out:
+                continue
+            for fn in defs:
+                returns = [r.value for r in walk(fn.body) if type(r) is cst.Return and r.value is not None]
+                if any(type(r) is cst.Call and (type(r.func) is cst.Subscript or type(r.func) is cst.Name
+                                                and r.func.value not in out) for r in returns):
+                    continue  # ``return kernel(y)``: it runs what it built, a launch site, not a factory
+                values = returns + [a.value for a in walk(fn.body) if type(a) is cst.Assign] if returns else []
+                named = next((n for v in values for n in _dsl_mentions(v, out) if n != name), None)
+                if named is not None:
+                    out[name] = out[named]
+                    grown = True
+                    break
+        if not grown:
+            break
+    return out
+
+
+def _dsl_launched(model, call: cst.Call, dsl: dict) -> list[cst.FunctionDef]:
+    """The DSL kernels a call runs: a kernel or factory called by name, or a callable bound in the
+    same function (or, for ``self.<attr>``, the same class) to an expression naming one
+    (``compiled = cute.compile(host_fn, ...)``, ``self.kernel = tilelang.compile(matmul(M, N, K))``,
+    ``kernel = matmul(M, N, K)``)."""
+    func = call.func
+    if type(func) is cst.Name and func.value in dsl and func.value not in model.imports:
+        return dsl[func.value]
+    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in ("self", "cls") \
+            and func.attr.value in dsl:
+        return dsl[func.attr.value]  # ``self._get_kernel(m, n)``: a method that builds or fetches one
+    target = func.value if type(func) is cst.Subscript else func
+    text = model.dotted(target)
+    if not text or type(func) is cst.Attribute and not text.startswith("self."):
+        return []
+    scope = model.enclosing_function(call)
+    if text.startswith("self."):
+        cls = next((a for a in model.ancestors(call) if type(a) is cst.ClassDef), None)
+        scope = cls if cls is not None else scope
+    for node in walk(scope.body) if scope is not None else ():
+        if type(node) is cst.Assign and any(model.dotted(t.target) == text or type(t.target) is cst.Subscript and
+                                            model.dotted(t.target.value) == text for t in node.targets):
+            named = _dsl_mentions(node.value, dsl)
+            if named:
+                return dsl[named[0]]
+    return []
+
+
+def _dsl_mentions(node: cst.CSTNode, dsl: dict) -> list[str]:
+    """The names of ``dsl`` an expression mentions: as names, or as methods of ``self``/``cls``
+    (``self._kernel(m, n)``), not as attributes of anything else (``F.gelu`` is not ``gelu``)."""
+    skip = {id(n.attr) for n in walk(node) if type(n) is cst.Attribute
+            and not (type(n.value) is cst.Name and n.value.value in ("self", "cls"))}
+    return [n.value for n in walk(node) if type(n) is cst.Name and n.value in dsl and id(n) not in skip]
+
+
+def _dsl_accumulates(model, kernels: list[cst.FunctionDef], dsl: dict) -> bool:
+    """Whether DSL kernels (and the DSL functions they call, a host function's kernels) multiply and
+    accumulate: a GEMM or MMA call, or a product added into an accumulator."""
+    seen: set[int] = set()
+    todo = list(kernels)
+    while todo:
+        fn = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        for n in walk(fn.body):
+            if type(n) is cst.Call:
+                if DSL_MAC.search((model.dotted(n.func) or "").split(".")[-1]):
+                    return True
+                if type(n.func) is cst.Name and n.func.value in dsl:
+                    todo += dsl[n.func.value]
+            elif type(n) is cst.AugAssign and type(n.operator) is cst.AddAssign and _has_product(n.value):
+                return True
+            elif type(n) is cst.Assign and type(n.value) is cst.BinaryOperation and type(n.value.operator) is cst.Add \
+                    and any(t.target.deep_equals(side) and _has_product(other) for t in n.targets
+                            for side, other in ((n.value.left, n.value.right), (n.value.right, n.value.left))):
+                return True  # ``acc[i] = acc[i] + a[k] * w[k]``
+    return False
 
 
 def in_kernel_module(name: str) -> bool:
@@ -703,7 +813,7 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
                       _class_attrs(model, cls, extensions),
                       _class_attrs(model, baseline_cls, extensions) if baseline_cls is not None else {}))
         elif cls.name.value == "Model" and "forward" in methods and "ModelNew" not in classes and (
-            is_solution_file(model.path, bool(extensions or model.triton_kernels))
+            is_solution_file(model.path, bool(extensions or model.triton_kernels or model.dsl_kernels))
         ):  # a solution dump's answer named Model: no baseline in the file
             add(Claim("model-solution", "Model.forward (a solution)", methods["forward"], cls, None,
                       _class_attrs(model, cls, extensions)))
@@ -983,6 +1093,9 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
     """("library", name, family) | ("extension",) | ("neutral",) | ("unknown", text)."""
     if type(value) is cst.Name and value.value in extensions:
         return ("extension",)
+    if type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value in MOVES and \
+            type(value.func.value) is cst.Call:
+        return _attr_kind(model, value.func.value, extensions)  # ``nn.Linear(i, o).half()``: the layer, moved
     if type(value) is cst.Call:
         default = _parameter_default(model, value.func) or _parameter_argument(model, value.func)
         if default is not None:  # ``norm_layer(dim)`` with ``norm_layer=nn.LayerNorm`` in the signature
@@ -1097,11 +1210,11 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
             continue
         if type(node) is not cst.Call:
             continue
-        layer = _layer_kind(model, node, attrs)
+        layer = _layer_kind(model, node, attrs) if id(node) not in model.launch_sites else None
         if layer is not None:
             _visit_layer(model, layer, node, via, depth, seen, uses)
             continue
-        target = model.callee(node) or _autograd_forward(model, node) or _compiled_function(model, node)
+        target = None if id(node) in model.launch_sites else model.callee(node) or _autograd_forward(model, node) or _compiled_function(model, node)
         if target is not None:
             if is_reference_name(target.name.value) or target.name.value == "forward_native":
                 continue
@@ -1352,8 +1465,8 @@ def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:
             return Use("unknown", call, None, raw)
         return _method_use(call, parts[-1])
     if head in model.imports:
-        if name.split(".")[0] in NEUTRAL_MODULES:
-            return None
+        if name.split(".")[0] in NEUTRAL_MODULES or model.dsl_kernels and name.split(".")[0] in DSL_MODULES:
+            return None  # ``from_dlpack(x)``, ``cute.compile(fn, ...)`` beside the file's DSL kernels: plumbing
         return Use("unknown", call, None, name)
     if len(parts) == 1:
         if head in BUILTINS or head in model.classes or head not in _bound_names(model):

@@ -98,6 +98,7 @@ class ModuleModel:
     scope_names: dict[int, str] = field(default_factory=dict)  # id(def) -> dotted name
     timed_regions: list[TimedRegion] = field(default_factory=list)
     triton_kernels: list[cst.FunctionDef] = field(default_factory=list)
+    dsl_kernels: list[cst.FunctionDef] = field(default_factory=list)  # CuTe DSL, TileLang, Numba, Helion
     kernel_claims: list = field(default_factory=list)  # kcheck.claims.Claim: code presented as a kernel
     launch_sites: dict = field(default_factory=dict)  # id(call) -> kcheck.claims.Launch: kernel launches and dispatches
     calls: list[cst.Call] = field(default_factory=list)  # every call, in source order

@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 import libcst as cst
 
 from kcheck.claims import (
-    BROAD_FAMILIES, CUDA_LIBRARY, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, Claim, Use, compute_uses, families, is_reference_name, library_family,
+    BROAD_FAMILIES, CUDA_LIBRARY, DSL_MODULES, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, Claim, Use, compute_uses, families, is_reference_name, library_family,
 )
 from kcheck.facts import fact
 from kcheck.rules.dispatch.dormant import dormant_test
@@ -209,7 +209,7 @@ def _package_exports(model) -> list[cst.FunctionDef]:
         return []
     module = getattr(model, "_claim_module", None)
     return [s for s in (module.body if module is not None else ()) if type(s) is cst.FunctionDef
-            and not s.name.value.startswith("_") and s not in model.triton_kernels and not is_reference_name(s.name.value)]
+            and not s.name.value.startswith("_") and s not in model.triton_kernels and s not in model.dsl_kernels and not is_reference_name(s.name.value)]
 
 
 # A comment admitting that the kernel a function stands for is not written yet
@@ -411,6 +411,7 @@ LIBRARY_PREFIXES = ("conv", "Conv", "linalg", "cholesky", "binary_cross_entropy"
                     "adaptive_")  # the patterns of LIBRARY_OPS, by the name they start with
 LIBRARY_SUFFIXES = ("_loss", "Loss", "Pool1d", "Pool2d", "Pool3d", "pool1d", "pool2d", "pool3d")
 TRITON_LAST = {"jit", "autotune", "heuristics"}
+DSL_LAST = {"kernel", "jit", "prim_func"}  # the last components of claims.DSL_DECORATORS
 REGISTERING = {"custom_op", "register_kernel", "impl"}  # last components of registering decorators
 EXTENSION_BUILDERS = {"load_inline", "load"}
 
@@ -511,7 +512,7 @@ def _authors_kernel(summary) -> bool:
     ``extensions or triton_kernels``: any call named ``load_inline``/``load``, any ``jit``-like decorator)."""
     facts = ast_facts(summary)
     return any(_builds_extension(facts, c) for c, _ in summary.calls) or any(
-        TRITON_LAST & set(_decorator_names(facts, fn)) for fns in facts.defs.values() for fn in fns)
+        (TRITON_LAST | DSL_LAST) & set(_decorator_names(facts, fn)) for fns in facts.defs.values() for fn in fns)
 
 
 def _own_calls(fn: ast.AST):
@@ -562,6 +563,8 @@ def _opaque_call(summary, facts: AstFacts, call: ast.Call, dormancy: bool = Fals
     if library_family(name):
         return False
     parts = name.split(".")
+    if parts[0] in DSL_MODULES:
+        return False  # a kernel DSL's build or interop call: plumbing beside the file's own DSL kernels
     if parts[0] not in NEUTRAL_MODULES:
         return True
     # a ``torch.ops`` kernel is a launch, which may wait on an opt-in test (``dormancy``: dormant.py)
@@ -644,6 +647,9 @@ def claim_launches_kernel(summary, config) -> bool:
     facts = ast_facts(summary)
     if any(_builds_extension(facts, c) for c, _ in summary.calls):
         return True  # an extension built at module level, in a lazy builder or in a method
+    if any(DSL_LAST & set(_decorator_names(facts, fn)) and any(
+            n.startswith(DSL_MODULES) for n in _decorator_names(facts, fn)) for fns in facts.defs.values() for fn in fns):
+        return True  # a CuTe DSL, TileLang, Numba or Helion kernel (claims._dsl_launched follows its callables)
     kernels = {name for name, fns in facts.defs.items()
                if any(TRITON_LAST & set(_decorator_names(facts, fn)) for fn in fns)}
     if not kernels:

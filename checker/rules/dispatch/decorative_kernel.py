@@ -17,9 +17,13 @@ class DecorativeKernel(ClaimRule):
     workload does not meet by default, while a library op does the work.
 
     In detail, it finds kernel claims (see KC101) that do launch a kernel of their own — a `@triton.jit`
-    function or a `load_inline` extension in the same file — but where no launched kernel
-    multiplies and accumulates (no `tl.dot`, no `acc += x * w` or `tl.sum(x * w)`; for inline CUDA,
-    no MMA and no `acc += a[i] * w[j]`), while the heavy op the baseline also runs — a GEMM,
+    function, a `load_inline` extension, or a kernel in another Python DSL (`@cute.kernel`/`@cute.jit`
+    for CuTe DSL, `@T.prim_func`/`@tilelang.jit` for TileLang, Numba's `@cuda.jit`, `@helion.kernel`)
+    in the same file, called directly or through what compiles or caches it (`compiled =
+    cute.compile(host, ...)`, a factory returning `tilelang.compile(main)`, a `self._get_kernel(m, n)`
+    cache) — but where no launched kernel multiplies and accumulates (no `tl.dot`, `T.gemm` or
+    `cute.gemm`, no `acc += x * w` or `tl.sum(x * w)`; for inline CUDA, no MMA and no `acc += a[i] *
+    w[j]`), while the heavy op the baseline also runs — a GEMM,
     attention, a convolution, an `nn.Linear` or the baseline `Model` itself — is still a library
     call on the GPU path (one only under a CPU guard or in an `except` handler does not count). A
     kernel that loops or reduces without a product (the min and softmax over channels after a

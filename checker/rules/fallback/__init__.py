@@ -377,14 +377,14 @@ def _all_dispatchers(model) -> list[Dispatcher]:
     direct: dict[int, tuple[cst.FunctionDef, list[cst.Call], str]] = {}
     for launch in model.launch_sites.values():
         fn = model.enclosing_function(launch.call)
-        if fn is None or fn in model.triton_kernels:
+        if fn is None or fn in model.triton_kernels or fn in model.dsl_kernels:
             continue
         entry = direct.setdefault(id(fn), (fn, [], launch.name))
         entry[1].append(launch.call)
     for call in model.calls:  # calls of kernels imported from other modules
         name = model.call_name(call) or ""
         fn = model.enclosing_function(call)
-        if fn is None or fn in model.triton_kernels or id(call) in model.launch_sites or \
+        if fn is None or fn in model.triton_kernels or fn in model.dsl_kernels or id(call) in model.launch_sites or \
                 (model.dotted(call.func) or "").split(".")[0] not in model.imports or not imported_kernel(name):
             continue
         if type(model.parent(call)) is cst.WithItem:
