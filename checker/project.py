@@ -233,6 +233,36 @@ def step_loop_names(names) -> bool:
     return any(STEP_LOOP.search(n) for n in names)
 
 
+# A loop that runs a model and picks the next token from what it returned is a decode loop, whatever
+# its names (``for cur_pos in range(start, total_len): logits = self.model.forward(...); tok =
+# torch.argmax(logits[:, -1], -1)``, ``for _ in range(n - 1): tok, _ = generate_next_token(model, ...)``).
+TOKEN_CHOICE = re.compile(r"^(argmax|multinomial)$|(^|_)sample(_|$)|sample_top|next_token")
+MODEL_CALL = re.compile(r"(^|_)(model|transformer|decoder|forward)$", re.I)
+
+
+def decodes(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """Whether a loop's own body both runs a model (a ``forward``, a call on or of a ``model``) and
+    chooses a token (``argmax``, ``multinomial``, a sampler, a next-token helper)."""
+    chose = ran = False
+    stack = list(loop.body)
+    while stack and not (chose and ran):
+        node = stack.pop()
+        if type(node) is ast.Call:
+            func = node.func
+            last = func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else ""
+            chose = chose or bool(TOKEN_CHOICE.search(last))
+            ran = ran or bool(MODEL_CALL.search(last)) or type(func) is ast.Attribute and bool(
+                MODEL_CALL.search(dotted(func.value) or "")) or any(
+                type(a) is ast.Name and MODEL_CALL.search(a.id) for a in node.args)
+        stack.extend(c for c in ast.iter_child_nodes(node) if type(c) not in _NOT_OWN)
+    return chose and ran
+
+
+def is_step_loop(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """A loop over generation or denoising steps: by what it names, or a decode loop (:func:`decodes`)."""
+    return step_loop_names(_loop_names(loop)) or decodes(loop)
+
+
 def _loop_names(loop: ast.For | ast.AsyncFor | ast.While) -> list[str]:
     parts = [loop.target, loop.iter] if type(loop) is not ast.While else [loop.test]
     return [n.id if type(n) is ast.Name else n.attr for part in parts for n in ast.walk(part)
@@ -246,7 +276,7 @@ def step_loops(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
     stack = list(fn.body)
     while stack:
         node = stack.pop()
-        if type(node) in (ast.For, ast.AsyncFor, ast.While) and step_loop_names(_loop_names(node)) and not _trains(node):
+        if type(node) in (ast.For, ast.AsyncFor, ast.While) and is_step_loop(node) and not _trains(node):
             out.append(node)
             continue
         stack.extend(c for c in ast.iter_child_nodes(node)
@@ -308,7 +338,7 @@ def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef, typed: dict[str, 
                     up = parent[up]
         elif kind in _LOOPS:
             every.append(node)
-            if step_loop_names(_loop_names(node)):
+            if is_step_loop(node):
                 loops.append(node)
                 parent.append(cand)
                 training.append(False)

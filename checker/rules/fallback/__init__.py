@@ -206,7 +206,8 @@ def has_claimed_dispatcher(summary, config) -> bool:
 # (``aiter.init_custom_qr(...)``) sets them up or runs them.
 KERNEL_LIBRARY = re.compile(
     r"^(aiter|flash_attn|flashinfer|deep_gemm|deep_ep|sgl_kernel|flash_mla|xformers|apex|transformer_engine"
-    r"|fbgemm_gpu|mamba_ssm|causal_conv1d|cudnn|quack|liger_kernel|vllm_flash_attn|fla|bitsandbytes|gemlite)(\.|$)")
+    r"|fbgemm_gpu|mamba_ssm|causal_conv1d|cudnn|quack|liger_kernel|vllm_flash_attn|fla|bitsandbytes|gemlite"
+    r"|sageattention|flash_attn_interface|exllamav2|awq_inference_engine)(\.|$)")
 KERNEL_MODULE = re.compile(
     r"(^|\.)(_C|_?([a-z0-9_]*_)?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
     r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu|fused_[a-z0-9_]+)(\.|$)|" + KERNEL_LIBRARY.pattern)
