@@ -133,6 +133,7 @@ class Places:
         self._closures: dict[int, tuple] = {}  # id(nested function) -> (its nonlocal names, first call)
         self._kept: set[str] | None = None
         self._constants: set[str] | None = None
+        self._default: str | None = None  # default_place()
 
     # -- expressions --------------------------------------------------------------------------
 
@@ -334,7 +335,7 @@ class Places:
                     return self._device_arg(device)
                 if last in LIKE_FACTORIES and call.args:
                     return self.place(call.args[0].value)
-                return HOST  # the default device is the CPU's
+                return self.default_place()  # the CPU, unless the module moves the default
             if NOT_TENSOR_TORCH.match(name):
                 return None
             if last in ("Parameter", "Buffer"):
@@ -361,6 +362,22 @@ class Places:
         if here in ON_GPU:
             return here  # a tensor's methods give tensors where it is (the host's are above)
         return None
+
+    def default_place(self) -> str:
+        """Where a factory without ``device=`` puts its tensor: the host, unless the module sets
+        another default device (``torch.set_default_device(device)`` with a device that is not the
+        CPU's, ``torch.set_default_tensor_type(torch.cuda.BFloat16Tensor)``), as a generator does
+        before it builds its model and decode buffers."""
+        if self._default is None:
+            self._default = HOST
+            for call in self.model.calls:
+                name = self.model.call_name(call) or ""
+                arg = call.args[0].value if call.args else None
+                if name == "torch.set_default_device" and arg is not None and self._device_arg(arg) == DEVICE or \
+                        name == "torch.set_default_tensor_type" and ".cuda." in (self.model.dotted(arg) or "") + ".":
+                    self._default = DEVICE
+                    break
+        return self._default
 
     def _device_arg(self, node: cst.CSTNode) -> str | None:
         """The place a ``device=`` argument (or ``.to(x)``'s) names."""
