@@ -66,6 +66,13 @@ CPU_TENSOR_FACTORIES = {"torch.tensor", "torch.as_tensor", "torch.from_numpy"}
 # kernel claims whose function a task's harness times (KernelBench's ModelNew, a leaderboard entry)
 HARNESS_TIMED = ("model-new", "model-solution", "custom-kernel")
 # ops whose result size depends on the data: a sync when their input is on the GPU
+# An index that is a boolean mask: indexing with one sizes the result by the count of its true
+# elements, which the host must read first (a ``nonzero`` and a copy to the host). Seen at the
+# subscript: a comparison, ``~m``, ``a & b``, a method or function that makes booleans, or a name
+# that says it is a mask (``x[attention_mask]``, ``keys[valid_mask]``).
+BOOLEAN_MAKERS = {"bool", "eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "isin",
+                  "logical_not", "logical_and", "logical_or", "logical_xor"}
+MASK_NAME = re.compile(r"mask", re.I)
 DATA_DEPENDENT = re.compile(r"^torch\.(nonzero|argwhere|unique|masked_select|repeat_interleave|where|equal|allclose)$")
 
 
@@ -283,6 +290,22 @@ class ModuleModel:
                 return ".to('cpu')"
         return reading_sync(self, call)
 
+    def subscript_sync(self, node: cst.Subscript) -> str | None:
+        """What host sync reading ``x[mask]`` is, or None: a boolean mask (:data:`BOOLEAN_MAKERS`,
+        :data:`MASK_NAME`) among the indices of a read, unless the mask or the tensor is on the host.
+        A store (``x[mask] = 0``) is a ``masked_fill`` and waits for nothing."""
+        if type(self.parent(node)) in (cst.AssignTarget, cst.AugAssign, cst.Del) or any(
+                type(a) is cst.AssignTarget for a in self.ancestors(node)):
+            return None
+        for element in node.slice:
+            index = element.slice
+            if type(index) is not cst.Index or not boolean_mask(index.value):
+                continue
+            if self._on_host(index.value) or self._on_host(node.value):
+                return None
+            return "indexing with a boolean mask (waits for the count of its true elements)"
+        return None
+
     def _on_host(self, node: cst.CSTNode) -> bool:
         return self.places.place(node) == HOST
 
@@ -470,6 +493,26 @@ def _generator(fn: cst.FunctionDef) -> bool:
     if any("contextmanager" in name for name in _decorator_names(fn)):
         return False
     return fn.asynchronous is None and any(type(n) is cst.Yield for n in walk(fn.body, into_scopes=False))
+
+
+def boolean_mask(expr: cst.CSTNode) -> bool:
+    """Whether an index expression is a boolean mask by its form (see :data:`BOOLEAN_MAKERS`)."""
+    kind = type(expr)
+    if kind is cst.Comparison:
+        return not any(type(c.operator) in (cst.In, cst.NotIn, cst.Is, cst.IsNot) for c in expr.comparisons)
+    if kind is cst.UnaryOperation:
+        return type(expr.operator) is cst.BitInvert
+    if kind is cst.BinaryOperation and type(expr.operator) in (cst.BitAnd, cst.BitOr, cst.BitXor):
+        return boolean_mask(expr.left) or boolean_mask(expr.right)
+    if kind is cst.Call:
+        func = expr.func
+        last = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
+        return last in BOOLEAN_MAKERS
+    if kind is cst.Name:
+        return bool(MASK_NAME.search(expr.value))
+    if kind is cst.Attribute:
+        return bool(MASK_NAME.search(expr.attr.value))
+    return False
 
 
 def _calls_in(model: "ModuleModel", roots, via, depth: int, follow, seen: set[int]):

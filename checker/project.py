@@ -236,7 +236,7 @@ def step_loop_names(names) -> bool:
 # A loop that runs a model and picks the next token from what it returned is a decode loop, whatever
 # its names (``for cur_pos in range(start, total_len): logits = self.model.forward(...); tok =
 # torch.argmax(logits[:, -1], -1)``, ``for _ in range(n - 1): tok, _ = generate_next_token(model, ...)``).
-TOKEN_CHOICE = re.compile(r"^(argmax|multinomial)$|(^|_)sample(_|$)|sample_top|next_token")
+TOKEN_CHOICE = re.compile(r"^(argmax|multinomial|sample|sample_(tokens?|top_[pk]|logits)|\w*next_token)$")
 MODEL_CALL = re.compile(r"(^|_)(model|transformer|decoder|forward)$", re.I)
 
 

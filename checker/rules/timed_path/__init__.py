@@ -20,14 +20,14 @@ from kcheck.native import file_host_syncs, wait_line
 from kcheck.values import READING_BUILTINS, REDUCTIONS, host_tensor
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
-    SYNC_FUNCTIONS, SYNC_METHODS, walk,
+    BOOLEAN_MAKERS, MASK_NAME, SYNC_FUNCTIONS, SYNC_METHODS, walk,
 )
 
 TIMED = ("event-window", "bench-callable", "host-timer")
 # last components of the decorators that register a custom op's implementation (a wide superset of
 # the model's custom-op claims, whose implementation is a per-step path)
 REGISTERING = {"custom_op", "register_kernel", "impl"}
-SYNC_TEXT = r"\b(int|float|bool|complex|max|min|sum|any|all|range|divmod)\(|\b(if|while|assert)\b|synchronize|argwhere|equal\(|allclose|\.item\(|\.cpu\(|\.tolist\(|\.numpy\(|nonzero|where\(|unique|masked_select|repeat_interleave|['\"]cpu['\"]|Synchronize|cudaMemcpy|\.item<"
+SYNC_TEXT = r"\b(int|float|bool|complex|max|min|sum|any|all|range|divmod)\(|\b(if|while|assert)\b|synchronize|argwhere|equal\(|allclose|\.item\(|\.cpu\(|\.tolist\(|\.numpy\(|nonzero|where\(|unique|masked_select|repeat_interleave|['\"]cpu['\"]|Synchronize|cudaMemcpy|\.item<|\["
 TIMER_TEXT = r"\.record\(|perf_counter|time\(|monotonic|default_timer|do_bench|bench_gpu_time|benchmark_fn" \
     r"|ModelNew|custom_kernel|class Model\b"  # and what a task's harness times
 
@@ -184,6 +184,19 @@ class FileView:
                 for node in ast.walk(self.summary.tree):
                     if type(node) in (ast.If, ast.While, ast.Assert, ast.IfExp):
                         found.update(id(n) for n in ast.walk(node.test) if type(n) is ast.Call)
+        return found
+
+    @property
+    def mask_reads(self) -> bool:
+        """Whether the file reads a tensor through a boolean mask anywhere (``x[mask]``,
+        ``x[ids == 0]``: :func:`kcheck.model.boolean_mask` over the ``ast``)."""
+        found = self.summary.memo.get("mask_reads")
+        if found is None:
+            tree = self.summary.tree
+            found = self.summary.memo["mask_reads"] = tree is not None and any(
+                    type(n) is ast.Subscript and type(n.ctx) is ast.Load and any(
+                        _ast_mask(e) for e in (n.slice.elts if type(n.slice) is ast.Tuple else [n.slice]))
+                    for n in ast.walk(tree))
         return found
 
     @property
@@ -369,6 +382,23 @@ class FileView:
         return hit
 
 
+def _ast_mask(expr: ast.AST) -> bool:
+    """:func:`kcheck.model.boolean_mask` over the ``ast``."""
+    kind = type(expr)
+    if kind is ast.Compare:
+        return not any(type(o) in (ast.In, ast.NotIn, ast.Is, ast.IsNot) for o in expr.ops)
+    if kind is ast.UnaryOp:
+        return type(expr.op) is ast.Invert
+    if kind is ast.BinOp and type(expr.op) in (ast.BitAnd, ast.BitOr, ast.BitXor):
+        return _ast_mask(expr.left) or _ast_mask(expr.right)
+    if kind is ast.Call:
+        func = expr.func
+        return (func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else "") in BOOLEAN_MAKERS
+    if kind is ast.Name:
+        return bool(MASK_NAME.search(expr.id))
+    return kind is ast.Attribute and bool(MASK_NAME.search(expr.attr))
+
+
 def file_view(summary) -> FileView:
     view = summary.memo.get("timed_path")
     if view is None:
@@ -379,6 +409,8 @@ def file_view(summary) -> FileView:
 def region_reaches(summary, kinds: tuple[str, ...], what: str, config=None) -> bool:
     """Whether a region of one of ``kinds`` reaches a call of class ``what`` (see ``CLASSIFY``)."""
     view = file_view(summary)
+    if what == "sync" and "hot-path" in kinds and view.regions("hot-path", config) and view.mask_reads:
+        return True  # a read through a boolean mask (``x[mask]``) in the file: KC203 reads its subscripts
     if what in WORDS and WORDS[what].isdisjoint(view.words) and not (what == "sync" and view.native_syncs):
         return False
     return any(view.reaches(calls, lambda c: view.classified(what, c))

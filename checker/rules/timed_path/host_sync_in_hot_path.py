@@ -6,7 +6,7 @@ import re
 import libcst as cst
 
 from kcheck.gate import dotted
-from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, walk
+from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, boolean_mask, walk
 from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, OTHER_PLATFORM, once_per_input
 from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
@@ -193,18 +193,21 @@ def decode_step(model, tokens):
             return  # a pipeline's text and image encoders: once per request, before the denoising loop
         if OTHER_PLATFORM.search(model.path):
             return  # another platform's backend (an `_ascend/` or `npu/` folder): not the GPU's step
-        for region, call, via in _hot_calls(model):
-            where = via if via is not None else call
-            if _allowed(model, call) or off_the_step(model, call) or (
+        for region, node, via in _hot_calls(model):
+            where = via if via is not None else node
+            if _allowed(model, node) or off_the_step(model, node) or (
                 via is not None and _allowed(model, via)
             ) or (_per_request(model, region) and not _in_loop(model, where, region.function)):
                 continue
-            what = model.sync_kind(call, model.enclosing_function(call))
-            if not what or OTHER_BACKEND_CALL.match(model.call_name(call) or "") or _event_wait(model, call):
-                continue  # ``torch.mps.synchronize()``: another backend's own sync; an event fence
-            if first_in_statement(model, call, seen):
-                self.report(call, what=what, helper=through(model, call, via), region=region.label,
-                            line=native_wait_line(self, call))
+            if type(node) is cst.Subscript:
+                what = model.subscript_sync(node)
+            else:
+                what = model.sync_kind(node, model.enclosing_function(node))
+                if what and (OTHER_BACKEND_CALL.match(model.call_name(node) or "") or _event_wait(model, node)):
+                    continue  # ``torch.mps.synchronize()``: another backend's own sync; an event fence
+            if what and first_in_statement(model, node, seen):
+                self.report(node, what=what, helper=through(model, node, via), region=region.label,
+                            line=native_wait_line(self, node) if type(node) is cst.Call else None)
 
 
 def _off_cuda_slot(model, function) -> bool:
@@ -223,8 +226,34 @@ def _event_wait(model, call: cst.Call) -> bool:
 
 
 def _hot_calls(model):
-    """(region, call, via) for every call in a hot path, each call once; a call reached only
+    """(region, node, via) for every call in a hot path, each once, and every subscript read with a
+    boolean mask in the same code (the region's own, and the helpers it enters); a call reached only
     through the function calling itself is left out (it is reported where it is written)."""
+    entered: dict[int, tuple] = {}  # id(helper) -> (region, helper, via): where its subscripts run
+    for region, call, via in _region_calls(model):
+        yield region, call, via
+        if via is None and id(region) not in entered:
+            entered[id(region)] = (region, None, None)
+        elif via is not None:
+            helper = model.enclosing_function(call)
+            if helper is not None and id(helper) not in entered:
+                entered[id(helper)] = (region, helper, via)
+    seen: set[int] = set()
+    for region, helper, via in entered.values():
+        roots = [helper.body] if helper is not None else [n for n in region.nodes if id(n) not in region.exempt]
+        for root in roots:
+            for node in walk(root, into_scopes=False):
+                if type(node) is cst.Subscript and id(node) not in seen and boolean_mask_read(node):
+                    seen.add(id(node))
+                    yield region, node, via
+
+
+def boolean_mask_read(node: cst.Subscript) -> bool:
+    return any(type(e.slice) is cst.Index and boolean_mask(e.slice.value) for e in node.slice)
+
+
+def _region_calls(model):
+    """(region, call, via) for every call in a hot path (see :func:`_hot_calls`)."""
     seen: set[int] = set()
     hot = [r for r in model.timed_regions if r.kind == "hot-path"]
     for region in [*hot, *_step_loop_regions(model, {id(r.function) for r in hot})]:
