@@ -130,9 +130,9 @@ TRAINING_PATH = re.compile(
     r"(^|/)(train|training|trainers?|finetun\w*|fine_tun\w*|losses?|optim|optimi[sz]ers?)(/|\.py$)"
     r"|(^|/)\w+_(trainer|training|loss|losses)\.py$")
 # Offline or one-time work by module: export, checkpoint conversion, calibration, weight loading
-# (``export/``, ``convert_hf_to_neox.py``, ``calibration.py``, ``model_loader/``, ``loading/``).
+# (``export/`` or a private ``_export/``, ``convert_hf_to_neox.py``, ``calibration.py``, ``model_loader/``, ``loading/``).
 OFFLINE_PATH = re.compile(
-    r"(^|/)(export\w*|exporters?|conversion|calibrat\w*|ckpts?|loading|model_loader|weight_loader\w*)(/|\.py$)"
+    r"(^|/)_?(export\w*|exporters?|conversion|calibrat\w*|ckpts?|loading|model_loader|weight_loader\w*)(/|\.py$)"
     r"|(^|/)convert_\w+\.py$")
 # decorators whose function's body runs once per argument set (or once), not on every call
 MEMOIZERS = {"lru_cache", "cache", "cached", "cache_once", "run_once", "once", "cached_property"}

@@ -870,6 +870,16 @@ def _fills_cache(model, node: cst.If, other: bool = False) -> bool:
                if head and not attr.startswith("_")}
     function = model.enclosing_function(node)
     declared = _declared(function) if function is not None else None
+    # a local fetched from a cache (``compiled = self._compiled.get(key)``, ``k = _cache[key]``):
+    # the branch fills the cache it came from
+    for n in walk(function.body) if function is not None else ():
+        if type(n) is cst.Assign and len(n.targets) == 1 and model.dotted(n.targets[0].target) in tested:
+            value = n.value
+            source = value.func.value if type(value) is cst.Call and type(value.func) is cst.Attribute \
+                and value.func.attr.value == "get" else value.value if type(value) is cst.Subscript else None
+            if type(source) is cst.Attribute or type(source) is cst.Name and declared is not None and \
+                    source.value in declared | set(model.imports) | _module_names(model):
+                tested = tested | {model.dotted(source)}
     body = node.orelse if other else node.body
     if _assigns(model, body, tested, declared):
         return True
@@ -877,6 +887,17 @@ def _fills_cache(model, node: cst.If, other: bool = False) -> bool:
     return any(type(n) is cst.Call and type(n.func) is cst.Attribute and type(n.func.value) is cst.Name
                and n.func.value.value in ("self", "cls") and (target := model.callee(n)) is not None
                and _assigns(model, target.body, tested, None) for n in walk(body))
+
+
+def _module_names(model) -> set[str]:
+    """The names the module binds at its top level (module-level caches: ``_KERNELS = {}``)."""
+    found = model.__dict__.get("_top_names")
+    if found is None:
+        found = model.__dict__["_top_names"] = {
+            t.target.value for stmt in (model.module.body if model.module is not None else ())
+            if type(stmt) is cst.SimpleStatementLine for small in stmt.body if type(small) is cst.Assign
+            for t in small.targets if type(t.target) is cst.Name}
+    return found
 
 
 def _lazy_guard(model, function, i: int) -> bool:

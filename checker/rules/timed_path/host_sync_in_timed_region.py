@@ -5,7 +5,8 @@ import libcst as cst
 from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import (
-    SYNC_TEXT, TIMED, TIMER_TEXT, first_in_statement, gpu_work, native_wait_line, region_calls, through,
+    SYNC_TEXT, TIMED, TIMER_TEXT, first_in_statement, gpu_work, native_wait_line, off_the_step, region_calls,
+    through,
 )
 
 
@@ -142,8 +143,8 @@ def bench(fn, x):
         seen: set[int] = set()  # statements already reported (first_in_statement)
         for region, call, via in region_calls(model, TIMED):
             what = model.sync_kind(call, model.enclosing_function(call))
-            if not what or (via is not None and not _harness_helper(model, region, via)):
-                continue
+            if not what or (via is not None and not _harness_helper(model, region, via)) or off_the_step(model, call):
+                continue  # off the measured path: an error handler, an opt-in switch, a cache fill (once per key)
             if via is None and _gathers_statistic(model, call) and _informational(model, region):
                 continue  # an experiment's own statistics, timed only for a printed figure
             if first_in_statement(model, call, seen):
