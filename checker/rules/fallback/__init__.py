@@ -32,11 +32,12 @@ DTYPES = {"float16", "half", "bfloat16", "float32", "float", "float64", "double"
           "int64", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "bool"}
 DEVICE_ATTRS = {"is_cuda", "is_xpu", "is_cpu", "is_mps", "device"}
 HEAD_NAME = re.compile(r"head_?(size|dim)", re.I)
+GROUP_NAME = re.compile(r"(^|_)group_?size$", re.I)  # a quantized weight's group size: a tile the kernel is built for
 SUPPORT_NAME = re.compile(r"support|can_(use|run)|eligible|compatible|capab|fallback|reason", re.I)
 CONSTANT_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$|[Ss]upport")
 ANNOUNCE_METHODS = {"warning_once", "warn_once", "info_once", "debug_once", "print_warning_once", "warning", "warn",
                     "info", "debug", "error", "log"}
-SUPPORT_KINDS = {"dtype", "device", "shape", "head"}  # what KC301 treats as "unsupported input"
+SUPPORT_KINDS = {"dtype", "device", "shape", "head", "group"}  # what KC301 treats as "unsupported input"
 OUTPUT_NAME = re.compile(r"^(out|output|result|res)$|_out$|^out_")
 INDEX_DTYPES = {"int8", "uint8", "int16", "int32", "int64", "int", "long", "short", "bool", "uint32", "uint64"}
 OTHER_BACKENDS = {"cpu", "npu", "xpu", "hpu", "mps", "meta", "musa", "mlu", "xla"}
@@ -45,6 +46,7 @@ ALLOCATORS = {"empty", "empty_like", "zeros", "zeros_like", "new_empty", "new_ze
 OTHER_KERNEL = re.compile(r"triton|kernel|cuda|\._c\.|^_c\.|aiter|flashinfer|sgl_|deep_?gemm|cutlass|marlin")
 BROAD_EXCEPTIONS = {"Exception", "BaseException"}
 KIND_TEXT = {"dtype": "the dtype", "device": "the device", "shape": "a shape", "head": "the head size",
+             "group": "the quantization group size",
              "layout": "the memory layout", "rank": "the rank", "available": "whether the kernel is installed",
              "feature": "an optional input"}
 
@@ -186,6 +188,24 @@ def dispatcher_meets_demands(summary, config) -> bool:
     """A function of the file may launch a specialised kernel and a call in the file meets a
     callee's demands (the index's ``Config.demands``)."""
     return bool(config.demands) and has_dispatcher(summary, config)
+
+
+@fact("dispatcher refusing a sibling route")
+def dispatcher_refusing_sibling_route(summary, config) -> bool:
+    """A function of the file may launch a specialised kernel, and an ``if`` of the file raises or
+    asserts on one side while the other side computes (calls, neither raises nor asserts): what
+    KC301's sibling-route check (``_sibling_route``) reads."""
+    if not has_dispatcher(summary, config) or summary.tree is None:
+        return False
+    for node in ast.walk(summary.tree):
+        if type(node) is ast.If and node.orelse:
+            for side, other in ((node.body, node.orelse), (node.orelse, node.body)):
+                inner = [n for stmt in side for n in ast.walk(stmt)]
+                rest = [n for stmt in other for n in ast.walk(stmt)]
+                if any(type(n) in (ast.Raise, ast.Assert) for n in inner) and any(type(n) is ast.Call for n in rest) \
+                        and not any(type(n) in (ast.Raise, ast.Assert) for n in rest):
+                    return True
+    return False
 
 
 @fact("claimed dispatcher")
@@ -569,9 +589,13 @@ def prop_kind(model, node: cst.CSTNode) -> str | None:
             return "rank"
         if HEAD_NAME.search(attr) and not CONSTANT_NAME.search(attr):
             return "head"
+        if GROUP_NAME.search(attr) and not CONSTANT_NAME.search(attr):
+            return "group"
         return None
     if type(node) is cst.Name and HEAD_NAME.search(node.value) and not CONSTANT_NAME.search(node.value):
         return "head"
+    if type(node) is cst.Name and GROUP_NAME.search(node.value) and not CONSTANT_NAME.search(node.value):
+        return "group"
     return None
 
 

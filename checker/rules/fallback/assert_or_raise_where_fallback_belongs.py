@@ -5,7 +5,7 @@ import libcst as cst
 from kcheck.claims import _walk
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, KIND_TEXT, MODEL_CODE, availability_test, dispatchers, statements, support_checks,
+    DISPATCH_TEXT, KIND_TEXT, MODEL_CODE, NOT_SERVED, availability_test, mentioned_props, dispatchers, statements, support_checks,
 )
 
 MISSING_MESSAGE = ("{stmt} that the kernel is installed{more} before {kernel}: a missing build should take a "
@@ -42,6 +42,12 @@ class AssertOrRaiseWhereFallbackBelongs(Rule):
     the dispatcher sends other devices' tensors to other implementations) or in a helper whose
     every same-module caller is so registered or tests the device first. A claim is reported
     once, at its first such check, with the number of checks.
+
+    A wrapper outside such a claim is held to the same rule where the route is at hand: a check
+    that lies in one branch of an `if` whose other branch computes the same call without refusing
+    anything (a GEMV kernel beside the GEMM whose group size is refused, the library op beside the
+    kernel) refuses what that branch would take; so does such a check in a model's own code. A
+    quantized weight's group size counts among the input's properties, like the head size.
 
     Two checks no caller's dtype or shape settles are reported as well, also in a library's
     `models/` folder (where dtype and shape checks state the model's contract and are left alone):
@@ -162,20 +168,31 @@ class PagedAttention:
 """,
     ]
     PREFILTER = (DISPATCH_TEXT, r"\bassert\b|\braise\b")
-    NEEDS = ("claimed dispatcher",)
+    NEEDS = ("claimed dispatcher", "dispatcher refusing a sibling route")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         registered = _registered_impls(model)
         model_code = bool(MODEL_CODE.search(model.path))
-        for disp in dispatchers(model, model_code=True):
+        claimed = dispatchers(model, model_code=True)
+        ids = {id(d.function) for d in claimed}
+        # elsewhere, a wrapper that computes the same result on another branch of the same ``if``
+        # (a library op, another kernel) has the route at hand: a check that refuses what that
+        # branch takes is reported too
+        others = [] if NOT_SERVED.search(model.path) else [
+            d for d in dispatchers(model, claimed=False) if id(d.function) not in ids]
+        for disp in [*claimed, *others]:
+            sibling_only = id(disp.function) not in ids
             found = []  # (node to report, "assert"/"raise", kinds)
             for node, test, where, stmt in _checks_in(disp.function):
                 if disp.dispatches(statements(node.body) if type(node) is cst.If else []):
                     continue
+                sibling = _sibling_route(model, node, disp.function)
+                if sibling_only and not sibling:
+                    continue
                 kinds = support_checks(model, test) | _unsettled(model, node, test, where, disp.function)
-                if model_code:
-                    kinds &= UNSETTLED_BY_MODEL
+                if model_code and not sibling:
+                    kinds &= UNSETTLED_BY_MODEL  # a model's own check states its contract, unless it refuses a route at hand
                 if "device" in kinds and _device_settled(model, disp.function, registered):
                     kinds = kinds - {"device"}  # the dispatcher or every caller settled the device first
                 if kinds and disp.before_last_site(node) and not _in_handler(model, node) \
@@ -204,6 +221,44 @@ def _checks_in(function: cst.FunctionDef):
                       for s in line.body if type(s) is cst.Raise]
             if raises:
                 yield node, node.test, raises[0], "raise"
+
+
+def _sibling_route(model, node, function: cst.FunctionDef) -> bool:
+    """Whether a check lies in one branch of an ``if`` on the input (its sizes, dtype, device:
+    inside ``function``) whose other branch computes without refusing anything (it calls something
+    and raises or asserts nothing): a GEMV kernel for a few rows beside the GEMM whose group size is
+    refused. A branch on a mode or setting (``if scaling_mode == RCEIL:``) picks an algorithm, not a
+    route for this input, and a test of the kernel's presence is the caller's way of choosing."""
+    child = node
+    for anc in model.ancestors(node):
+        if anc is function:
+            return False
+        if type(anc) is cst.If and child is not anc.test and not availability_test(model, anc.test) \
+                and _on_input(model, anc.test, function):
+            other = anc.orelse if child is anc.body else anc.body
+            if type(other) is cst.Else:
+                other = other.body
+            if other is not None and _computes(other):
+                return True
+        child = anc
+    return False
+
+
+def _on_input(model, test: cst.CSTNode, function: cst.FunctionDef) -> bool:
+    """Whether a test reads an input property, directly or through a local the function binds
+    from one (``rows = x.numel() // x.shape[-1]``, then ``if rows < 8:``)."""
+    if mentioned_props(model, test):
+        return True
+    names = {n.value for n in _walk(test) if type(n) is cst.Name}
+    return any(type(n) is cst.Assign and len(n.targets) == 1 and type(n.targets[0].target) is cst.Name
+               and n.targets[0].target.value in names and mentioned_props(model, n.value)
+               for n in _walk(function.body))
+
+
+def _computes(block: cst.CSTNode) -> bool:
+    """A branch that calls something and neither raises nor asserts."""
+    nodes = list(_walk(block))
+    return any(type(n) is cst.Call for n in nodes) and not any(type(n) in (cst.Raise, cst.Assert) for n in nodes)
 
 
 def _unsettled(model, node, test, where, function: cst.FunctionDef) -> set[str]:
