@@ -1105,6 +1105,9 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
             return ("extension",)
         if name == "torch.compile" and value.args:
             inner = value.args[0].value
+            target = _compiled_target(model, value)
+            if type(target) is cst.FunctionDef:
+                return ("compiled", target)  # ``self._f = torch.compile(_forward)``: Inductor runs its ops
             inner_kind = _attr_kind(model, inner, extensions)
             if inner_kind[0] == "library":
                 return ("library", f"torch.compile({inner_kind[1]})", inner_kind[2])
@@ -1360,7 +1363,7 @@ def _layer_kind(model, call: cst.Call, attrs: dict[str, tuple]) -> tuple | None:
             return None
     if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
         kind = attrs.get(func.attr.value)
-        if kind is not None and kind[0] in ("module", "container"):
+        if kind is not None and kind[0] in ("module", "container", "compiled"):
             return kind
     return None
 
@@ -1398,6 +1401,10 @@ def _visit_layer(model, kind: tuple, call: cst.Call, via, depth: int, seen: set[
             seen.add(id(forward))
             _visit_uses(model, _class_attrs(model, cls, _extensions(model)), forward.body, via or call,
                         max(depth, 1), seen, uses)
+    elif kind[0] == "compiled":
+        if id(kind[1]) not in seen:  # a same-module function compiled by torch.compile: its ops are the work
+            seen.add(id(kind[1]))
+            _visit_uses(model, {}, kind[1].body, via or call, max(depth, 1), seen, uses)
     elif kind[0] == "library":
         uses.append(Use("library", call, via, kind[1], kind[2]))
     elif kind[0] in ("unknown", "extension"):
