@@ -170,6 +170,10 @@ class Launch:
     accumulates: bool = True  # its kernels may multiply-accumulate (a dot, an MMA, ``acc += a[i] * b[j]``)
 
 
+# Claims that are a benchmark task's solution: they run on the task's fixed inputs (plain tensors).
+WORKLOAD_CLAIMS = ("model-new", "model-solution", "custom-kernel")
+
+
 @dataclass
 class Claim:
     """Code presented as a kernel, and the function that holds its compute."""

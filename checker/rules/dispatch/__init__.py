@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 import libcst as cst
 
 from kcheck.claims import (
-    BROAD_FAMILIES, CUDA_LIBRARY, DSL_MODULES, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, Claim, Use, compute_uses, families, is_reference_name, library_family,
+    BROAD_FAMILIES, CUDA_LIBRARY, DSL_MODULES, WORKLOAD_CLAIMS, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, Claim, Use, compute_uses, families, is_reference_name, library_family,
 )
 from kcheck.facts import fact
 from kcheck.rules.dispatch.dormant import dormant_test
@@ -135,7 +135,6 @@ class Analysis:
     dormant: list[tuple[Use, cst.CSTNode]] = field(default_factory=list)  # launches kept from running by default, with the test
 
 
-WORKLOAD_CLAIMS = ("model-new", "model-solution", "custom-kernel")  # a benchmark's solution: its inputs are plain tensors
 
 
 def _inputs(model, claim: Claim, node: cst.CSTNode) -> frozenset[str]:
