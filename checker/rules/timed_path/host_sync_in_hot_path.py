@@ -23,13 +23,15 @@ class HostSyncInHotPath(Rule):
 
     ## What it does
     Finds calls that make the CPU wait for the GPU (`.item()`, `.cpu()`, `.tolist()`,
-    `torch.cuda.synchronize()`, `torch.nonzero`, one-argument `torch.where`, and Python reading a
-    GPU tensor: `int(t)`, `float(t)`, `max(t)`, `if (t < 0).any():`) in per-step hot paths:
+    `torch.cuda.synchronize()`, `torch.nonzero`, one-argument `torch.where`, a read through a
+    boolean mask: `x[mask]`, `x[scores > t]`, and Python reading a GPU tensor: `int(t)`,
+    `float(t)`, `max(t)`, `if (t < 0).any():`) in per-step hot paths:
     model-layer `forward` methods, decode and step functions, metadata builds, MoE `apply`
     methods (the names are configurable with `hot-path-functions`), a registered op's
     implementation, an attention processor's `__call__` (`*AttnProcessor`, run by its attention
     layer's forward), the body of a loop over steps in any function (a pipeline's `for i, t in
-    enumerate(timesteps):`, a generator's `while token_index_to_generate <= last:`), the functions
+    enumerate(timesteps):`, a generator's `while token_index_to_generate <= last:`, any loop that
+    runs a model and picks the next token from its output), the functions
     the project index finds they call in other modules or through an object (a method of an
     attribute built in `__init__`, of a parameter annotated with a class, of what a method returns:
     `self.cache.update(...)`, `view = cache.get_view(i); view.update(...)`, a method a base class
