@@ -299,6 +299,11 @@ class ModuleModel:
             return None
         for element in node.slice:
             index = element.slice
+            if type(index) is cst.Slice:
+                for bound in (index.lower, index.upper, index.step):
+                    if bound is not None and tensor_read(bound) and self.places.place(bound) in ON_GPU:
+                        return "slicing up to a GPU tensor's value (Python waits to read it)"
+                continue
             if type(index) is not cst.Index or not boolean_mask(index.value):
                 continue
             if self._on_host(index.value) or self._on_host(node.value):
@@ -493,6 +498,18 @@ def _generator(fn: cst.FunctionDef) -> bool:
     if any("contextmanager" in name for name in _decorator_names(fn)):
         return False
     return fn.asynchronous is None and any(type(n) is cst.Yield for n in walk(fn.body, into_scopes=False))
+
+
+def tensor_read(expr: cst.CSTNode) -> bool:
+    """Whether a slice bound reads an element or a reduction of a tensor by its form: ``lens[i]``,
+    ``cu_seqlens[-1]``, ``lens.max()``, ``(a - b).sum()`` (the values model says where it lives)."""
+    if type(expr) is cst.Subscript:
+        return True
+    return type(expr) is cst.Call and type(expr.func) is cst.Attribute and expr.func.attr.value in SLICE_READS
+
+
+# Reductions whose result, used as a slice bound, is a 0-d tensor Python must read.
+SLICE_READS = {"max", "min", "sum", "amax", "amin", "prod"}
 
 
 def boolean_mask(expr: cst.CSTNode) -> bool:
@@ -815,4 +832,4 @@ def _bench_target(model: ModuleModel, call: cst.Call) -> cst.CSTNode | None:
     return None
 
 
-from kcheck.values import HOST, Places, bound_to_host, reading_sync  # noqa: E402 - values reads this module's walk
+from kcheck.values import HOST, ON_GPU, Places, bound_to_host, reading_sync  # noqa: E402 - values reads this module's walk

@@ -20,7 +20,7 @@ from kcheck.native import file_host_syncs, wait_line
 from kcheck.values import READING_BUILTINS, REDUCTIONS, host_tensor
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
-    BOOLEAN_MAKERS, MASK_NAME, SYNC_FUNCTIONS, SYNC_METHODS, walk,
+    BOOLEAN_MAKERS, MASK_NAME, SLICE_READS, SYNC_FUNCTIONS, SYNC_METHODS, walk,
 )
 
 TIMED = ("event-window", "bench-callable", "host-timer")
@@ -188,14 +188,16 @@ class FileView:
 
     @property
     def mask_reads(self) -> bool:
-        """Whether the file reads a tensor through a boolean mask anywhere (``x[mask]``,
-        ``x[ids == 0]``: :func:`kcheck.model.boolean_mask` over the ``ast``)."""
+        """Whether the file has a subscript that may wait for the GPU anywhere: a boolean mask
+        (``x[mask]``, ``x[ids == 0]``: :func:`kcheck.model.boolean_mask` over the ``ast``) or a
+        slice bounded by a tensor's element or reduction (``x[:lens[i]]``, ``x[:, :n.max()]``)."""
         found = self.summary.memo.get("mask_reads")
         if found is None:
             tree = self.summary.tree
             found = self.summary.memo["mask_reads"] = tree is not None and any(
                     type(n) is ast.Subscript and type(n.ctx) is ast.Load and any(
-                        _ast_mask(e) for e in (n.slice.elts if type(n.slice) is ast.Tuple else [n.slice]))
+                        _ast_mask(e) or type(e) is ast.Slice and any(_ast_tensor_read(b) for b in (e.lower, e.upper, e.step))
+                        for e in (n.slice.elts if type(n.slice) is ast.Tuple else [n.slice]))
                     for n in ast.walk(tree))
         return found
 
@@ -397,6 +399,12 @@ def _ast_mask(expr: ast.AST) -> bool:
     if kind is ast.Name:
         return bool(MASK_NAME.search(expr.id))
     return kind is ast.Attribute and bool(MASK_NAME.search(expr.attr))
+
+
+def _ast_tensor_read(expr: ast.AST | None) -> bool:
+    """:func:`kcheck.model.tensor_read` over the ``ast``."""
+    return type(expr) is ast.Subscript or type(expr) is ast.Call and type(expr.func) is ast.Attribute \
+        and expr.func.attr in SLICE_READS
 
 
 def file_view(summary) -> FileView:

@@ -6,7 +6,7 @@ import re
 import libcst as cst
 
 from kcheck.gate import dotted
-from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, boolean_mask, walk
+from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, boolean_mask, tensor_read, walk
 from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, OTHER_PLATFORM, once_per_input
 from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
@@ -228,8 +228,8 @@ def _event_wait(model, call: cst.Call) -> bool:
 
 
 def _hot_calls(model):
-    """(region, node, via) for every call in a hot path, each once, and every subscript read with a
-    boolean mask in the same code (the region's own, and the helpers it enters); a call reached only
+    """(region, node, via) for every call in a hot path, each once, and every subscript that may
+    wait (a boolean mask, a slice bounded by a tensor's value) in the same code (the region's own, and the helpers it enters); a call reached only
     through the function calling itself is left out (it is reported where it is written)."""
     entered: dict[int, tuple] = {}  # id(helper) -> (region, helper, via): where its subscripts run
     for region, call, via in _region_calls(model):
@@ -245,13 +245,16 @@ def _hot_calls(model):
         roots = [helper.body] if helper is not None else [n for n in region.nodes if id(n) not in region.exempt]
         for root in roots:
             for node in walk(root, into_scopes=False):
-                if type(node) is cst.Subscript and id(node) not in seen and boolean_mask_read(node):
+                if type(node) is cst.Subscript and id(node) not in seen and waiting_read(node):
                     seen.add(id(node))
                     yield region, node, via
 
 
-def boolean_mask_read(node: cst.Subscript) -> bool:
-    return any(type(e.slice) is cst.Index and boolean_mask(e.slice.value) for e in node.slice)
+def waiting_read(node: cst.Subscript) -> bool:
+    """A subscript that may wait for the GPU by its form: a boolean mask among its indices, or a
+    slice bounded by a tensor's element or reduction (``ModuleModel.subscript_sync`` decides)."""
+    return any(type(e.slice) is cst.Index and boolean_mask(e.slice.value) or type(e.slice) is cst.Slice and any(
+        b is not None and tensor_read(b) for b in (e.slice.lower, e.slice.upper, e.slice.step)) for e in node.slice)
 
 
 def _region_calls(model):
