@@ -72,7 +72,7 @@ HARNESS_TIMED = ("model-new", "model-solution", "custom-kernel")
 # that says it is a mask (``x[attention_mask]``, ``keys[valid_mask]``).
 BOOLEAN_MAKERS = {"bool", "eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "isin",
                   "logical_not", "logical_and", "logical_or", "logical_xor"}
-MASK_NAME = re.compile(r"mask", re.I)
+MASK_NAME = re.compile(r"(^|_)masks?$|^mask_", re.I)  # ``kv_mask``, ``mask_valid``; not ``masked_input`` (ids)
 DATA_DEPENDENT = re.compile(r"^torch\.(nonzero|argwhere|unique|masked_select|repeat_interleave|where|equal|allclose)$")
 
 

@@ -52,11 +52,12 @@ ONE_TIME = re.compile(
     r"|_?determine_available_memory|_?allocate\w*|_?build_model\w*|_?rearrange\w*|_?rebalanc\w*)$")
 # Code for another platform than CUDA GPUs: Apple's Metal and MLX, TPUs, Neuron, Gaudi, Ascend.
 OTHER_PLATFORM = re.compile(r"(^|/)_?(metal|mlx|mps|tpu|xla|neuron|hpu|gaudi|npu|ascend|xpu)(/|_[^/]*\.py$|\.py$)")
-# Not serving steps: tests, benchmarks, examples, scripts; and input processing, which runs once per
+# Not serving steps: tests, benchmarks, evaluation harnesses, examples, scripts; and input processing, which runs once per
 # request (tokenizers, multimodal processors), usually on the CPU.
 TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
 NOT_SERVING_PATH = re.compile(
-    TEST_PATH.pattern + r"|(^|/)(benchmarks?|bench[^/]*|examples?|scripts?|tools?|docs?|processors?|tokenizers?)/")
+    TEST_PATH.pattern + r"|(^|/)(benchmarks?|bench[^/]*|examples?|scripts?|tools?|docs?|processors?|tokenizers?"
+    r"|evaluation|evals?)/")
 MAX_DEPTH = 4
 ENTRY = "a per-step entry point"
 # A test for a backend other than CUDA GPUs (``if _is_cpu:``, ``current_platform.is_npu()``): what
@@ -161,7 +162,7 @@ def function_context(path: str, klass: str, bases: tuple[str, ...], name: str, d
     if TEST_PATH.search(path):
         return "test code (by its module's path)"
     if NOT_SERVING_PATH.search(path):
-        return "a benchmark, example, script or tool (by its module's path)"
+        return "a benchmark, evaluation, example, script or tool (by its module's path)"
     if TRAINING_PATH.search(path):
         return "training code (by its module's path)"
     if OFFLINE_PATH.search(path):
