@@ -274,9 +274,9 @@ def test_findings_are_the_same_with_the_chunks_on_and_off(tmp_path, run_kcheck, 
         runs[name] = (json.loads(out), sorted(read))
     findings, chunked_reads = runs["chunked"]
     assert runs["whole"] == (findings, [])
-    # each large file's facts; the tables' syntax check and the notes' parse check (the model has
-    # rules to run: its gates read the whole tree)
-    assert chunked_reads == sorted([*large.values(), large["pkg/tables.py"], large["pkg/notes.py"]])
+    # each large file's facts, and the tables' syntax check; the notes' unused suppression of KC203
+    # is settled by that rule's facts (no per-step path there reaches a sync), with no parse
+    assert chunked_reads == sorted([*large.values(), large["pkg/tables.py"]])
     got = {(f["code"], f["filename"]) for f in findings}
     assert ("KC203", "pkg/ops/sampling.py") in got and ("KC901", "pkg/notes.py") in got
     (sync,) = [f for f in findings if f["code"] == "KC203"]
