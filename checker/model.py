@@ -767,6 +767,11 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
             inner = stmts[start + 1:stop]
             exempt: set[int] = set()
             j = len(inner) - 1
+            k = j
+            while k >= 0 and _host_only(model, inner[k]):
+                k -= 1  # ``torch.cuda.synchronize(); print(len(out))`` before the stop: the sync still ends the work
+            if k >= 0 and _is_sync_statement(model, inner[k], function):
+                j = k
             while j >= 0 and _is_sync_statement(model, inner[j], function):
                 exempt.add(id(inner[j]))
                 j -= 1
@@ -805,6 +810,18 @@ def _loop_ends_synced(model: ModuleModel, stmt: cst.CSTNode | None, function) ->
     last = stmt.body.body[-1] if stmt.body.body else None
     return last is not None and (_is_sync_statement(model, last, function) or type(last) is cst.SimpleStatementLine
                                  and any(model.sync_kind(c, function) for c in _statement_calls(last)))
+
+
+def _host_only(model: ModuleModel, stmt: cst.CSTNode) -> bool:
+    """A statement that queues no GPU work by its calls: printing or logging, ``len``, ``str``."""
+    if type(stmt) is not cst.SimpleStatementLine:
+        return False
+    calls = list(_statement_calls(stmt))
+    return bool(calls) and all(model.log_kind(c) or type(c.func) is cst.Name and c.func.value in HOST_ONLY_CALLS
+                               for c in calls)
+
+
+HOST_ONLY_CALLS = {"len", "str", "repr", "format", "round"}
 
 
 def _is_sync_statement(model: ModuleModel, stmt: cst.CSTNode, function) -> bool:
