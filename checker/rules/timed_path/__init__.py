@@ -187,19 +187,47 @@ class FileView:
         return found
 
     @property
-    def mask_reads(self) -> bool:
-        """Whether the file has a subscript that may wait for the GPU anywhere: a boolean mask
+    def mask_reads(self) -> set[int] | None:
+        """The defs whose own bodies hold a subscript that may wait for the GPU: a boolean mask
         (``x[mask]``, ``x[ids == 0]``: :func:`kcheck.model.boolean_mask` over the ``ast``) or a
-        slice bounded by a tensor's element or reduction (``x[:lens[i]]``, ``x[:, :n.max()]``)."""
-        found = self.summary.memo.get("mask_reads")
-        if found is None:
+        slice bounded by a tensor's element or reduction (``x[:lens[i]]``, ``x[:, :n.max()]``);
+        None (any def may) when the file has one but its defs cannot be matched to their nodes."""
+        if "mask_reads" not in self.summary.memo:
             tree = self.summary.tree
-            found = self.summary.memo["mask_reads"] = tree is not None and any(
-                    type(n) is ast.Subscript and type(n.ctx) is ast.Load and any(
-                        _ast_mask(e) or type(e) is ast.Slice and any(_ast_tensor_read(b) for b in (e.lower, e.upper, e.step))
-                        for e in (n.slice.elts if type(n.slice) is ast.Tuple else [n.slice]))
-                    for n in ast.walk(tree))
-        return found
+            found: set[int] | None = set()
+            if tree is not None and any(_waiting_read(n) for n in ast.walk(tree)):
+                if not self.exact:
+                    found = None
+                else:
+                    for i, fn in enumerate(self.nodes):
+                        stack = list(fn.body)
+                        while stack:
+                            node = stack.pop()
+                            if _waiting_read(node):
+                                found.add(i)
+                                break
+                            stack.extend(c for c in ast.iter_child_nodes(node)
+                                         if type(c) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+            self.summary.memo["mask_reads"] = found
+        return self.summary.memo["mask_reads"]
+
+    def reaches_def(self, i: int, defs: set[int], depth: int = 3) -> bool:
+        """Whether def ``i`` is one of ``defs`` or calls one, to ``depth`` helpers down."""
+        seen, frontier = {i}, [i]
+        for level in range(depth + 1):
+            if any(j in defs for j in frontier):
+                return True
+            if level == depth:
+                break
+            nxt = []
+            for j in frontier:
+                for call in self.body(j):
+                    for k in self.callees(call):
+                        if k not in seen:
+                            seen.add(k)
+                            nxt.append(k)
+            frontier = nxt
+        return False
 
     @property
     def by_name(self) -> dict[str, list[int]]:
@@ -401,6 +429,13 @@ def _ast_mask(expr: ast.AST) -> bool:
     return kind is ast.Attribute and bool(MASK_NAME.search(expr.attr))
 
 
+def _waiting_read(node: ast.AST) -> bool:
+    """:func:`kcheck.rules.timed_path.host_sync_in_hot_path.waiting_read` over the ``ast``."""
+    return type(node) is ast.Subscript and type(node.ctx) is ast.Load and any(
+        _ast_mask(e) or type(e) is ast.Slice and any(_ast_tensor_read(b) for b in (e.lower, e.upper, e.step))
+        for e in (node.slice.elts if type(node.slice) is ast.Tuple else [node.slice]))
+
+
 def _ast_tensor_read(expr: ast.AST | None) -> bool:
     """:func:`kcheck.model.tensor_read` over the ``ast``."""
     return type(expr) is ast.Subscript or type(expr) is ast.Call and type(expr.func) is ast.Attribute \
@@ -417,8 +452,10 @@ def file_view(summary) -> FileView:
 def region_reaches(summary, kinds: tuple[str, ...], what: str, config=None) -> bool:
     """Whether a region of one of ``kinds`` reaches a call of class ``what`` (see ``CLASSIFY``)."""
     view = file_view(summary)
-    if what == "sync" and "hot-path" in kinds and view.regions("hot-path", config) and view.mask_reads:
-        return True  # a read through a boolean mask (``x[mask]``) in the file: KC203 reads its subscripts
+    if what == "sync" and "hot-path" in kinds and view.mask_reads != set() and any(
+            view.mask_reads is None or i is None or view.reaches_def(i, view.mask_reads)
+            for _, i, _ in view.regions("hot-path", config)):
+        return True  # a hot path that reaches a read through a boolean mask (``x[mask]``): KC203 reads subscripts
     if what in WORDS and WORDS[what].isdisjoint(view.words) and not (what == "sync" and view.native_syncs):
         return False
     return any(view.reaches(calls, lambda c: view.classified(what, c))
