@@ -186,36 +186,32 @@ class FileView:
                         found.update(id(n) for n in ast.walk(node.test) if type(n) is ast.Call)
         return found
 
-    @property
-    def mask_reads(self) -> set[int] | None:
-        """The defs whose own bodies hold a subscript that may wait for the GPU: a boolean mask
+    def waits(self, i: int | None) -> bool:
+        """Whether def ``i``'s own body (the whole file, for ``None`` or when the defs cannot be
+        matched to their nodes) holds a subscript that may wait for the GPU: a boolean mask
         (``x[mask]``, ``x[ids == 0]``: :func:`kcheck.model.boolean_mask` over the ``ast``) or a
-        slice bounded by a tensor's element or reduction (``x[:lens[i]]``, ``x[:, :n.max()]``);
-        None (any def may) when the file has one but its defs cannot be matched to their nodes."""
-        if "mask_reads" not in self.summary.memo:
+        slice bounded by a tensor's element or reduction (``x[:lens[i]]``, ``x[:, :n.max()]``)."""
+        memo = self.summary.memo.setdefault("waiting_reads", {})
+        key = i if i is not None and self.exact else None
+        if key not in memo:
             tree = self.summary.tree
-            found: set[int] | None = set()
-            if tree is not None and any(_waiting_read(n) for n in ast.walk(tree)):
-                if not self.exact:
-                    found = None
-                else:
-                    for i, fn in enumerate(self.nodes):
-                        stack = list(fn.body)
-                        while stack:
-                            node = stack.pop()
-                            if _waiting_read(node):
-                                found.add(i)
-                                break
-                            stack.extend(c for c in ast.iter_child_nodes(node)
-                                         if type(c) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
-            self.summary.memo["mask_reads"] = found
-        return self.summary.memo["mask_reads"]
+            roots = [] if tree is None else list(self.nodes[key].body) if key is not None else [tree]
+            stack, found = roots, False
+            while stack and not found:
+                node = stack.pop()
+                found = _waiting_read(node)
+                stack.extend(c for c in ast.iter_child_nodes(node)
+                             if key is None or type(c) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+            memo[key] = found
+        return memo[key]
 
-    def reaches_def(self, i: int, defs: set[int], depth: int = 3) -> bool:
-        """Whether def ``i`` is one of ``defs`` or calls one, to ``depth`` helpers down."""
+    def reaches_waiting(self, i: int | None, depth: int = 3) -> bool:
+        """Whether def ``i`` or a helper it calls (to ``depth``) :meth:`waits`."""
+        if i is None or not self.exact:
+            return self.waits(None)
         seen, frontier = {i}, [i]
         for level in range(depth + 1):
-            if any(j in defs for j in frontier):
+            if any(self.waits(j) for j in frontier):
                 return True
             if level == depth:
                 break
@@ -452,9 +448,8 @@ def file_view(summary) -> FileView:
 def region_reaches(summary, kinds: tuple[str, ...], what: str, config=None) -> bool:
     """Whether a region of one of ``kinds`` reaches a call of class ``what`` (see ``CLASSIFY``)."""
     view = file_view(summary)
-    if what == "sync" and "hot-path" in kinds and view.mask_reads != set() and any(
-            view.mask_reads is None or i is None or view.reaches_def(i, view.mask_reads)
-            for _, i, _ in view.regions("hot-path", config)):
+    if what == "sync" and "hot-path" in kinds and any(
+            view.reaches_waiting(i) for _, i, _ in view.regions("hot-path", config)):
         return True  # a hot path that reaches a read through a boolean mask (``x[mask]``): KC203 reads subscripts
     if what in WORDS and WORDS[what].isdisjoint(view.words) and not (what == "sync" and view.native_syncs):
         return False
