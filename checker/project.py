@@ -259,9 +259,11 @@ def decodes(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
     return chose and ran
 
 
-def is_step_loop(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
-    """A loop over generation or denoising steps: by what it names, or a decode loop (:func:`decodes`)."""
-    return step_loop_names(_loop_names(loop)) or decodes(loop)
+def is_step_loop(loop: ast.For | ast.AsyncFor | ast.While, outer: bool = True) -> bool:
+    """A loop over generation or denoising steps: by what it names, or, for a loop not inside
+    another loop of its function, a decode loop (:func:`decodes`; a decode loop is a request's
+    outermost loop, and walking every nested loop's body again would cost the index)."""
+    return step_loop_names(_loop_names(loop)) or outer and decodes(loop)
 
 
 def _loop_names(loop: ast.For | ast.AsyncFor | ast.While) -> list[str]:
@@ -310,9 +312,9 @@ def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef, typed: dict[str, 
     loops: list[ast.AST] = []
     parent: list[int] = []  # each candidate loop's enclosing candidate (-1: none)
     training: list[bool] = []
-    stack: list[tuple[ast.AST, int]] = [(n, -1) for n in fn.body]
+    stack: list[tuple[ast.AST, int, bool]] = [(n, -1, False) for n in fn.body]  # (node, candidate, inside a loop)
     while stack:
-        node, cand = stack.pop()
+        node, cand, looped = stack.pop()
         kind = type(node)
         if kind is ast.Global or kind is ast.Nonlocal:
             declared.update(node.names)
@@ -339,12 +341,13 @@ def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef, typed: dict[str, 
                     up = parent[up]
         elif kind in _LOOPS:
             every.append(node)
-            if is_step_loop(node):
+            if is_step_loop(node, outer=not looped):
                 loops.append(node)
                 parent.append(cand)
                 training.append(False)
                 cand = len(loops) - 1
-        stack.extend((c, cand) for c in ast.iter_child_nodes(node) if type(c) not in _NOT_OWN)
+        inner = looped or kind in _LOOPS
+        stack.extend((c, cand, inner) for c in ast.iter_child_nodes(node) if type(c) not in _NOT_OWN)
     steps = []
     for i, loop in enumerate(loops):
         up = parent[i]
