@@ -238,7 +238,8 @@ NOT_KERNEL_MODULE = re.compile(r"^(triton|tilelang|cutlass|cuda|torch|numba|cupy
 # Calls that build or fetch a kernel at run time.
 KERNEL_LOADERS = {"load_inline": "load_inline", "load": "cpp_extension.load", "load_library": "ops.load_library",
                   "load_jit": "load_jit",
-                  "get_kernel": "get_kernel"}  # last name -> what the qualified name must end with
+                  "get_kernel": "get_kernel",
+                  "compile": "torch.compile"}  # last name -> what the qualified name must end with
 # Announcements a user sees at the serving engines' default log level, INFO (vLLM's
 # VLLM_LOGGING_LEVEL and SGLang's --log-level default to it): anything above debug.
 VISIBLE_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
