@@ -1217,19 +1217,20 @@ def _visit_uses(model, attrs: dict[str, tuple], root: cst.CSTNode, via, depth: i
             continue
         if type(node) is not cst.Call:
             continue
-        layer = _layer_kind(model, node, attrs) if id(node) not in model.launch_sites else None
-        if layer is not None:
-            _visit_layer(model, layer, node, via, depth, seen, uses)
-            continue
-        target = None if id(node) in model.launch_sites else model.callee(node) or _autograd_forward(model, node) or _compiled_function(model, node)
-        if target is not None:
-            if is_reference_name(target.name.value) or target.name.value == "forward_native":
+        if id(node) not in model.launch_sites:  # a launch is classified as one, never followed into
+            layer = _layer_kind(model, node, attrs)
+            if layer is not None:
+                _visit_layer(model, layer, node, via, depth, seen, uses)
                 continue
-            for each in _definitions(model, node, target):
-                if depth > 0 and id(each) not in seen:
-                    seen.add(id(each))
-                    _visit_uses(model, attrs, each.body, via or node, depth - 1, seen, uses)
-            continue
+            target = model.callee(node) or _autograd_forward(model, node) or _compiled_function(model, node)
+            if target is not None:
+                if is_reference_name(target.name.value) or target.name.value == "forward_native":
+                    continue
+                for each in _definitions(model, node, target):
+                    if depth > 0 and id(each) not in seen:
+                        seen.add(id(each))
+                        _visit_uses(model, attrs, each.body, via or node, depth - 1, seen, uses)
+                continue
         use = classify_call(model, node, attrs)
         if use is not None:
             use.via = via

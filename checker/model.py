@@ -15,6 +15,7 @@ tree for them on its own and no rule pays for libcst's scope or qualified-name p
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -65,7 +66,6 @@ COMPILERS = {
 CPU_TENSOR_FACTORIES = {"torch.tensor", "torch.as_tensor", "torch.from_numpy"}
 # kernel claims whose function a task's harness times (KernelBench's ModelNew, a leaderboard entry)
 HARNESS_TIMED = ("model-new", "model-solution", "custom-kernel")
-# ops whose result size depends on the data: a sync when their input is on the GPU
 # An index that is a boolean mask: indexing with one sizes the result by the count of its true
 # elements, which the host must read first (a ``nonzero`` and a copy to the host). Seen at the
 # subscript: a comparison, ``~m``, ``a & b``, a method or function that makes booleans, or a name
@@ -73,6 +73,9 @@ HARNESS_TIMED = ("model-new", "model-solution", "custom-kernel")
 BOOLEAN_MAKERS = {"bool", "eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "isin",
                   "logical_not", "logical_and", "logical_or", "logical_xor"}
 MASK_NAME = re.compile(r"(^|_)masks?$|^mask_", re.I)  # ``kv_mask``, ``mask_valid``; not ``masked_input`` (ids)
+# Reductions whose result, used as a slice bound, is a 0-d tensor Python must read.
+SLICE_READS = {"max", "min", "sum", "amax", "amin", "prod"}
+# ops whose result size depends on the data: a sync when their input is on the GPU
 DATA_DEPENDENT = re.compile(r"^torch\.(nonzero|argwhere|unique|masked_select|repeat_interleave|where|equal|allclose)$")
 
 
@@ -311,6 +314,19 @@ class ModuleModel:
             return "indexing with a boolean mask (waits for the count of its true elements)"
         return None
 
+    def module_names(self) -> set[str]:
+        """Names bound at module level (imports and assignments): where a constant such as
+        ``SUPPORTED_HEAD_SIZES`` or a cache such as ``_KERNELS = {}`` lives."""
+        found = self.__dict__.get("_module_names")
+        if found is None:
+            found = self.__dict__["_module_names"] = set(self.imports)
+            for stmt in self.module.body if self.module is not None else ():
+                for small in stmt.body if type(stmt) is cst.SimpleStatementLine else ():
+                    targets = [t.target for t in small.targets] if type(small) is cst.Assign else (
+                        [small.target] if type(small) is cst.AnnAssign else [])
+                    found.update(n.value for t in targets for n in walk(t) if type(n) is cst.Name)
+        return found
+
     def _on_host(self, node: cst.CSTNode) -> bool:
         return self.places.place(node) == HOST
 
@@ -508,9 +524,6 @@ def tensor_read(expr: cst.CSTNode) -> bool:
     return type(expr) is cst.Call and type(expr.func) is cst.Attribute and expr.func.attr.value in SLICE_READS
 
 
-# Reductions whose result, used as a slice bound, is a 0-d tensor Python must read.
-SLICE_READS = {"max", "min", "sum", "amax", "amin", "prod"}
-
 
 def boolean_mask(expr: cst.CSTNode) -> bool:
     """Whether an index expression is a boolean mask by its form (see :data:`BOOLEAN_MAKERS`)."""
@@ -530,6 +543,43 @@ def boolean_mask(expr: cst.CSTNode) -> bool:
     if kind is cst.Attribute:
         return bool(MASK_NAME.search(expr.attr.value))
     return False
+
+
+def waiting_read(node: cst.Subscript) -> bool:
+    """A subscript that may wait for the GPU by its form: a boolean mask among its indices, or a
+    slice bounded by a tensor's element or reduction (:meth:`ModuleModel.subscript_sync` decides)."""
+    return any(type(e.slice) is cst.Index and boolean_mask(e.slice.value) or type(e.slice) is cst.Slice and any(
+        b is not None and tensor_read(b) for b in (e.slice.lower, e.slice.upper, e.slice.step)) for e in node.slice)
+
+
+# The same three over the ``ast``, for the facts that decide which files need the model (kept beside
+# the ``libcst`` forms so that the two change together).
+
+def boolean_mask_ast(expr: ast.AST) -> bool:
+    kind = type(expr)
+    if kind is ast.Compare:
+        return not any(type(o) in (ast.In, ast.NotIn, ast.Is, ast.IsNot) for o in expr.ops)
+    if kind is ast.UnaryOp:
+        return type(expr.op) is ast.Invert
+    if kind is ast.BinOp and type(expr.op) in (ast.BitAnd, ast.BitOr, ast.BitXor):
+        return boolean_mask_ast(expr.left) or boolean_mask_ast(expr.right)
+    if kind is ast.Call:
+        func = expr.func
+        return (func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else "") in BOOLEAN_MAKERS
+    if kind is ast.Name:
+        return bool(MASK_NAME.search(expr.id))
+    return kind is ast.Attribute and bool(MASK_NAME.search(expr.attr))
+
+
+def tensor_read_ast(expr: ast.AST | None) -> bool:
+    return type(expr) is ast.Subscript or type(expr) is ast.Call and type(expr.func) is ast.Attribute \
+        and expr.func.attr in SLICE_READS
+
+
+def waiting_read_ast(node: ast.AST) -> bool:
+    return type(node) is ast.Subscript and type(node.ctx) is ast.Load and any(
+        boolean_mask_ast(e) or type(e) is ast.Slice and any(tensor_read_ast(b) for b in (e.lower, e.upper, e.step))
+        for e in (node.slice.elts if type(node.slice) is ast.Tuple else [node.slice]))
 
 
 def _calls_in(model: "ModuleModel", roots, via, depth: int, follow, seen: set[int]):

@@ -600,35 +600,11 @@ def prop_kind(model, node: cst.CSTNode) -> str | None:
     return None
 
 
-def module_names(model) -> set[str]:
-    """Names bound at module level (assignments and imports): where a constant such as
-    ``SUPPORTED_HEAD_SIZES`` lives. An upper-case local (``B, L = x.shape``) is not one."""
-    cached = getattr(model, "_module_names", None)
-    if cached is not None:
-        return cached
-    names = set(model.imports)
-    root = next(iter(model.functions.values()))[0] if model.functions else None
-    for anc in model.ancestors(root) if root is not None else ():
-        root = anc
-    if type(root) is cst.Module:
-        for stmt in root.body:
-            if type(stmt) is cst.SimpleStatementLine:
-                for small in stmt.body:
-                    targets = small.targets if type(small) is cst.Assign else (
-                        [small] if type(small) is cst.AnnAssign else [])
-                    for t in targets:
-                        for n in _walk(t.target):
-                            if type(n) is cst.Name:
-                                names.add(n.value)
-    model._module_names = names
-    return names
-
-
 def is_constant(model, node: cst.CSTNode) -> bool:
     if type(node) in (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString):
         return True
     if type(node) is cst.Name:
-        return node.value == "None" or (bool(CONSTANT_NAME.search(node.value)) and node.value in module_names(model))
+        return node.value == "None" or (bool(CONSTANT_NAME.search(node.value)) and node.value in model.module_names())
     if type(node) is cst.Attribute:
         name = model.qualname(node) or ""
         return (name.startswith("torch.") and name.split(".")[-1] in DTYPES) or bool(
@@ -704,7 +680,7 @@ def _kernel_binding(model, name: cst.Name) -> bool:
     """A module-level name bound by importing a kernel module (``import awq_ext``, ``from pkg import
     _C as ext``)."""
     qualified = model.imports.get(name.value)
-    return bool(qualified) and kernel_module(qualified) and name.value in module_names(model)
+    return bool(qualified) and kernel_module(qualified) and name.value in model.module_names()
 
 
 def _boolean_device(model, node: cst.CSTNode, test: cst.CSTNode) -> bool:

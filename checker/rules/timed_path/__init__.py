@@ -20,7 +20,7 @@ from kcheck.native import file_host_syncs, wait_line
 from kcheck.values import READING_BUILTINS, REDUCTIONS, host_tensor
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
-    BOOLEAN_MAKERS, MASK_NAME, SLICE_READS, SYNC_FUNCTIONS, SYNC_METHODS, walk,
+    SYNC_FUNCTIONS, SYNC_METHODS, waiting_read_ast, walk,
 )
 
 TIMED = ("event-window", "bench-callable", "host-timer")
@@ -188,9 +188,8 @@ class FileView:
 
     def waits(self, i: int | None) -> bool:
         """Whether def ``i``'s own body (the whole file, for ``None`` or when the defs cannot be
-        matched to their nodes) holds a subscript that may wait for the GPU: a boolean mask
-        (``x[mask]``, ``x[ids == 0]``: :func:`kcheck.model.boolean_mask` over the ``ast``) or a
-        slice bounded by a tensor's element or reduction (``x[:lens[i]]``, ``x[:, :n.max()]``)."""
+        matched to their nodes) holds a subscript that may wait for the GPU
+        (:func:`kcheck.model.waiting_read_ast`: ``x[mask]``, ``x[ids == 0]``, ``x[:lens[i]]``)."""
         memo = self.summary.memo.setdefault("waiting_reads", {})
         key = i if i is not None and self.exact else None
         if key not in memo:
@@ -199,7 +198,7 @@ class FileView:
             stack, found = roots, False
             while stack and not found:
                 node = stack.pop()
-                found = _waiting_read(node)
+                found = waiting_read_ast(node)
                 stack.extend(c for c in ast.iter_child_nodes(node)
                              if key is None or type(c) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
             memo[key] = found
@@ -406,36 +405,6 @@ class FileView:
         if hit is None:
             hit = self._classified[key] = CLASSIFY[what](self, call)
         return hit
-
-
-def _ast_mask(expr: ast.AST) -> bool:
-    """:func:`kcheck.model.boolean_mask` over the ``ast``."""
-    kind = type(expr)
-    if kind is ast.Compare:
-        return not any(type(o) in (ast.In, ast.NotIn, ast.Is, ast.IsNot) for o in expr.ops)
-    if kind is ast.UnaryOp:
-        return type(expr.op) is ast.Invert
-    if kind is ast.BinOp and type(expr.op) in (ast.BitAnd, ast.BitOr, ast.BitXor):
-        return _ast_mask(expr.left) or _ast_mask(expr.right)
-    if kind is ast.Call:
-        func = expr.func
-        return (func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else "") in BOOLEAN_MAKERS
-    if kind is ast.Name:
-        return bool(MASK_NAME.search(expr.id))
-    return kind is ast.Attribute and bool(MASK_NAME.search(expr.attr))
-
-
-def _waiting_read(node: ast.AST) -> bool:
-    """:func:`kcheck.rules.timed_path.host_sync_in_hot_path.waiting_read` over the ``ast``."""
-    return type(node) is ast.Subscript and type(node.ctx) is ast.Load and any(
-        _ast_mask(e) or type(e) is ast.Slice and any(_ast_tensor_read(b) for b in (e.lower, e.upper, e.step))
-        for e in (node.slice.elts if type(node.slice) is ast.Tuple else [node.slice]))
-
-
-def _ast_tensor_read(expr: ast.AST | None) -> bool:
-    """:func:`kcheck.model.tensor_read` over the ``ast``."""
-    return type(expr) is ast.Subscript or type(expr) is ast.Call and type(expr.func) is ast.Attribute \
-        and expr.func.attr in SLICE_READS
 
 
 def file_view(summary) -> FileView:
@@ -918,7 +887,7 @@ def _fills_cache(model, node: cst.If, other: bool = False) -> bool:
             source = value.func.value if type(value) is cst.Call and type(value.func) is cst.Attribute \
                 and value.func.attr.value == "get" else value.value if type(value) is cst.Subscript else None
             if type(source) is cst.Attribute or type(source) is cst.Name and declared is not None and \
-                    source.value in declared | set(model.imports) | _module_names(model):
+                    source.value in declared | model.module_names():
                 tested = tested | {model.dotted(source)}
     body = node.orelse if other else node.body
     if _assigns(model, body, tested, declared):
@@ -927,17 +896,6 @@ def _fills_cache(model, node: cst.If, other: bool = False) -> bool:
     return any(type(n) is cst.Call and type(n.func) is cst.Attribute and type(n.func.value) is cst.Name
                and n.func.value.value in ("self", "cls") and (target := model.callee(n)) is not None
                and _assigns(model, target.body, tested, None) for n in walk(body))
-
-
-def _module_names(model) -> set[str]:
-    """The names the module binds at its top level (module-level caches: ``_KERNELS = {}``)."""
-    found = model.__dict__.get("_top_names")
-    if found is None:
-        found = model.__dict__["_top_names"] = {
-            t.target.value for stmt in (model.module.body if model.module is not None else ())
-            if type(stmt) is cst.SimpleStatementLine for small in stmt.body if type(small) is cst.Assign
-            for t in small.targets if type(t.target) is cst.Name}
-    return found
 
 
 def _lazy_guard(model, function, i: int) -> bool:

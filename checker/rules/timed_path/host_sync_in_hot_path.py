@@ -6,7 +6,7 @@ import re
 import libcst as cst
 
 from kcheck.gate import dotted
-from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, boolean_mask, tensor_read, walk
+from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, waiting_read, walk
 from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, OTHER_PLATFORM, once_per_input
 from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
@@ -248,13 +248,6 @@ def _hot_calls(model):
                 if type(node) is cst.Subscript and id(node) not in seen and waiting_read(node):
                     seen.add(id(node))
                     yield region, node, via
-
-
-def waiting_read(node: cst.Subscript) -> bool:
-    """A subscript that may wait for the GPU by its form: a boolean mask among its indices, or a
-    slice bounded by a tensor's element or reduction (``ModuleModel.subscript_sync`` decides)."""
-    return any(type(e.slice) is cst.Index and boolean_mask(e.slice.value) or type(e.slice) is cst.Slice and any(
-        b is not None and tensor_read(b) for b in (e.slice.lower, e.slice.upper, e.slice.step)) for e in node.slice)
 
 
 def _region_calls(model):
