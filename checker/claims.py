@@ -29,6 +29,7 @@ from typing import Iterator
 import libcst as cst
 
 from kcheck.model import SCOPES_AND_LAMBDAS, subtree, walk
+from kcheck.project import is_solution_file
 from kcheck.native import _BLANK, _CALLED, _function_name, _host_functions, _matching, file_host_syncs
 
 TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
@@ -136,22 +137,8 @@ REFERENCE_NAME = re.compile(
 BUILTINS = frozenset(dir(builtins))
 # Dispatch keys under which a registered implementation is the op's portable fallback.
 FALLBACK_KEYS = {"default", "cpu", "compositeexplicitautograd", "compositeimplicitautograd"}
-# Where agents and leaderboards keep solutions: a ``Model`` class in such a file is the solution
-# (kernel-generation dumps name their answer ``Model`` as often as ``ModelNew``). A task's reference
-# lives elsewhere (``level1/19_ReLU.py``) and authors no kernel.
-SOLUTION_PATH = re.compile(
-    r"(^|/)(solutions?|samples?|runs?|generations?|generated|candidates?|submissions?|attempts?|rollouts?"
-    r"|trajector(y|ies)|agent[\w.-]*|iterations?)(/|$)", re.IGNORECASE)
-
-
 # A leaderboard submission file (``submission.py``, ``submission_v2.py``).
 SUBMISSION_ENTRY_FILE = re.compile(r"(^|/)submission\w*\.py$")
-
-
-def is_solution_file(path: str, authors_kernel: bool) -> bool:
-    """Whether a file's ``Model`` is a solution rather than a task's reference: it lives where
-    solutions are kept, or the file itself builds or defines a kernel (a reference never does)."""
-    return authors_kernel or bool(SOLUTION_PATH.search(path.rsplit("/", 1)[0] if "/" in path else ""))
 
 
 @dataclass
@@ -818,7 +805,7 @@ def _find_kernel_claims(model, module: cst.Module, extensions) -> None:
                       _class_attrs(model, baseline_cls, extensions) if baseline_cls is not None else {}))
         elif cls.name.value == "Model" and "forward" in methods and "ModelNew" not in classes and (
             is_solution_file(model.path, bool(extensions or model.triton_kernels or model.dsl_kernels))
-        ):  # a solution dump's answer named Model: no baseline in the file
+        ) and not model.config.copy_of:  # a solution dump's answer named Model (not the task's file copied)
             add(Claim("model-solution", "Model.forward (a solution)", methods["forward"], cls, None,
                       _class_attrs(model, cls, extensions)))
         elif "forward_cuda" in methods and ("CustomOp" in bases or "forward_native" in methods) and not (

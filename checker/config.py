@@ -92,6 +92,9 @@ class Config:
     # dotted scope name; "*" for all of them) is not serving code, and where its loops over steps are
     # (their places among its own loop statements); ``indexed`` says the index answered for this file.
     contexts: tuple[tuple[str, str], ...] = ()
+    # Set per file by the engine from the project index: the task file this one repeats word for word
+    # (``kcheck.project.copies``): a solution folder's copy of the task's reference is no solution.
+    copy_of: str = ""
     step_loops: tuple[tuple[str, tuple[int, ...]], ...] = ()
     indexed: bool = False
     library_ops: tuple[str, ...] = ()

@@ -183,6 +183,32 @@ def function_context(path: str, klass: str, bases: tuple[str, ...], name: str, d
     return None  # one-time work by name (``ONE_TIME``) is the walk's to skip: a configured entry point may match it
 
 
+# Where agents and leaderboards keep solutions: a ``Model`` class in such a file is the solution
+# (kernel-generation dumps name their answer ``Model`` as often as ``ModelNew``). A task's reference
+# lives elsewhere (``level1/19_ReLU.py``) and authors no kernel.
+SOLUTION_PATH = re.compile(
+    r"(^|/)(solutions?|samples?|runs?|generations?|generated|candidates?|submissions?|attempts?|rollouts?"
+    r"|trajector(y|ies)|agent[\w.-]*|iterations?)(/|$)", re.IGNORECASE)
+
+
+def is_solution_file(path: str, authors_kernel: bool) -> bool:
+    """Whether a file's ``Model`` is a solution rather than a task's reference: it lives where
+    solutions are kept, or the file itself builds or defines a kernel (a reference never does)."""
+    return authors_kernel or bool(SOLUTION_PATH.search(path.rsplit("/", 1)[0] if "/" in path else ""))
+
+
+def copies(files: dict[str, FileFacts]) -> dict[str, str]:
+    """File -> the task file it repeats: a file kept where solutions are whose code is, statement for
+    statement, a file of the project kept elsewhere (a run that recorded the task's reference as its
+    answer). Its ``Model`` is that task's baseline, not a solution."""
+    tasks: dict[str, str] = {}
+    for rel, facts in sorted(files.items()):
+        if facts.task_digest and not is_solution_file(rel, False):
+            tasks.setdefault(facts.task_digest, rel)
+    return {rel: tasks[facts.task_digest] for rel, facts in files.items()
+            if facts.task_digest in tasks and is_solution_file(rel, False)}
+
+
 def module_context(path: str) -> str | None:
     """Why no function of the module at ``path`` is serving code (a test, benchmark, training or
     export module), or None."""
@@ -416,6 +442,9 @@ class FileFacts:
     # "f" or "Cls.m" -> (call text, (position, parameter) pairs, (keyword, parameter) pairs) for the
     # calls that pass one of its parameters on unchanged (``kcheck.contracts.argument_root``)
     forwards: dict[str, list[tuple[str, tuple, tuple]]] = field(default_factory=dict)
+    # for a file defining a top-level ``Model`` class (a benchmark task, or a solution named like
+    # one): a digest of its code (its syntax tree), to tell a copy of a task's file (``copies``)
+    task_digest: str = ""
 
 
 def module_name(path: str) -> str:
@@ -441,6 +470,8 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
     """Phase one: the facts of one parsed file, from one walk of its tree."""
     module = module_name(path)
     facts = FileFacts(module, constants=_numeric_constants(tree))
+    if any(type(n) is ast.ClassDef and n.name == "Model" for n in tree.body):
+        facts.task_digest = hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
     is_package = path.endswith("__init__.py")
     # (node, the function or method it is in: "f", "Cls.m", or "" outside any, nested functions "",
     # the class it is in, the dotted name of the def or class around it as the module model names it)
@@ -1445,14 +1476,14 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
             else:  # changed or gone since: its facts are stale
                 cache.drop(key)
     config = jobs[0].config
-    steps = timing = constants = off = hosts = demanded = None
+    steps = timing = constants = off = hosts = demanded = copied = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
         digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, *_) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants, off, hosts, demanded = cache.walk[1]
+            steps, timing, constants, off, hosts, demanded, copied = cache.walk[1]
     if steps is None:
         for rel, key in pending.items():  # the walk is redone: it needs every file's facts
             facts = cache.facts.get(key)
@@ -1465,8 +1496,9 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         steps, timing = per_step(files, config.hot_path_functions, resolve), timing_calls(files, resolve)
         constants, off = imported_constants(files, resolve), options_off(files, resolve)
         hosts, demanded = host_params(files, resolve), contracts.call_demands(files, resolve)
+        copied = copies(files)
         if cache is not None:
-            cache.walk = (digest, (steps, timing, constants, off, hosts, demanded))
+            cache.walk = (digest, (steps, timing, constants, off, hosts, demanded, copied))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -1476,7 +1508,8 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                             if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name)))
         known = {"per_step": mine, "once_after": once_of.get(job.rel, ()), "measuring": timing.get(job.rel, ()),
                  "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
-                 "host_params": hosts.get(job.rel, ()), "demands": demanded.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
+                 "host_params": hosts.get(job.rel, ()), "demands": demanded.get(job.rel, ()),
+                 "copy_of": copied.get(job.rel, ""), **scoped.get(job.rel, scope_answers(job.rel, None))}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

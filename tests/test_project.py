@@ -699,3 +699,34 @@ def test_the_rules_read_the_index_answers_per_function():
     assert dict(answers["step_loops"]) == {"generate": (1,), "generate.helper": (0,)}
     assert scope_answers("tests/test_gen.py", file_facts(ast.parse(source), "tests/test_gen.py"))["contexts"] == (
         ("*", "test code (by its module's path)"),)
+
+
+TASK = """
+    import torch
+
+
+    class Model(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.matmul(a, b)
+
+
+    def get_inputs():
+        return [torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")]
+"""
+
+
+def test_a_run_that_recorded_the_task_file_as_its_answer_claims_no_kernel(tmp_path):
+    # one run's answer is the task's file again (reformatted, with a comment): the baseline, no claim;
+    # another run's answer is its own Model: a solution, and its matmul is library dispatch
+    answer = TASK.replace("torch.matmul(a, b)", "torch.matmul(a, b).contiguous()")
+    copy = TASK.replace("    class Model", "    # the run's answer\n    class Model").replace("(a, b)", "(a,  b)")
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "level1/3_matmul.py": TASK,
+                      "runs/r1/kernel_3/generated_code.py": copy, "runs/r2/kernel_3/generated_code.py": answer})
+    jobs, _ = discover([str(tmp_path)])
+    found = [(f.path, f.code) for f in scan(jobs, 1, cache=False).findings if f.code.startswith("KC1")]
+    assert found == [("runs/r2/kernel_3/generated_code.py", "KC101")]
+    # the copy checked with the project's index cached still sees the task it repeats
+    cache = tmp_path / "cache"
+    scan(jobs, 1, cache_dir=cache)
+    alone, _ = discover([str(tmp_path / "runs" / "r1" / "kernel_3" / "generated_code.py")])
+    assert [f for f in scan(alone, 1, cache_dir=cache).findings if f.code.startswith("KC1")] == []
