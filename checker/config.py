@@ -95,6 +95,9 @@ class Config:
     # Set per file by the engine from the project index: the task file this one repeats word for word
     # (``kcheck.project.copies``): a solution folder's copy of the task's reference is no solution.
     copy_of: str = ""
+    # Set per file by the engine from the project index: the names this file imports from a module of
+    # the project whose import loads a kernel (``kcheck.project.kernel_loading``).
+    kernel_imports: tuple[str, ...] = ()
     step_loops: tuple[tuple[str, tuple[int, ...]], ...] = ()
     indexed: bool = False
     library_ops: tuple[str, ...] = ()

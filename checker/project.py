@@ -183,6 +183,50 @@ def function_context(path: str, klass: str, bases: tuple[str, ...], name: str, d
     return None  # one-time work by name (``ONE_TIME``) is the walk's to skip: a configured entry point may match it
 
 
+# ---- what a kernel module is: by its name, and (``kernel_loading``) by what importing it runs ----
+
+# A module that holds the project's compiled or JIT kernels (``from .ops import fused_moe``,
+# ``import my_ext._C``, ``from pkg.kernels.triton import matmul``). The compilers and DSLs themselves
+# (``import triton``) are optional dependencies, not kernels. An extension's name ends in a word
+# ``ext``/``extension`` (``awq_ext``, ``_ext``); ``forward_context`` or ``next_token`` does not.
+# A compiled extension ends its name in ``_cuda`` (``flash_attn_2_cuda``); a module that starts with
+# ``cuda`` is a binding or a helper (``nvidia.cuda_runtime``, ``cuda_graph``), not a kernel.
+# Third-party kernel libraries: importing one loads its kernels, and a call into one
+# (``aiter.init_custom_qr(...)``) sets them up or runs them.
+KERNEL_LIBRARY = re.compile(
+    r"^(aiter|flash_attn|flashinfer|deep_gemm|deep_ep|sgl_kernel|flash_mla|xformers|apex|transformer_engine"
+    r"|fbgemm_gpu|mamba_ssm|causal_conv1d|cudnn|quack|liger_kernel|vllm_flash_attn|fla|bitsandbytes|gemlite"
+    r"|sageattention|flash_attn_interface|exllamav2|awq_inference_engine)(\.|$)")
+KERNEL_MODULE = re.compile(
+    r"(^|\.)(_C|_?([a-z0-9_]*_)?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
+    r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu|fused_[a-z0-9_]+)(\.|$)|" + KERNEL_LIBRARY.pattern)
+NOT_KERNEL_MODULE = re.compile(r"^(triton|tilelang|cutlass|cuda|torch|numba|cupy|jax)(\.|$)")
+# Calls that build or fetch a kernel at run time.
+KERNEL_LOADERS = {"load_inline": "load_inline", "load": "cpp_extension.load", "load_library": "ops.load_library",
+                  "load_jit": "load_jit",
+                  "get_kernel": "get_kernel",
+                  "compile": "torch.compile"}  # last name -> what the qualified name must end with
+# A library call that asks rather than sets up: the chip (``get_gfx()``), a capability, a version.
+QUERY_NAME = re.compile(r"^_*(get|is|has|can|supports?|check|query)_")
+
+
+def kernel_module(name: str) -> bool:
+    """Whether an imported module (dots and relative level as written) is a kernel module."""
+    name = name.lstrip(".")
+    return bool(name) and not NOT_KERNEL_MODULE.match(name) and bool(KERNEL_MODULE.search(name))
+
+
+def kernel_loader(name: str) -> bool:
+    """Whether a qualified call name builds or fetches a kernel (``KERNEL_LOADERS``)."""
+    need = KERNEL_LOADERS.get(name.split(".")[-1])
+    return bool(need) and (name == need or name.endswith("." + need))
+
+
+# Decorators that make a kernel of a function, by their qualified name's first part and last name.
+KERNEL_DECORATORS = {"triton": {"jit", "autotune", "heuristics"}, "tilelang": {"jit", "prim_func"},
+                     "helion": {"kernel"}, "cutlass": {"kernel", "jit"}, "numba": {"jit"}}
+
+
 # Where agents and leaderboards keep solutions: a ``Model`` class in such a file is the solution
 # (kernel-generation dumps name their answer ``Model`` as often as ``ModelNew``). A task's reference
 # lives elsewhere (``level1/19_ReLU.py``) and authors no kernel.
@@ -445,6 +489,12 @@ class FileFacts:
     # for a file defining a top-level ``Model`` class (a benchmark task, or a solution named like
     # one): a digest of its code (its syntax tree), to tell a copy of a task's file (``copies``)
     task_digest: str = ""
+    # whether importing the module loads a kernel itself: at import time it imports a kernel module
+    # or library, calls a kernel loader, or defines a Triton or DSL kernel (``kernel_loading``)
+    loads_kernels: bool = False
+    # the calls its import runs (module level and class bodies), for ``kernel_loading`` to follow
+    # into the project's functions that build a kernel
+    module_calls: tuple[str, ...] = ()
 
 
 def module_name(path: str) -> str:
@@ -483,14 +533,20 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
     setters: dict[str, dict[str, set[str]]] = {}  # class -> method -> the ``self.x`` it assigns
     declared: dict[str, set[str]] = {}  # function -> the names it declares ``global`` or ``nonlocal``
     attributes: dict[str, dict[str, str]] = {}  # class -> ``self.x`` -> its type (``_self_assigned``)
+    on_import: list[str] = []  # the calls the module's import runs
+    decorated: list[str] = []  # the decorators of its top-level and class-level functions
     while stack:
         node, owner, klass, scope = stack.pop()
         kind = type(node)
         if kind is ast.Import or kind is ast.ImportFrom:
             for local, qualified in import_bindings(node):
                 facts.imports[local] = _absolute(module, qualified, is_package)
+                if not owner and not facts.loads_kernels:  # run on import
+                    facts.loads_kernels = kernel_module(qualified if kind is ast.Import else qualified.rsplit(".", 1)[0])
             continue
         if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            if not owner and node.decorator_list:
+                decorated.extend(text for d in node.decorator_list if (text := dotted(d.func if type(d) is ast.Call else d)))
             name = f"{klass}.{node.name}" if klass and not owner else node.name
             inner = name if not owner else ""  # a nested function's calls are not its parent's
             if not owner:
@@ -553,6 +609,8 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             continue
         if kind is ast.Lambda:
             continue
+        if kind is ast.Call and not owner and (text := dotted(node.func)):
+            on_import.append(text)
         if kind is ast.Call and owner and owner != "<nested>":
             text = dotted(node.func)
             if text:
@@ -592,7 +650,19 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             stack.extend((n, owner, klass, scope) for n in [node.test, *node.body])
             continue
         stack.extend((n, owner, klass, scope) for n in ast.iter_child_nodes(node))
+    qualified = [_qualified(facts.imports, text) for text in decorated]
+    facts.loads_kernels = facts.loads_kernels or any(
+        last in KERNEL_DECORATORS.get(q.split(".")[0], ()) for q in qualified if (last := q.rsplit(".", 1)[-1]) != q)
+    calls = [_qualified(facts.imports, text) for text in on_import]
+    facts.loads_kernels = facts.loads_kernels or any(kernel_loader(q) for q in calls)
+    facts.module_calls = tuple(dict.fromkeys(text for text in on_import if "." not in text or text.split(".")[0] in facts.imports))
     return facts
+
+
+def _qualified(imports: dict[str, str], text: str) -> str:
+    """A call or decorator text with its first name replaced by what it was imported as."""
+    head, dot, rest = text.partition(".")
+    return imports[head] + dot + rest if head in imports else text
 
 
 def _numeric_constants(tree: ast.Module) -> set[str]:
@@ -1170,6 +1240,42 @@ def options_off(files: dict[str, FileFacts], resolve: Resolver | None = None) ->
     return {path: tuple(sorted(found)) for path, found in out.items()}
 
 
+def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[str, ...]]:
+    """File -> the names it imports from a module of the project whose import loads a kernel
+    (``FileFacts.loads_kernels``, or a call its import runs into a project function that calls a
+    kernel loader: ``moe = load_kernel("moe")`` at the top of ``layers/moe/unquantized.py``), directly
+    or through a package that re-exports them. ``from .unquantized import fused_moe`` under a broad
+    ``except`` swallows that kernel's load failure whatever the name says."""
+    resolve = resolve or Resolver(files)
+
+    def builds(rel: str, fn: str) -> bool:
+        imports = files[rel].imports
+        return any(kernel_loader(_qualified(imports, c)) for c in files[rel].calls.get(fn, ()))
+
+    loading = {rel for rel, f in files.items() if f.loads_kernels or any(
+        (found := resolve(rel, "", c)) is not None and builds(*found) for c in f.module_calls)}
+
+    def loads(qualified: str, hops: int = 1) -> bool:
+        target = resolve.by_module.get(qualified)  # ``import pkg.kmod as km``
+        if target is not None:
+            return target in loading
+        module, _, name = qualified.rpartition(".")
+        target = resolve.by_module.get(module)
+        if target is None:
+            return False
+        if target in loading:
+            return True
+        again = files[target].imports.get(name)  # a package's re-export (``from .kmod import f``)
+        return hops > 0 and again is not None and again != qualified and loads(again, hops - 1)
+
+    out = {}
+    for rel, f in files.items():
+        names = tuple(sorted(local for local, qualified in f.imports.items() if loads(qualified)))
+        if names:
+            out[rel] = names
+    return out
+
+
 def _followed_in_module(call: str) -> bool:
     """Whether the module model follows a call from a hot path itself (``helper()``, ``self.m()``:
     ``ModuleModel.callee``); a method of an object (``cache.update()``, ``Cls.m()``) only the index
@@ -1476,14 +1582,14 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
             else:  # changed or gone since: its facts are stale
                 cache.drop(key)
     config = jobs[0].config
-    steps = timing = constants = off = hosts = demanded = copied = None
+    steps = timing = constants = off = hosts = demanded = copied = loading = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
         digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, *_) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants, off, hosts, demanded, copied = cache.walk[1]
+            steps, timing, constants, off, hosts, demanded, copied, loading = cache.walk[1]
     if steps is None:
         for rel, key in pending.items():  # the walk is redone: it needs every file's facts
             facts = cache.facts.get(key)
@@ -1496,9 +1602,9 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         steps, timing = per_step(files, config.hot_path_functions, resolve), timing_calls(files, resolve)
         constants, off = imported_constants(files, resolve), options_off(files, resolve)
         hosts, demanded = host_params(files, resolve), contracts.call_demands(files, resolve)
-        copied = copies(files)
+        copied, loading = copies(files), kernel_loading(files, resolve)
         if cache is not None:
-            cache.walk = (digest, (steps, timing, constants, off, hosts, demanded, copied))
+            cache.walk = (digest, (steps, timing, constants, off, hosts, demanded, copied, loading))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -1509,7 +1615,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         known = {"per_step": mine, "once_after": once_of.get(job.rel, ()), "measuring": timing.get(job.rel, ()),
                  "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
                  "host_params": hosts.get(job.rel, ()), "demands": demanded.get(job.rel, ()),
-                 "copy_of": copied.get(job.rel, ""), **scoped.get(job.rel, scope_answers(job.rel, None))}
+                 "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

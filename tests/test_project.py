@@ -730,3 +730,51 @@ def test_a_run_that_recorded_the_task_file_as_its_answer_claims_no_kernel(tmp_pa
     scan(jobs, 1, cache_dir=cache)
     alone, _ = discover([str(tmp_path / "runs" / "r1" / "kernel_3" / "generated_code.py")])
     assert [f for f in scan(alone, 1, cache_dir=cache).findings if f.code.startswith("KC1")] == []
+
+
+LOADER = """
+    def load_kernel(name):
+        from kernels import get_kernel
+        return get_kernel(name)
+"""
+LOADS_ON_IMPORT = """
+    from pkg.hub import load_kernel
+
+    moe = load_kernel("moe")
+
+
+    def moe_apply(x, w):
+        return moe.apply(x, w)
+"""
+GUARDED_IMPORT = """
+    import torch
+
+    try:
+        from .experts import moe_apply
+        HAVE_KERNEL = True
+    except Exception:
+        HAVE_KERNEL = False
+
+
+    class MoE(torch.nn.Module):
+        def forward(self, x, w):
+            if HAVE_KERNEL:
+                return moe_apply(x, w)
+            return torch.einsum("td,edh->teh", x, w).sum(1)
+"""
+
+
+def test_a_broad_except_around_a_module_whose_import_loads_a_kernel_is_a_kernel_import(tmp_path):
+    # nothing in ``.experts`` or ``moe_apply`` names a kernel: the index knows that importing
+    # pkg/moe/experts.py runs a project function that fetches one (pkg.hub.load_kernel -> get_kernel)
+    files = {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "", "pkg/moe/__init__.py": "",
+             "pkg/hub.py": LOADER, "pkg/moe/experts.py": LOADS_ON_IMPORT, "pkg/moe/layer.py": GUARDED_IMPORT}
+    _write(tmp_path, files)
+    jobs, _ = discover([str(tmp_path)])
+    found = [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC303"]
+    assert [(f.path, f.line) for f in found] == [("pkg/moe/layer.py", 7)]  # the handler
+    assert "`.experts.moe_apply` (its module loads a kernel when imported)" in found[0].message
+    # the module imported fetches nothing at import time (the load waits for a call): no kernel import
+    _write(tmp_path, {"pkg/moe/experts.py": LOADS_ON_IMPORT.replace('moe = load_kernel("moe")', "moe = None")})
+    jobs, _ = discover([str(tmp_path)])
+    assert [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC303"] == []

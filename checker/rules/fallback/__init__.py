@@ -18,6 +18,9 @@ import libcst as cst
 
 from kcheck.claims import _walk, in_kernel_module, is_reference_name
 from kcheck.facts import fact
+from kcheck.project import (  # noqa: F401 - the family's rules read the kernel vocabulary from here
+    KERNEL_LIBRARY, KERNEL_LOADERS, KERNEL_MODULE, NOT_KERNEL_MODULE, QUERY_NAME, kernel_module,
+)
 from kcheck.gate import nodes_of, reachable
 from kcheck.model import walk
 from kcheck.project import OTHER_PLATFORM, TEST_PATH
@@ -216,30 +219,9 @@ def has_claimed_dispatcher(summary, config) -> bool:
     return names is None or bool(names)
 
 
-# A module that holds the project's compiled or JIT kernels (``from .ops import fused_moe``,
-# ``import my_ext._C``, ``from pkg.kernels.triton import matmul``). The compilers and DSLs themselves
-# (``import triton``) are optional dependencies, not kernels. An extension's name ends in a word
-# ``ext``/``extension`` (``awq_ext``, ``_ext``); ``forward_context`` or ``next_token`` does not.
-# A compiled extension ends its name in ``_cuda`` (``flash_attn_2_cuda``); a module that starts with
-# ``cuda`` is a binding or a helper (``nvidia.cuda_runtime``, ``cuda_graph``), not a kernel.
-# Third-party kernel libraries: importing one loads its kernels, and a call into one
-# (``aiter.init_custom_qr(...)``) sets them up or runs them.
-KERNEL_LIBRARY = re.compile(
-    r"^(aiter|flash_attn|flashinfer|deep_gemm|deep_ep|sgl_kernel|flash_mla|xformers|apex|transformer_engine"
-    r"|fbgemm_gpu|mamba_ssm|causal_conv1d|cudnn|quack|liger_kernel|vllm_flash_attn|fla|bitsandbytes|gemlite"
-    r"|sageattention|flash_attn_interface|exllamav2|awq_inference_engine)(\.|$)")
-KERNEL_MODULE = re.compile(
-    r"(^|\.)(_C|_?([a-z0-9_]*_)?ext(ension)?s?|[a-z0-9_]*kernels?|_?[a-z0-9_]*_ops|ops|[a-z0-9_]+_cuda|csrc"
-    r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu|fused_[a-z0-9_]+)(\.|$)|" + KERNEL_LIBRARY.pattern)
 # A capability probe: a function that answers whether something is available. Its False is clean
 # when a caller that tests it announces the choice (broad_except_fallback._announced_by_callers).
 PROBE_NAME = re.compile(r"^_*(is|has|can|supports?|check)_\w+|_(available|supported|usable)$")
-NOT_KERNEL_MODULE = re.compile(r"^(triton|tilelang|cutlass|cuda|torch|numba|cupy|jax)(\.|$)")
-# Calls that build or fetch a kernel at run time.
-KERNEL_LOADERS = {"load_inline": "load_inline", "load": "cpp_extension.load", "load_library": "ops.load_library",
-                  "load_jit": "load_jit",
-                  "get_kernel": "get_kernel",
-                  "compile": "torch.compile"}  # last name -> what the qualified name must end with
 # Announcements a user sees at the serving engines' default log level, INFO (vLLM's
 # VLLM_LOGGING_LEVEL and SGLang's --log-level default to it): anything above debug.
 VISIBLE_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
@@ -272,16 +254,6 @@ def imported_kernel(name: str) -> bool:
     return kernel_module(module)
 
 
-# A library call that asks rather than sets up: the chip (``get_gfx()``), a capability, a version.
-QUERY_NAME = re.compile(r"^_*(get|is|has|can|supports?|check|query)_")
-
-
-def kernel_module(name: str) -> bool:
-    """Whether an imported module (dots and relative level as written) is a kernel module."""
-    name = name.lstrip(".")
-    return bool(name) and not NOT_KERNEL_MODULE.match(name) and bool(KERNEL_MODULE.search(name))
-
-
 def kernel_builders_ast(tree: ast.Module) -> set[str]:
     """Module-level functions whose own body calls a kernel loader (``load_jit(...)``), and the
     names the file imports from a kernel library: what :func:`loads_kernel_ast` takes a call of
@@ -300,19 +272,21 @@ def kernel_builders_ast(tree: ast.Module) -> set[str]:
     return found
 
 
-def loads_kernel_ast(node: ast.AST, builders: set[str] = frozenset()) -> str | None:
+def loads_kernel_ast(node: ast.AST, builders: set[str] = frozenset(), loaded: tuple[str, ...] = ()) -> str | None:
     """What a statement of a ``try`` body imports or builds that is a kernel, or None (``ast``);
-    ``builders``: :func:`kernel_builders_ast`, whose calls count too."""
+    ``builders``: :func:`kernel_builders_ast`, whose calls count too; ``loaded``: the names the file
+    imports from project modules that load a kernel (``Config.kernel_imports``)."""
     for n in ast.walk(node):
         if isinstance(n, ast.Call) and builders and (dotted(n.func) or "").split(".")[0] in builders:
             return (dotted(n.func) or "") + "()"
         if isinstance(n, ast.Import):
             for alias in n.names:
-                if kernel_module(alias.name):
+                if kernel_module(alias.name) or (alias.asname or alias.name.split(".")[0]) in loaded:
                     return alias.name
         elif isinstance(n, ast.ImportFrom):
             mod = "." * n.level + (n.module or "")
-            if kernel_module(mod) or any(kernel_module(f"{mod}.{a.name}" if n.module else a.name) for a in n.names):
+            if kernel_module(mod) or any(kernel_module(f"{mod}.{a.name}" if n.module else a.name)
+                                         or (a.asname or a.name) in loaded for a in n.names):
                 return mod or n.names[0].name
         elif isinstance(n, ast.Call) and ((dotted(n.func) or "").split(".")[-1] in KERNEL_LOADERS):
             return (dotted(n.func) or "") + "()"  # looser than the rule: any receiver
@@ -338,7 +312,7 @@ def kernel_import_under_try(summary, config) -> bool:
             builders = summary.memo.get("kernel_builders")
             if builders is None:
                 builders = summary.memo["kernel_builders"] = kernel_builders_ast(summary.tree)
-            if any(loads_kernel_ast(stmt, builders) for stmt in node.body):
+            if any(loads_kernel_ast(stmt, builders, config.kernel_imports) for stmt in node.body):
                 return True
     return False
 

@@ -35,7 +35,8 @@ class AssertOrRaiseWhereFallbackBelongs(Rule):
     with a constant: a supported set, a size limit, an alignment. Checks that compare two
     arguments with each other (`a.dtype == b.dtype`), checks on output buffers and on index
     dtypes (`int64`, `uint8`), and dtype checks that accept fp32, fp16 and bf16 alike are contract
-    checks and are left alone. A check whose way out lies elsewhere is left alone too: one in a
+    checks and are left alone, as is a check an `if` around it has already made (`if ENABLED and
+    n < 4096: assert n < 4096` cannot fail). A check whose way out lies elsewhere is left alone too: one in a
     branch of an `if` on the function's own flag whose both branches check the input
     (`if allow_fp32: assert ... else: assert ...`: the caller picks the contract), and a device check in a function registered with torch's
     dispatcher for a dispatch key (`lib.impl("aten::mean.dim", fn, "CUDA")`, `@torch.library.impl`:
@@ -196,7 +197,7 @@ class PagedAttention:
                 if "device" in kinds and _device_settled(model, disp.function, registered):
                     kinds = kinds - {"device"}  # the dispatcher or every caller settled the device first
                 if kinds and disp.before_last_site(node) and not _in_handler(model, node) \
-                        and not _caller_chooses(model, node, disp.function):
+                        and not _caller_chooses(model, node, disp.function) and not _settled_above(model, node):
                     found.append((where, stmt, kinds))
             if not found:
                 continue
@@ -221,6 +222,35 @@ def _checks_in(function: cst.FunctionDef):
                       for s in line.body if type(s) is cst.Raise]
             if raises:
                 yield node, node.test, raises[0], "raise"
+
+
+def _conjuncts(test: cst.CSTNode) -> list[cst.CSTNode]:
+    """``a and b and c`` -> [a, b, c] (parentheses dropped); anything else -> [test]."""
+    if type(test) is cst.BooleanOperation and type(test.operator) is cst.And:
+        return _conjuncts(test.left) + _conjuncts(test.right)
+    return [test.with_changes(lpar=(), rpar=()) if getattr(test, "lpar", None) else test]
+
+
+def _settled_above(model, node) -> bool:
+    """Whether the check cannot fail: what it requires (an assert's test, the negated test of an
+    ``if not c: raise``) is already among the tests of an ``if`` whose body holds it (``if ENABLED
+    and n < 4096: assert n < 4096``)."""
+    test = node.test
+    if type(node) is cst.If:
+        if not (type(test) is cst.UnaryOperation and type(test.operator) is cst.Not):
+            return False
+        test = test.expression
+    required = _conjuncts(test)
+    child = node
+    for anc in model.ancestors(node):
+        if type(anc) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            return False
+        if type(anc) is cst.If and child is anc.body:
+            known = _conjuncts(anc.test)
+            if all(any(r.deep_equals(k) for k in known) for r in required):
+                return True
+        child = anc
+    return False
 
 
 def _sibling_route(model, node, function: cst.FunctionDef) -> bool:

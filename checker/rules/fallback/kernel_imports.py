@@ -17,8 +17,9 @@ from collections.abc import Iterator
 import libcst as cst
 
 from kcheck.claims import _walk
+from kcheck.project import kernel_loader
 from kcheck.rules.fallback import (
-    DYNAMIC_IMPORTS, KERNEL_LIBRARY, KERNEL_LOADERS, QUERY_NAME, dynamic_import, kernel_module, statements, warns,
+    DYNAMIC_IMPORTS, KERNEL_LIBRARY, QUERY_NAME, dynamic_import, kernel_module, statements, warns,
 )
 
 
@@ -57,7 +58,7 @@ def loads_kernel(model, body) -> str | None:
             if type(node) is cst.Import:
                 for alias in node.names:
                     name = model.dotted(alias.name) or ""
-                    if kernel_module(name):
+                    if kernel_module(name) or _bound(alias) in model.config.kernel_imports:
                         return f"the import of `{name}`"
             elif type(node) is cst.ImportFrom:
                 mod = "." * len(node.relative) + (model.dotted(node.module) or "" if node.module is not None else "")
@@ -66,12 +67,16 @@ def loads_kernel(model, body) -> str | None:
                     continue
                 if kernel_module(mod):
                     return f"the import of `{mod}`"
+                loaded = [] if type(node.names) is cst.ImportStar else [
+                    n for n, a in zip(names, node.names) if _bound(a) in model.config.kernel_imports]
+                if loaded:  # the project module it imports from loads a kernel when imported
+                    return f"the import of `{mod}{'.' if node.module is not None else ''}{loaded[0]}` (its module loads a kernel when imported)"
                 sub = next((n for n in names if kernel_module(f"{mod}.{n}" if node.module is not None else n)), None)
                 if sub is not None:  # ``from vllm import _custom_ops as ops``
                     return f"the import of `{mod + '.' if node.module is not None else mod}{sub}`"
             elif type(node) is cst.Call:
                 name = model.call_name(node) or ""
-                if _loader(name):
+                if kernel_loader(name):
                     return f"`{model.dotted(node.func)}()`"
                 dynamic = dynamic_import(node.args[0].value if node.args else None) \
                     if name.split(".")[-1] in DYNAMIC_IMPORTS else None
@@ -83,6 +88,16 @@ def loads_kernel(model, body) -> str | None:
                 if type(node.func) is cst.Name and node.func.value in _builders(model):
                     return f"`{node.func.value}()`, which builds a kernel,"
     return None
+
+
+def _bound(alias: cst.ImportAlias) -> str:
+    """The local name an import alias binds (``import a.b`` binds ``a``)."""
+    if alias.asname is not None and type(alias.asname.name) is cst.Name:
+        return alias.asname.name.value
+    node = alias.name
+    while type(node) is cst.Attribute:
+        node = node.value
+    return node.value if type(node) is cst.Name else ""
 
 
 def _own_plumbing(model, mod: str) -> bool:
@@ -99,11 +114,6 @@ def _own_package(model, name: str) -> bool:
     return name.split(".")[0] in model.path.replace("\\", "/").split("/")[:-1]
 
 
-def _loader(name: str) -> bool:
-    need = KERNEL_LOADERS.get(name.split(".")[-1])
-    return bool(need) and (name == need or name.endswith("." + need))
-
-
 def _builders(model) -> set[str]:
     """This module's top-level functions whose own body calls a kernel loader (``load_jit(...)``)."""
     found = model.__dict__.get("_kernel_builders")
@@ -111,7 +121,7 @@ def _builders(model) -> set[str]:
         found = model.__dict__["_kernel_builders"] = {
             name for name, defs in model.functions.items() for fn in defs
             if model.parent(fn) is model.module and any(
-                type(n) is cst.Call and _loader(model.call_name(n) or "") for n in _walk(fn.body))}
+                type(n) is cst.Call and kernel_loader(model.call_name(n) or "") for n in _walk(fn.body))}
     return found
 
 
