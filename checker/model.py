@@ -24,7 +24,7 @@ import libcst as cst
 
 from kcheck.config import Config
 from kcheck.gate import qualify_from, resolve
-from kcheck.project import BENCH_TIMERS, HOST_TIMERS  # noqa: F401 - the rules read them from here
+from kcheck.project import BENCH_TIMERS, HOST_TIMERS, other_backend  # noqa: F401 - the rules read them from here
 
 # Measurement code: where an event window or a host timer measures a kernel. Elsewhere (serving
 # engines timing model loading, request latency or a rebalancing step for a log line) the same
@@ -140,6 +140,15 @@ class ModuleModel:
         return self.qualname(call.func)
 
     # -- structure -------------------------------------------------------------------------------
+
+    def other_backend(self, test: cst.CSTNode) -> bool:
+        """Whether an ``if``'s test holds only off CUDA GPUs (:func:`kcheck.project.other_backend`,
+        read from the test's source)."""
+        try:
+            tree = ast.parse(cst.Module([]).code_for_node(test).strip(), mode="eval")
+        except (SyntaxError, ValueError):
+            return False
+        return other_backend(tree.body)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(id(node))

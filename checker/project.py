@@ -63,6 +63,9 @@ ENTRY = "a per-step entry point"
 # A test for a backend other than CUDA GPUs (``if _is_cpu:``, ``current_platform.is_npu()``): what
 # its branch calls is that backend's path, not the GPU's step.
 OTHER_BACKEND = re.compile(r"^_?is_(npu|xpu|cpu|hpu|mps|musa|mlu|tpu)$")
+# Devices and backends other than CUDA GPUs, as a string names them (``x.device.type == "mps"``,
+# ``SYSTEM == "ipex"``).
+OTHER_DEVICES = frozenset({"cpu", "npu", "xpu", "hpu", "mps", "meta", "musa", "mlu", "xla", "tpu", "ipex", "neuron"})
 INDIRECT = "reached every step through same-module calls"
 
 
@@ -641,7 +644,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
         if kind is ast.If and type(node.test) is ast.Constant and not node.test.value:
             stack.extend((n, owner, klass, scope) for n in node.orelse)  # ``if False:``: never runs
             continue
-        if kind is ast.If and (_other_backend(node.test) or _fills_cache(node, declared.get(owner, set()))):
+        if kind is ast.If and (other_backend(node.test) or _fills_cache(node, declared.get(owner, set()))):
             # not that backend's branch; a branch that fills the cache its test reads runs once
             stack.extend((n, owner, klass, scope) for n in [node.test, *node.orelse])
             continue
@@ -906,11 +909,28 @@ def _present_names(test: ast.expr) -> set[str]:
     return found
 
 
-def _other_backend(test: ast.expr) -> bool:
-    """``if _is_cpu:``, ``if is_npu():``, ``if current_platform.is_xpu():`` (alone or first in an ``and``)."""
-    if type(test) is ast.BoolOp and type(test.op) is ast.And:
-        test = test.values[0]
-    if type(test) is ast.Call:
+def other_backend(test: ast.expr) -> bool:
+    """Whether a branch's test holds only off CUDA GPUs: it asks for another backend (``is_npu()``,
+    ``current_platform.is_xpu()``, ``_is_cpu``), names one (``x.device.type == "mps"``,
+    ``SYSTEM == "ipex"``, ``device.type in ("cpu", "mps")``) or denies CUDA (``not
+    current_platform.is_cuda_alike()``). In an ``and`` one such clause is enough; in an ``or`` every
+    clause must be one."""
+    kind = type(test)
+    if kind is ast.BoolOp:
+        parts = [other_backend(v) for v in test.values]
+        return any(parts) if type(test.op) is ast.And else all(parts)
+    if kind is ast.UnaryOp and type(test.op) is ast.Not:
+        inner = test.operand.func if type(test.operand) is ast.Call else test.operand
+        return (dotted(inner) or "").rsplit(".", 1)[-1].lstrip("_").startswith("is_cuda")
+    if kind is ast.Compare:
+        if len(test.ops) != 1:
+            return False
+        op, right = type(test.ops[0]), test.comparators[0]
+        if op is ast.Eq:
+            return any(type(s) is ast.Constant and s.value in OTHER_DEVICES for s in (test.left, right))
+        return op is ast.In and type(right) in (ast.Tuple, ast.List, ast.Set) and bool(right.elts) and all(
+            type(s) is ast.Constant and s.value in OTHER_DEVICES for s in right.elts)
+    if kind is ast.Call:
         test = test.func
     name = dotted(test) if type(test) in (ast.Name, ast.Attribute) else None
     return bool(name) and bool(OTHER_BACKEND.match(name.rsplit(".", 1)[-1]))

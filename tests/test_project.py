@@ -188,6 +188,21 @@ def test_another_backends_branch_is_not_the_gpu_step():
     assert facts.calls["MoEMethod.apply"] == ["fused_experts"]
 
 
+def test_a_branch_holds_off_cuda_when_its_test_asks_names_or_denies_a_backend():
+    from kcheck.project import other_backend
+
+    def holds(test: str) -> bool:
+        return other_backend(ast.parse(test, mode="eval").body)
+
+    for test in ("_is_cpu", "is_npu()", "current_platform.is_xpu()", 'x.device.type == "mps"',
+                 'SYSTEM == "ipex"', 'device.type in ("cpu", "mps")', "not current_platform.is_cuda_alike()",
+                 'use_fused and SYSTEM == "ipex"', '_is_cpu or x.device.type == "npu"'):
+        assert holds(test), test
+    for test in ("not _is_cpu", 'SYSTEM == "cuda"', 'SYSTEM != "ipex"', '_is_cpu or use_fused', "is_cuda()",
+                 'device.type in ("cpu", "cuda")', "use_fused"):
+        assert not holds(test), test
+
+
 def test_below_a_lazy_guard_the_model_sees_the_first_call_only(tmp_path):
     workspace = """
         import torch

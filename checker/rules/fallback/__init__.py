@@ -19,7 +19,7 @@ import libcst as cst
 from kcheck.claims import _walk, in_kernel_module, is_reference_name
 from kcheck.facts import fact
 from kcheck.project import (  # noqa: F401 - the family's rules read the kernel vocabulary from here
-    KERNEL_LIBRARY, KERNEL_LOADERS, KERNEL_MODULE, NOT_KERNEL_MODULE, QUERY_NAME, kernel_module,
+    KERNEL_LIBRARY, KERNEL_LOADERS, KERNEL_MODULE, NOT_KERNEL_MODULE, OTHER_DEVICES, QUERY_NAME, kernel_module,
 )
 from kcheck.gate import nodes_of, reachable
 from kcheck.model import walk
@@ -43,7 +43,6 @@ ANNOUNCE_METHODS = {"warning_once", "warn_once", "info_once", "debug_once", "pri
 SUPPORT_KINDS = {"dtype", "device", "shape", "head", "group"}  # what KC301 treats as "unsupported input"
 OUTPUT_NAME = re.compile(r"^(out|output|result|res)$|_out$|^out_")
 INDEX_DTYPES = {"int8", "uint8", "int16", "int32", "int64", "int", "long", "short", "bool", "uint32", "uint64"}
-OTHER_BACKENDS = {"cpu", "npu", "xpu", "hpu", "mps", "meta", "musa", "mlu", "xla"}
 ALLOCATORS = {"empty", "empty_like", "zeros", "zeros_like", "new_empty", "new_zeros", "full", "full_like",
               "ones", "ones_like", "empty_strided"}
 OTHER_KERNEL = re.compile(r"triton|kernel|cuda|\._c\.|^_c\.|aiter|flashinfer|sgl_|deep_?gemm|cutlass|marlin")
@@ -855,7 +854,7 @@ def fallback_branches(model, disp: Dispatcher) -> Iterator[tuple[cst.If, list[cs
 
 def _names_backend(test: cst.CSTNode) -> bool:
     """Whether a test names a device backend other than CUDA (``x.device.type == "npu"``)."""
-    return any(type(n) is cst.SimpleString and str(n.evaluated_value) in OTHER_BACKENDS for n in _walk(test))
+    return any(type(n) is cst.SimpleString and str(n.evaluated_value) in OTHER_DEVICES for n in _walk(test))
 
 
 def sibling_statements(model, node: cst.CSTNode) -> list[cst.CSTNode]:

@@ -803,7 +803,10 @@ def _host_copy(test: cst.CSTNode) -> bool | None:
     if type(test) is cst.Call and type(test.func) in (cst.Name, cst.Attribute):
         name = test.func.value if type(test.func) is cst.Name else test.func.attr.value
         return True if re.match(r"_*(has|have|use)_\w*(cpu|host)", name) else None
-    return True if type(test) in (cst.Name, cst.Attribute) and host_tensor(test) else None
+    if type(test) in (cst.Name, cst.Attribute):  # ``meta.lens_cpu``; ``_is_cpu`` asks which backend this is
+        last = test.value if type(test) is cst.Name else test.attr.value
+        return True if host_tensor(test) and not re.match(r"_*is_", last) else None
+    return None
 
 
 def _cpu_conjunct(test: cst.CSTNode) -> bool:

@@ -7,7 +7,7 @@ import libcst as cst
 
 from kcheck.gate import dotted
 from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, waiting_read, walk
-from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_BACKEND, OTHER_PLATFORM, once_per_input
+from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_PLATFORM, once_per_input
 from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
 from kcheck.rules.dispatch import SHIPPED_EXAMPLE
@@ -350,31 +350,12 @@ def _allowed(model, node: cst.CSTNode) -> bool:
             return True
         if type(anc) in (cst.If, cst.IfExp) and child is not anc.test and _isinstance_list(anc.test):
             return True
-        if type(anc) is cst.If and child is anc.body and _other_backend(model, anc.test):
+        if type(anc) is cst.If and child is anc.body and model.other_backend(anc.test):
             return True  # ``if is_npu(): x = x.to("cpu")``: what that backend's op requires
         if type(anc) is cst.FunctionDef:
             return False
         child = anc
     return False
-
-
-def _other_backend(model, test: cst.CSTNode) -> bool:
-    """A test that asks for a backend other than CUDA (``is_npu()``, ``current_platform.is_xpu()``,
-    ``not current_platform.is_cuda_alike()``)."""
-    def last(node) -> str:
-        # ``is_npu()``, ``current_platform.is_xpu()``, and the module flags ``_is_npu``, ``_is_cuda``
-        if type(node) is cst.Call:
-            node = node.func
-        return (model.dotted(node) or "").split(".")[-1] if type(node) in (cst.Name, cst.Attribute) else ""
-
-    def equals_other(node) -> bool:  # ``x.device.type == "mps"``
-        return type(node) is cst.Comparison and any(
-            type(c.operator) is cst.Equal and type(c.comparator) is cst.SimpleString
-            and c.comparator.evaluated_value in OTHER_DEVICES for c in node.comparisons)
-
-    return any(type(n) in (cst.Call, cst.Name, cst.Attribute) and OTHER_BACKEND.match(last(n))
-               or type(n) is cst.UnaryOperation and type(n.operator) is cst.Not
-               and re.match(r"^_?is_cuda", last(n.expression)) or equals_other(n) for n in walk(test))
 
 
 def _once_per_input(model, function) -> bool:
@@ -414,7 +395,6 @@ def _called_name(model, call: cst.Call) -> str:
     return (model.dotted(call.func) or "").split(".")[-1]
 
 
-OTHER_DEVICES = {"npu", "xpu", "mps", "hpu", "mlu", "musa", "cpu", "tpu"}
 # A hot path that is another backend's slot (``forward_xpu``, ``forward_npu``) or a debugging
 # tool's (``DsparkInfoDumper.observe_decode_step``).
 OFF_CUDA_SLOT = re.compile(r"_(npu|xpu|hpu|mps|mlu|musa|cpu|tpu)$")
