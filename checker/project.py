@@ -219,6 +219,17 @@ def kernel_module(name: str) -> bool:
     return bool(name) and not NOT_KERNEL_MODULE.match(name) and bool(KERNEL_MODULE.search(name))
 
 
+# What importing surely loads: a third-party kernel library or a compiled extension (``_C``,
+# ``awq_ext``, ``flash_attn_2_cuda``, vLLM's ``_custom_ops``); a module merely named for kernels or
+# ops (``ops``, ``kernels``, ``fused_moe``) may be plain Python, as the rules' names allow for.
+EXTENSION_MODULE = re.compile(r"(^|\.)(_C|_[a-z0-9_]*_C|[a-z0-9_]*_ext|[a-z0-9_]+_cuda|[a-z0-9_]+_cu|_custom_ops)(\.|$)")
+
+
+def loads_on_import(module: str) -> bool:
+    """Whether importing ``module`` (absolute) surely loads a kernel (``EXTENSION_MODULE``)."""
+    return bool(KERNEL_LIBRARY.match(module) or EXTENSION_MODULE.search(module)) and not NOT_KERNEL_MODULE.match(module)
+
+
 def kernel_loader(name: str) -> bool:
     """Whether a qualified call name builds or fetches a kernel (``KERNEL_LOADERS``)."""
     need = KERNEL_LOADERS.get(name.split(".")[-1])
@@ -545,7 +556,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             for local, qualified in import_bindings(node):
                 facts.imports[local] = _absolute(module, qualified, is_package)
                 if not owner and not facts.loads_kernels:  # run on import
-                    facts.loads_kernels = kernel_module(qualified if kind is ast.Import else qualified.rsplit(".", 1)[0])
+                    facts.loads_kernels = loads_on_import(qualified if kind is ast.Import else qualified.rsplit(".", 1)[0])
             continue
         if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
             if not owner and node.decorator_list:
@@ -1275,12 +1286,19 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None)
     loading = {rel for rel, f in files.items() if f.loads_kernels or any(
         (found := resolve(rel, "", c)) is not None and builds(*found) for c in f.module_calls)}
 
+    def module_of(name: str) -> str | None:  # a project module by its full name, or a dotted suffix of
+        # one (a ``src/`` layout) when the name has a package part: ``transformers`` alone is not
+        # the project's ``models/transformers.py``
+        return resolve.by_module.get(name) if "." in name else exact.get(name)
+
+    exact = {f.module: rel for rel, f in files.items()}
+
     def loads(qualified: str, hops: int = 1) -> bool:
-        target = resolve.by_module.get(qualified)  # ``import pkg.kmod as km``
+        target = module_of(qualified)  # ``import pkg.kmod as km``
         if target is not None:
             return target in loading
         module, _, name = qualified.rpartition(".")
-        target = resolve.by_module.get(module)
+        target = module_of(module)
         if target is None:
             return False
         if target in loading:

@@ -299,6 +299,22 @@ def loads_kernel_ast(node: ast.AST, builders: set[str] = frozenset(), loaded: tu
     return None
 
 
+def module_level_trys(summary) -> set[int]:
+    """The ``try`` statements that run when the module is imported (outside functions and classes)."""
+    found = summary.memo.get("module_trys")
+    if found is None:
+        found, stack = set(), list(summary.tree.body)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(node, ast.Try):
+                found.add(id(node))
+            stack.extend(n for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt))
+        summary.memo["module_trys"] = found
+    return found
+
+
 @fact("kernel import under try")
 def kernel_import_under_try(summary, config) -> bool:
     """Whether a ``try`` anywhere in the file imports or builds a kernel with a broad handler."""
@@ -311,7 +327,8 @@ def kernel_import_under_try(summary, config) -> bool:
             builders = summary.memo.get("kernel_builders")
             if builders is None:
                 builders = summary.memo["kernel_builders"] = kernel_builders_ast(summary.tree)
-            if any(loads_kernel_ast(stmt, builders, config.kernel_imports) for stmt in node.body):
+            loaded = config.kernel_imports if config.kernel_imports and id(node) in module_level_trys(summary) else ()
+            if any(loads_kernel_ast(stmt, builders, loaded) for stmt in node.body):
                 return True
     return False
 

@@ -58,7 +58,8 @@ def loads_kernel(model, body) -> str | None:
             if type(node) is cst.Import:
                 for alias in node.names:
                     name = model.dotted(alias.name) or ""
-                    if kernel_module(name) or _bound(alias) in model.config.kernel_imports:
+                    if kernel_module(name) or _bound(alias) in model.config.kernel_imports \
+                            and model.enclosing_function(node) is None:
                         return f"the import of `{name}`"
             elif type(node) is cst.ImportFrom:
                 mod = "." * len(node.relative) + (model.dotted(node.module) or "" if node.module is not None else "")
@@ -67,7 +68,7 @@ def loads_kernel(model, body) -> str | None:
                     continue
                 if kernel_module(mod):
                     return f"the import of `{mod}`"
-                loaded = [] if type(node.names) is cst.ImportStar else [
+                loaded = [] if type(node.names) is cst.ImportStar or model.enclosing_function(node) is not None else [
                     n for n, a in zip(names, node.names) if _bound(a) in model.config.kernel_imports]
                 if loaded:  # the project module it imports from loads a kernel when imported
                     return f"the import of `{mod}{'.' if node.module is not None else ''}{loaded[0]}` (its module loads a kernel when imported)"
