@@ -325,29 +325,46 @@ TOKEN_CHOICE = re.compile(r"^(argmax|multinomial|sample|sample_(tokens?|top_[pk]
 MODEL_CALL = re.compile(r"(^|_)(model|transformer|decoder|forward)$", re.I)
 
 
-def decodes(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
-    """Whether a loop's own body both runs a model (a ``forward``, a call on or of a ``model``) and
-    chooses a token (``argmax``, ``multinomial``, a sampler, a next-token helper)."""
+def steps_a_model(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """Whether a loop's own body runs a model (a ``forward``, a call on or of a ``model``) and either
+    chooses a token from it (``argmax``, ``multinomial``, a sampler, a next-token helper: a decode
+    loop) or updates a value it fed to the model, each pass feeding the next (``pred = model(x, t);
+    x = x + (t_prev - t) * pred``, ``latents = scheduler.step(self.transformer(latents, t), t,
+    latents)``: a denoising or refinement loop), whatever its names."""
     chose = ran = False
+    fed: set[str] = set()  # the names passed to a model call
+    updated: set[str] = set()  # the names rebound from themselves (``x = x + ...``, ``x += ...``)
     stack = list(loop.body)
-    while stack and not (chose and ran):
+    while stack:
         node = stack.pop()
-        if type(node) is ast.Call:
+        kind = type(node)
+        if kind is ast.Call:
             func = node.func
             last = func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else ""
             chose = chose or bool(TOKEN_CHOICE.search(last))
-            ran = ran or bool(MODEL_CALL.search(last)) or type(func) is ast.Attribute and bool(
-                MODEL_CALL.search(dotted(func.value) or "")) or any(
-                type(a) is ast.Name and MODEL_CALL.search(a.id) for a in node.args)
+            if MODEL_CALL.search(last) or type(func) is ast.Attribute and MODEL_CALL.search(dotted(func.value) or ""):
+                ran = True
+                fed.update(a.id for a in [*node.args, *(k.value for k in node.keywords)] if type(a) is ast.Name)
+            elif any(type(a) is ast.Name and MODEL_CALL.search(a.id) for a in node.args):
+                ran = True  # ``generate_next_token(model, ...)``
+        elif kind is ast.Assign and len(node.targets) == 1 and type(node.targets[0]) is ast.Name:
+            name = node.targets[0].id
+            if any(type(n) is ast.Name and n.id == name for n in ast.walk(node.value)):
+                updated.add(name)
+        elif kind is ast.AugAssign and type(node.target) is ast.Name:
+            updated.add(node.target.id)
+        if ran and (chose or fed & updated):
+            return True
         stack.extend(c for c in ast.iter_child_nodes(node) if type(c) not in _NOT_OWN)
-    return chose and ran
+    return False
 
 
 def is_step_loop(loop: ast.For | ast.AsyncFor | ast.While, outer: bool = True) -> bool:
     """A loop over generation or denoising steps: by what it names, or, for a loop not inside
-    another loop of its function, a decode loop (:func:`decodes`; a decode loop is a request's
-    outermost loop, and walking every nested loop's body again would cost the index)."""
-    return step_loop_names(_loop_names(loop)) or outer and decodes(loop)
+    another loop of its function, a decode or denoising loop by what it does (:func:`steps_a_model`;
+    such loops are a request's outermost, and walking every nested loop's body again would cost the
+    index)."""
+    return step_loop_names(_loop_names(loop)) or outer and steps_a_model(loop)
 
 
 def _loop_names(loop: ast.For | ast.AsyncFor | ast.While) -> list[str]:

@@ -318,6 +318,8 @@ class Places:
             return self._returns(target)  # a helper of this module: what it returns
         name = model.call_name(call) or ""
         func = call.func
+        if name.startswith(HOST_MODULES) and "()" not in name:
+            return HOST
         if type(func) is cst.Attribute and (not name.startswith(("torch.", "numpy.")) or "()" in name):
             return self._method(call, func)  # a method (of a module's function's result, too)
         if type(func) is cst.Name and func.value not in model.functions and func.value not in model.imports:
@@ -414,6 +416,10 @@ class Places:
                     found[p.name.value] = HOST
                 elif TENSOR_ANNOTATION.search(text):
                     found[p.name.value] = TENSOR
+        defaults = [*params.params, *params.kwonly_params]
+        for p in defaults:  # ``sigma=1.0``: a number, unless annotated otherwise
+            if p.default is not None and type(p.default) in (cst.Integer, cst.Float) and p.name.value not in found:
+                found[p.name.value] = HOST
         if self.model.config.host_params:  # every caller in the project passes a host array here
             scope = self.model.scope_names.get(id(function), "")
             found.update((param, HOST) for name, param in self.model.config.host_params if name == scope)
@@ -431,6 +437,12 @@ class Places:
                 _bind(node.target, _Element(node.iter), bound)
         declared = dict(found)  # the parameters' annotations
         self._names[id(function)] = found  # visible (partly filled) to recursive lookups
+        for name, values in bound.items():  # ``ts = f(ts)`` keeps ts where its other bindings put it
+            if len(values) > 1:
+                plain = [v for v in values if v is not None and type(v) is not _Element and not any(
+                    type(n) is cst.Name and n.value == name for n in walk(v, into_scopes=False))]
+                if plain and len(plain) < len(values):
+                    found[name] = join([self.place(v) for v in plain] + ([declared[name]] if name in declared else []))
         for _ in range(2):  # a second round sees names bound from names bound later in the source
             for name, values in bound.items():
                 places = [self._element(v.iter) if type(v) is _Element else self.place(v) if v is not None else None

@@ -88,7 +88,9 @@ class HostSyncInHotPath(Rule):
       when the rest of the function, or a method it calls, stores what the guard tests),
       and the set-up of a hot path that hands its step loop to a helper (`decode()` ending in
       `return self.decode_regular(...)`, whose body loops `for step in ...`): only what that
-      helper reaches is reported;
+      helper reaches is reported; likewise a hot path with its own loop over steps (a `sample()`
+      whose loop runs the model and updates the latents from it) runs once per request, and
+      only its loop's body is the step;
     - in a multimodal encoder (a class named for a vision or audio tower, its attention or patch
       embeddings, or the projector, resampler or patch merger after it: `*Vision*`, `*ViT*`,
       `*Audio*`, `*Projector`, `*Resampler`, ...), in a language model's helpers named for
@@ -254,12 +256,16 @@ def _region_calls(model):
     """(region, call, via) for every call in a hot path (see :func:`_hot_calls`)."""
     seen: set[int] = set()
     hot = [r for r in model.timed_regions if r.kind == "hot-path"]
-    for region in [*hot, *_step_loop_regions(model, {id(r.function) for r in hot})]:
+    hot_ids = {id(r.function) for r in hot}
+    for region in [*hot, *_step_loop_regions(model, hot_ids)]:
         function = region.function
         if _off_cuda_slot(model, function) or _once_per_input(model, function) \
                 or _graph_definition(model, function) or context(model, function) is not None:
             continue  # training, calibration, memoized or one-time code is no serving step (``function_context``)
         roots = [n for n in region.nodes if id(n) not in region.exempt]
+        own = step_loops(model, function) if id(function) in hot_ids and type(function) is cst.FunctionDef else []
+        if own:  # a hot path with its own loop over steps is a per-request driver: only the loops run every step
+            roots = [loop.body for loop in own]
         loops = _step_loop_helpers(model, region.function)
         follow = lambda site: not (  # noqa: E731 - a helper called off the step, or only for images, is not entered
             off_the_step(model, site) or _allowed(model, site) or MULTIMODAL_HELPER.search(_called_name(model, site))
