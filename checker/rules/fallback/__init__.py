@@ -19,7 +19,7 @@ import libcst as cst
 from kcheck.claims import _walk, in_kernel_module, is_reference_name
 from kcheck.facts import fact
 from kcheck.project import (  # noqa: F401 - the family's rules read the kernel vocabulary from here
-    KERNEL_LIBRARY, KERNEL_LOADERS, KERNEL_MODULE, NOT_KERNEL_MODULE, OTHER_DEVICES, QUERY_NAME, kernel_module,
+    KERNEL_LIBRARY, KERNEL_LOADERS, OTHER_DEVICES, QUERY_NAME, kernel_module,
 )
 from kcheck.gate import nodes_of, reachable
 from kcheck.model import walk
@@ -315,15 +315,37 @@ def module_level_trys(summary) -> set[int]:
     return found
 
 
+# What a failed import raises: a handler of these alone expects the kernel to be missing.
+IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
+
+
+def _caught(handler: ast.ExceptHandler) -> set[str]:
+    """The exception names a handler catches (``*`` for a bare ``except:``)."""
+    if handler.type is None:
+        return {"*"}
+    return {(dotted(t) or "").split(".")[-1] for t in (handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type])}
+
+
 @fact("kernel import under try")
 def kernel_import_under_try(summary, config) -> bool:
     """Whether a ``try`` anywhere in the file imports or builds a kernel with a broad handler."""
+    return _kernel_try(summary, config, lambda caught: "*" in caught or bool(caught & BROAD_EXCEPTIONS))
+
+
+@fact("kernel import under an import-error handler")
+def kernel_import_expecting_absence(summary, config) -> bool:
+    """Whether a ``try`` the module runs on import imports a kernel with an ``ImportError`` handler."""
+    return _kernel_try(summary, config, lambda caught: bool(caught & IMPORT_ERRORS) and not caught & (BROAD_EXCEPTIONS | {"*"}),
+                       module_level=True)
+
+
+def _kernel_try(summary, config, catches, module_level: bool = False) -> bool:
     if summary.tree is None or TEST_PATH.search(summary.path):
         return False
     for node in nodes_of(summary, ast.Try):
-        if any(h.type is None or any(
-                (dotted(t) or "").split(".")[-1] in BROAD_EXCEPTIONS
-                for t in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])) for h in node.handlers):
+        if module_level and id(node) not in module_level_trys(summary):
+            continue
+        if any(catches(_caught(h)) for h in node.handlers):
             builders = summary.memo.get("kernel_builders")
             if builders is None:
                 builders = summary.memo["kernel_builders"] = kernel_builders_ast(summary.tree)

@@ -9,10 +9,10 @@ from kcheck.rule import Rule
 from kcheck.model import walk
 from kcheck.project import TEST_PATH
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, PROBE_NAME, dispatchers, kernel_module, is_announcer, sibling_statements, statements, warns,
+    BROAD_EXCEPTIONS, PROBE_NAME, dispatchers, is_announcer, sibling_statements, statements, warns,
 )
 from kcheck.rules.fallback.kernel_imports import (
-    _imported_names, announced_by_callers, answers_no, keeps_error, loads_kernel, nothing_to_fall_back_to,
+    announced_by_callers, announced_where_read, answers_no, keeps_error, loads_kernel, nothing_to_fall_back_to, version_shim,
     returns_reason,
 )
 
@@ -197,7 +197,7 @@ def moe(x, w):
                     caught = _broad(model, handler)
                     if caught and not _reraises(handler) and _falls_back(model, handler, node) \
                             and id(handler) not in reported and not _same_kernel_on_route(model, node, handler) \
-                            and not _says_or_ends(model, handler, say=_answers(handler)):
+                            and not _says_orends(model, handler, say=_answers(handler)):
                         reported.add(id(handler))
                         self.report(handler, handler=caught, kernel=disp.label)
         for node in () if testing else walk(original_node):
@@ -213,12 +213,12 @@ def moe(x, w):
             for handler in node.handlers:
                 caught = _broad(model, handler)
                 body = statements(handler.body)
-                if caught and id(handler) not in reported and not _reraises(handler) and not _version_shim(
+                if caught and id(handler) not in reported and not _reraises(handler) and not version_shim(
                     model, node, handler) and not warns(
                     model, body
-                ) and not _says_or_ends(model, handler) and not keeps_error(model, handler) and not returns_reason(handler) \
+                ) and not _says_orends(model, handler) and not keeps_error(model, handler) and not returns_reason(handler) \
                         and not nothing_to_fall_back_to(model, node, handler) \
-                        and not _announced_where_read(model, node, handler) and not _refused_by_callers(model, node, handler):
+                        and not announced_where_read(model, node, handler) and not _refused_by_callers(model, node, handler):
                     self.report(handler, handler=caught, kernel=what)
 
 
@@ -264,85 +264,6 @@ def _same_kernel_on_route(model, node: cst.Try, handler: cst.ExceptHandler) -> b
     return bool(tried & set(_kernel_calls(model, route, depth=0)))
 
 
-def _version_shim(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
-    """Whether the handler imports from the same package the ``try`` does (``from te.pytorch.tensor
-    import QuantizedTensor`` failing, then ``from te.pytorch.float8_tensor import Float8Tensor``):
-    the same library under another version's module path, not a slower path. The handler's import
-    must be a kernel module too (``from myproj.reference import gelu`` after ``myproj.kernels`` is
-    the slower path). A nested ``try`` there is judged on its own handler."""
-    def heads(nodes) -> set[str]:
-        out = set()
-        for root in nodes:
-            for n in _walk(root):
-                if type(n) is cst.ImportFrom and not n.relative and n.module is not None:
-                    mods = [model.dotted(n.module) or ""]
-                elif type(n) is cst.Import:
-                    mods = [model.dotted(a.name) or "" for a in n.names]
-                else:
-                    continue
-                out.update(m.split(".")[0] for m in mods if kernel_module(m))
-        return out - {""}
-    return bool(heads(statements(node.body)) & heads(statements(handler.body)))
-
-
-def _warns_deep(model, nodes, depth: int = 2) -> bool:
-    """Whether ``nodes``, or the same-module helpers they call (``depth`` deep), warn visibly."""
-    seen: set[int] = set()
-    stack = [(root, 0) for root in nodes]
-    while stack:
-        root, level = stack.pop()
-        if warns(model, [root]):
-            return True
-        for n in _walk(root):
-            target = model.callee(n) if type(n) is cst.Call else None
-            if target is not None and level < depth and id(target) not in seen:
-                seen.add(id(target))
-                stack.extend((s, level + 1) for s in statements(target.body))
-    return False
-
-
-def _bound_names(model, node: cst.Try, handler: cst.ExceptHandler) -> set[str]:
-    """What the ``try`` imports, and the plain names its body and handler assign (``HAVE_X``,
-    ``flashinfer_comm = _comm``)."""
-    names = _imported_names(model, node)
-    for s in statements(node.body) + statements(handler.body):
-        for small in (s.body if type(s) is cst.SimpleStatementLine else ()):
-            if type(small) is cst.Assign:
-                names.update(t.target.value for t in small.targets if type(t.target) is cst.Name)
-    return names
-
-
-def _announced_where_read(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
-    """Whether the module announces the fallback where it reads what the ``try`` bound: an ``if``
-    that tests the name (``if flashinfer_comm is None:``, ``if unpack is not None: return ...``) has a
-    branch that warns (for an early return, the statements after it), and so does every other ``if``
-    that tests it, directly or through a same-module helper (``_warn_torch_only_fallback()``).
-    The import stays quiet, but the path it leaves says so when it is taken."""
-    said = False
-    for name in _bound_names(model, node, handler):
-        for use in model.names_of(name):
-            if model.inside(use, node):
-                continue
-            for anc in model.ancestors(use):
-                if type(anc) is cst.If and model.inside(use, anc.test):
-                    branches = statements(anc.body) + (
-                        statements(anc.orelse.body) if type(anc.orelse) is cst.Else else [])
-                    siblings = sibling_statements(model, anc)
-                    if anc.orelse is None and anc in siblings and branches and _ends(branches[-1]):
-                        branches += siblings[siblings.index(anc) + 1:][:3]  # the early return's other side
-                    if not _warns_deep(model, branches):
-                        return False  # a choice on it that says nothing
-                    said = True
-                    break
-                if type(anc) in (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef):
-                    break
-    return said
-
-
-def _ends(stmt) -> bool:
-    return type(stmt) is cst.SimpleStatementLine and type(stmt.body[-1]) in (cst.Return, cst.Raise)
-
-
 def _raises(stmt) -> bool:
     return type(stmt) is cst.SimpleStatementLine and type(stmt.body[0]) is cst.Raise
 
@@ -377,7 +298,7 @@ ENDS = {"sys.exit", "exit", "quit", "os._exit", "os.abort", "pytest.skip", "pyte
 ENDS_NAME = re.compile(r"(^|_)(and_)?(exit|abort)$")  # ``self.log_and_exit(e)`` of a base class elsewhere
 
 
-def _says_or_ends(model, handler: cst.ExceptHandler, say: bool = True, depth: int = 2) -> bool:
+def _says_orends(model, handler: cst.ExceptHandler, say: bool = True, depth: int = 2) -> bool:
     """Whether the handler, or a same-module helper it calls (``self._disable(e)``,
     ``self.log_and_exit(e)``), ends the process or test, or (``say``) announces at a level a user
     sees: the failure is visible, not a silent fallback. Around a launch a warning counts only where

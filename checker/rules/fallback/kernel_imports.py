@@ -19,7 +19,7 @@ import libcst as cst
 from kcheck.claims import _walk
 from kcheck.project import kernel_loader
 from kcheck.rules.fallback import (
-    DYNAMIC_IMPORTS, KERNEL_LIBRARY, QUERY_NAME, dynamic_import, kernel_module, statements, warns,
+    DYNAMIC_IMPORTS, KERNEL_LIBRARY, QUERY_NAME, dynamic_import, kernel_module, sibling_statements, statements, warns,
 )
 
 
@@ -318,3 +318,90 @@ def keeps_error(model, handler: cst.ExceptHandler) -> bool:
                 logged.update(id(m) for m in _walk(n))
     return any(type(n) is cst.Name and n.value == bound and id(n) not in logged
                for s in statements(handler.body) for n in _walk(s))
+
+
+def version_shim(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
+    """Whether the handler imports from the same package the ``try`` does (``from te.pytorch.tensor
+    import QuantizedTensor`` failing, then ``from te.pytorch.float8_tensor import Float8Tensor``):
+    the same library under another version's module path, not a slower path. The handler's import
+    must be a kernel module too (``from myproj.reference import gelu`` after ``myproj.kernels`` is
+    the slower path). A nested ``try`` there is judged on its own handler."""
+    def heads(nodes) -> set[str]:
+        out = set()
+        for root in nodes:
+            for n in _walk(root):
+                if type(n) is cst.ImportFrom and not n.relative and n.module is not None:
+                    mods = [model.dotted(n.module) or ""]
+                elif type(n) is cst.Import:
+                    mods = [model.dotted(a.name) or "" for a in n.names]
+                else:
+                    continue
+                out.update(m.split(".")[0] for m in mods if kernel_module(m))
+        return out - {""}
+    return bool(heads(statements(node.body)) & heads(statements(handler.body)))
+
+
+def warns_deep(model, nodes, depth: int = 2) -> bool:
+    """Whether ``nodes``, or the same-module helpers they call (``depth`` deep), warn visibly."""
+    seen: set[int] = set()
+    stack = [(root, 0) for root in nodes]
+    while stack:
+        root, level = stack.pop()
+        if warns(model, [root]):
+            return True
+        for n in _walk(root):
+            target = model.callee(n) if type(n) is cst.Call else None
+            if target is not None and level < depth and id(target) not in seen:
+                seen.add(id(target))
+                stack.extend((s, level + 1) for s in statements(target.body))
+    return False
+
+
+def bound_names(model, node: cst.Try, handler: cst.ExceptHandler) -> set[str]:
+    """What the ``try`` imports, and the plain names its body and handler assign (``HAVE_X``,
+    ``flashinfer_comm = _comm``)."""
+    names = _imported_names(model, node)
+    for s in statements(node.body) + statements(handler.body):
+        for small in (s.body if type(s) is cst.SimpleStatementLine else ()):
+            if type(small) is cst.Assign:
+                names.update(t.target.value for t in small.targets if type(t.target) is cst.Name)
+    return names
+
+
+def choices_on(model, node: cst.Try, handler: cst.ExceptHandler) -> list[tuple[cst.CSTNode, bool]]:
+    """Each ``if`` or conditional expression outside the ``try`` that tests what it bound
+    (``if flashinfer_comm is None:``, ``self._fused if HAVE_EXT else self._torch``), with whether
+    the choice says so when taken: a branch that warns (for an early return, the statements after
+    it), directly or through a same-module helper (``_warn_torch_only_fallback()``)."""
+    found = []
+    for name in bound_names(model, node, handler):
+        for use in model.names_of(name):
+            if model.inside(use, node):
+                continue
+            for anc in model.ancestors(use):
+                if type(anc) is cst.If and model.inside(use, anc.test):
+                    branches = statements(anc.body) + (
+                        statements(anc.orelse.body) if type(anc.orelse) is cst.Else else [])
+                    siblings = sibling_statements(model, anc)
+                    if anc.orelse is None and anc in siblings and branches and ends(branches[-1]):
+                        branches += siblings[siblings.index(anc) + 1:][:3]  # the early return's other side
+                    found.append((anc, warns_deep(model, branches)))
+                    break
+                if type(anc) is cst.IfExp and model.inside(use, anc.test):
+                    found.append((anc, warns_deep(model, [anc.body, anc.orelse])))
+                    break
+                if type(anc) in (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef):
+                    break
+    return found
+
+
+def announced_where_read(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
+    """Whether the module announces the fallback where it reads what the ``try`` bound: it chooses
+    on it (:func:`choices_on`), and every such choice says so. The import stays quiet, but the path
+    it leaves says so when it is taken."""
+    found = choices_on(model, node, handler)
+    return bool(found) and all(said for _, said in found)
+
+
+def ends(stmt) -> bool:
+    return type(stmt) is cst.SimpleStatementLine and type(stmt.body[-1]) in (cst.Return, cst.Raise)

@@ -2,11 +2,18 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kcheck.model import walk
+from kcheck.project import TEST_PATH
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    DISPATCH_TEXT, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
+    BROAD_EXCEPTIONS, DISPATCH_TEXT, IMPORT_ERRORS, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
+    statements, warns,
 )
+from kcheck.rules.fallback.kernel_imports import choices_on, keeps_error, loads_kernel, version_shim
 from kcheck.rules.fallback.switches import ignored_requests, switched_off
+
+QUIET_IMPORT = ("{kernel} may be missing (`except {caught}`), and the module then takes its other path "
+                "without a word: announce the fallback once, at import or at first use")
 
 
 class SilentFallback(Rule):
@@ -42,6 +49,12 @@ class SilentFallback(Rule):
     test of the environment (`os.environ`) is the user's own switch. And a parameter that asks for a
     kernel by name and defaults to True (`use_flash_attn=True`) that its function never
     reads: the caller's choice is dropped without a word (stubs and abstract methods aside).
+
+    And a kernel that may be missing when the module is imported: a `try` the module runs on
+    import loads a kernel (an extension or kernel library, a loader, a project module whose import
+    loads one) under an `except ImportError` that binds a flag or a stand-in and says nothing, and
+    the module chooses on what it bound (`if causal_conv1d_fn is None:`, `self._fused if
+    HAVE_EXT else self._torch`) with no choice saying so. Broad handlers are KC303's.
 
     ## Why is this bad?
     A silent fallback turns "the kernel does not support this input" into "the kernel is slow",
@@ -149,11 +162,14 @@ class Rotary(CustomOp):
     ]
     OPTIONS = ("fallback-announcers",)
     PREFILTER = (DISPATCH_TEXT + r"|False|use_", r"\bif\b|use_")
-    NEEDS = ("claimed dispatcher", "setting switched off", "kernel request ignored")
+    NEEDS = ("claimed dispatcher", "setting switched off", "kernel request ignored",
+             "kernel import under an import-error handler")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
+        said: set[int] = set()  # the tests reported below: a quiet import that leads to one is that finding
         for node, name in switched_off(model):
+            said.add(id(node.test))
             self.report(node.test, kernel=f"the requested `{name}`")
         for param, name in ignored_requests(model):
             self.report(param, f"`{name}` asks for a kernel but the function never reads it: the caller's choice "
@@ -163,4 +179,41 @@ class Rotary(CustomOp):
                 if device_only(model, node.test) and not claims_only(model, disp.function):
                     continue  # at a module's forward, a CPU tensor's path beside the GPU kernel is dispatch
                 if computes(model, branch) and not announces(model, branch):
+                    said.add(id(node.test))
                     self.report(node.test, kernel=disp.label)
+        for handler, what, choices in _quiet_imports(model):
+            choice = next((c for c in choices if id(c.test) not in said), None)
+            if choice is None:
+                continue
+            caught = "ImportError" if handler.type is None else model.dotted(handler.type) or "ImportError"
+            self.report(handler, QUIET_IMPORT, related=((choice, "the module chooses here, silently"),),
+                        kernel=what[0].upper() + what[1:], caught=caught)
+
+def _quiet_imports(model):
+    """(handler, what it loads, the silent choices) for each ``try`` the module runs on import
+    that loads a kernel under an ``ImportError`` handler which neither warns nor keeps the error
+    nor imports the same library under another path, and whose bound names the module chooses on
+    with some choice saying nothing (``choices_on``)."""
+    if TEST_PATH.search(model.path) or model.module is None:
+        return
+    for node in walk(model.module, into_scopes=False):
+        if type(node) is not cst.Try or model.enclosing_function(node) is not None:
+            continue
+        what = None
+        for handler in node.handlers:
+            caught = handler.type
+            names = {model.dotted(e.value) or "" for e in caught.elements} if type(caught) is cst.Tuple else \
+                {model.dotted(caught) or ""} if caught is not None else {"*"}
+            lasts = {n.split(".")[-1] for n in names}
+            if not lasts & IMPORT_ERRORS or lasts & (BROAD_EXCEPTIONS | {"*"}):
+                continue  # not an import's failure, or every failure (KC303's)
+            body = statements(handler.body)
+            if warns(model, body) or keeps_error(model, handler) or version_shim(model, node, handler) or any(
+                    type(s) is cst.SimpleStatementLine and any(type(x) is cst.Raise for x in s.body) for s in body):
+                continue
+            what = what or loads_kernel(model, statements(node.body))
+            if what is None:
+                break
+            silent = [choice for choice, said in choices_on(model, node, handler) if not said]
+            if silent:
+                yield handler, what, silent
