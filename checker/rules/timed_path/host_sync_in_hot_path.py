@@ -358,9 +358,34 @@ def _allowed(model, node: cst.CSTNode) -> bool:
             return True
         if type(anc) is cst.If and child is anc.body and model.other_backend(anc.test):
             return True  # ``if is_npu(): x = x.to("cpu")``: what that backend's op requires
+        if type(anc) is cst.BooleanOperation and type(anc.operator) is cst.And and child is anc.right \
+                and _first_pass(model, anc.left):
+            return True  # ``if i == 0 and finish.any():``: the sync runs on the loop's first pass only
         if type(anc) is cst.FunctionDef:
             return False
         child = anc
+    return False
+
+
+def _first_pass(model, test: cst.CSTNode) -> bool:
+    """Whether ``test`` holds on one pass of a loop around it only: its counter compared equal to a
+    number (``i == 0``, ``step == n - 1``) or negated (``not i``), the counter being a target of an
+    enclosing ``for``."""
+    if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) is cst.Equal:
+        name, other = test.left, test.comparisons[0].comparator
+        if type(name) is not cst.Name:
+            name, other = other, name
+        if type(name) is not cst.Name or model.places.place(other) != "host":
+            return False
+    elif type(test) is cst.UnaryOperation and type(test.operator) is cst.Not and type(test.expression) is cst.Name:
+        name = test.expression
+    else:
+        return False
+    for anc in model.ancestors(test):
+        if type(anc) is cst.For and any(type(n) is cst.Name and n.value == name.value for n in walk(anc.target)):
+            return True
+        if type(anc) in (cst.FunctionDef, cst.Lambda):
+            return False
     return False
 
 
