@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from kcheck import chunks, contracts
 from kcheck.config import hot_path_matcher
-from kcheck.gate import dotted, import_bindings
+from kcheck.gate import ast_children, ast_nodes, dotted, import_bindings
 from kcheck.values import HOST_NAME
 
 # One-time work: never a per-step path, whatever calls it.
@@ -291,7 +291,7 @@ def _own_nodes(fn: ast.AST):
     while stack:
         node = stack.pop()
         yield node
-        for child in ast.iter_child_nodes(node):
+        for child in ast_children(node):
             if type(child) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
                 stack.append(child)
 
@@ -355,7 +355,7 @@ def steps_a_model(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
             updated.add(node.target.id)
         if ran and (chose or fed & updated):
             return True
-        stack.extend(c for c in ast.iter_child_nodes(node) if type(c) not in _NOT_OWN)
+        stack.extend(c for c in ast_children(node) if type(c) not in _NOT_OWN)
     return False
 
 
@@ -383,7 +383,7 @@ def step_loops(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
         if type(node) in (ast.For, ast.AsyncFor, ast.While) and is_step_loop(node) and not _trains(node):
             out.append(node)
             continue
-        stack.extend(c for c in ast.iter_child_nodes(node)
+        stack.extend(c for c in ast_children(node)
                      if type(c) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
     return out
 
@@ -448,7 +448,7 @@ def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef, typed: dict[str, 
                 training.append(False)
                 cand = len(loops) - 1
         inner = looped or kind in _LOOPS
-        stack.extend((c, cand, inner) for c in ast.iter_child_nodes(node) if type(c) not in _NOT_OWN)
+        stack.extend((c, cand, inner) for c in ast_children(node) if type(c) not in _NOT_OWN)
     steps = []
     for i, loop in enumerate(loops):
         up = parent[i]
@@ -680,7 +680,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             # ``if self._c is not None and self._c[0] == key: use it / else: fill self._c``
             stack.extend((n, owner, klass, scope) for n in [node.test, *node.body])
             continue
-        stack.extend((n, owner, klass, scope) for n in ast.iter_child_nodes(node))
+        stack.extend((n, owner, klass, scope) for n in ast_children(node))
     qualified = [_qualified(facts.imports, text) for text in decorated]
     facts.loads_kernels = facts.loads_kernels or any(
         last in KERNEL_DECORATORS.get(q.split(".")[0], ()) for q in qualified if (last := q.rsplit(".", 1)[-1]) != q)
@@ -885,7 +885,7 @@ def _fills_cache(node: ast.If, declared: set[str] = frozenset(), other: bool = F
     if not names:
         return False
     for stmt in (node.body if not other else node.orelse):
-        for sub in ast.walk(stmt):
+        for sub in ast_nodes([stmt]):
             targets = sub.targets if type(sub) is ast.Assign else [sub.target] if type(sub) is ast.AnnAssign else []
             for t in targets:
                 for el in (t.elts if type(t) is ast.Tuple else [t]):
@@ -1038,7 +1038,7 @@ def _cached(test: ast.expr, rest: list[ast.stmt], setters: dict[str, set[str]] |
     if not tested:
         return False
     for stmt in rest:
-        for node in ast.walk(stmt):
+        for node in ast_nodes([stmt]):
             targets = node.targets if type(node) is ast.Assign else [node.target] if type(node) is ast.AnnAssign else []
             for t in targets:
                 for el in (t.elts if type(t) is ast.Tuple else [t]):
