@@ -76,7 +76,7 @@ def demands(fn: ast.FunctionDef | ast.AsyncFunctionDef, constants: set[str]) -> 
     first: dict[tuple[str, str], int] = {}  # each (parameter, property) at its first check
     for param, prop, line in found:
         first.setdefault((param, prop), line)
-    return tuple((param, prop, line) for (param, prop), line in first.items())
+    return tuple(sorted(((param, prop, line) for (param, prop), line in first.items()), key=lambda d: (d[2], d[0], d[1])))
 
 
 def _size_roots(expr: ast.expr, params: set[str], sizes: dict[str, set[str]]) -> set[str]:
