@@ -328,12 +328,16 @@ MODEL_CALL = re.compile(r"(^|_)(model|transformer|decoder|forward)$", re.I)
 def steps_a_model(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
     """Whether a loop's own body runs a model (a ``forward``, a call on or of a ``model``) and either
     chooses a token from it (``argmax``, ``multinomial``, a sampler, a next-token helper: a decode
-    loop) or updates a value it fed to the model, each pass feeding the next (``pred = model(x, t);
-    x = x + (t_prev - t) * pred``, ``latents = scheduler.step(self.transformer(latents, t), t,
-    latents)``: a denoising or refinement loop), whatever its names."""
+    loop) or updates a value it fed to the model from itself and the model's output, each pass
+    feeding the next (``pred = model(x, t); x = x + (t_prev - t) * pred``, ``latents =
+    scheduler.step(self.transformer(latents, t), t, latents)``: a denoising or refinement loop),
+    whatever its names. The model must be the same every pass: a loop over layers (``for layer in
+    layers: h = layer(h)``) is no loop over steps."""
+    targets = {n.id for n in ast_nodes([loop.target]) if type(n) is ast.Name} if type(loop) is not ast.While else set()
     chose = ran = False
-    fed: set[str] = set()  # the names passed to a model call
-    updated: set[str] = set()  # the names rebound from themselves (``x = x + ...``, ``x += ...``)
+    fed: set[str] = set()  # the names passed to the model
+    calls: set[int] = set()  # the model calls
+    assigns: list[tuple[str, ast.expr]] = []  # (name, value) of the body's plain assignments
     stack = list(loop.body)
     while stack:
         node = stack.pop()
@@ -344,19 +348,33 @@ def steps_a_model(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
             chose = chose or bool(TOKEN_CHOICE.search(last))
             if MODEL_CALL.search(last) or type(func) is ast.Attribute and MODEL_CALL.search(dotted(func.value) or ""):
                 ran = True
-                fed.update(a.id for a in [*node.args, *(k.value for k in node.keywords)] if type(a) is ast.Name)
+                if MODEL_CALL.search(last) and not any(type(n) is ast.Name and n.id in targets for n in ast_nodes([func])):
+                    # the model itself run (not a method of it, ``model.pre_quantize(m)``), the same
+                    # every pass (not ``layer.forward(h)`` over ``for layer in layers``)
+                    calls.add(id(node))
+                    fed.update(a.id for a in [*node.args, *(k.value for k in node.keywords)] if type(a) is ast.Name)
             elif any(type(a) is ast.Name and MODEL_CALL.search(a.id) for a in node.args):
                 ran = True  # ``generate_next_token(model, ...)``
         elif kind is ast.Assign and len(node.targets) == 1 and type(node.targets[0]) is ast.Name:
-            name = node.targets[0].id
-            if any(type(n) is ast.Name and n.id == name for n in ast.walk(node.value)):
-                updated.add(name)
+            assigns.append((node.targets[0].id, node.value))
         elif kind is ast.AugAssign and type(node.target) is ast.Name:
-            updated.add(node.target.id)
-        if ran and (chose or fed & updated):
+            assigns.append((node.target.id, ast.BinOp(ast.Name(node.target.id), node.op, node.value)))
+        if ran and chose:
             return True
         stack.extend(c for c in ast_children(node) if type(c) not in _NOT_OWN)
-    return False
+    if not fed:
+        return False
+    outputs: set[str] = set()  # names holding the model's output, or what was computed from it
+    grew = True
+    while grew:
+        grew = False
+        for name, value in assigns:
+            if name not in outputs and any(id(n) in calls or type(n) is ast.Name and n.id in outputs
+                                           for n in ast_nodes([value])):
+                outputs.add(name)
+                grew = True
+    return any(name in fed and name in outputs and any(type(n) is ast.Name and n.id == name for n in ast_nodes([value]))
+               for name, value in assigns)
 
 
 def is_step_loop(loop: ast.For | ast.AsyncFor | ast.While, outer: bool = True) -> bool:
