@@ -203,6 +203,42 @@ def test_a_branch_holds_off_cuda_when_its_test_asks_names_or_denies_a_backend():
         assert not holds(test), test
 
 
+def test_a_loop_steps_a_model_when_it_feeds_the_same_model_its_own_output():
+    from kcheck.project import steps_a_model
+
+    def steps(src: str) -> bool:
+        loop = ast.parse(textwrap.dedent(src)).body[0]
+        return steps_a_model(loop)
+
+    assert steps("""
+        for t_cur, t_prev in zip(ts[:-1], ts[1:]):
+            pred = model(x, t_cur)
+            x = x + (t_prev - t_cur) * pred
+    """)
+    assert steps("""
+        for t in sched:
+            latents = scheduler.step(self.transformer(latents, t), t, latents).prev_sample
+    """)
+    assert steps("""
+        for _ in range(n):
+            logits = self.model.forward(tokens)
+            tokens = torch.cat([tokens, torch.argmax(logits[:, -1], -1)[:, None]], 1)
+    """)
+    assert not steps("""
+        for layer in self.layers:
+            hidden = layer.forward(hidden)
+    """)  # a loop over layers
+    assert not steps("""
+        for layer_index in pb:
+            module = looper.gptq_model.pre_quantize(module)
+    """)  # a method of the model, not a run of it
+    assert not steps("""
+        for rank in range(world_size):
+            config = copy.deepcopy(config)
+            weights = load_weights_from_hf_model(hf_model, config=config)
+    """)  # the carried value is not the model's output
+
+
 def test_below_a_lazy_guard_the_model_sees_the_first_call_only(tmp_path):
     workspace = """
         import torch
