@@ -3,10 +3,9 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.model import walk
-from kcheck.project import TEST_PATH
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, DISPATCH_TEXT, IMPORT_ERRORS, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
+    BROAD_EXCEPTIONS, DISPATCH_TEXT, IMPORT_ERRORS, NOT_SERVED, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
     statements, warns,
 )
 from kcheck.rules.fallback.kernel_imports import choices_on, keeps_error, loads_kernel, version_shim
@@ -54,7 +53,8 @@ class SilentFallback(Rule):
     import loads a kernel (an extension or kernel library, a loader, a project module whose import
     loads one) under an `except ImportError` that binds a flag or a stand-in and says nothing, and
     the module chooses on what it bound (`if causal_conv1d_fn is None:`, `self._fused if
-    HAVE_EXT else self._torch`) with no choice saying so. Broad handlers are KC303's.
+    HAVE_EXT else self._torch`) with no choice saying so. Broad handlers are KC303's; tests,
+    benchmarks and examples may skip what they cannot import.
 
     ## Why is this bad?
     A silent fallback turns "the kernel does not support this input" into "the kernel is slow",
@@ -194,8 +194,8 @@ def _quiet_imports(model):
     that loads a kernel under an ``ImportError`` handler which neither warns nor keeps the error
     nor imports the same library under another path, and whose bound names the module chooses on
     with some choice saying nothing (``choices_on``)."""
-    if TEST_PATH.search(model.path) or model.module is None:
-        return
+    if NOT_SERVED.search(model.path) or model.module is None:
+        return  # a test, benchmark or example may skip what it cannot import
     for node in walk(model.module, into_scopes=False):
         if type(node) is not cst.Try or model.enclosing_function(node) is not None:
             continue
