@@ -3,12 +3,13 @@ from __future__ import annotations
 import libcst as cst
 
 from kcheck.model import walk
+from kcheck.project import ONE_TIME
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
     BROAD_EXCEPTIONS, DISPATCH_TEXT, IMPORT_ERRORS, NOT_SERVED, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
-    statements, warns,
+    sibling_statements, statements, warns,
 )
-from kcheck.rules.fallback.kernel_imports import choices_on, keeps_error, loads_kernel, version_shim
+from kcheck.rules.fallback.kernel_imports import bound_names, choices_on, ends, keeps_error, loads_kernel, version_shim
 from kcheck.rules.fallback.switches import ignored_requests, switched_off
 
 QUIET_IMPORT = ("{kernel} may be missing (`except {caught}`), and the module then takes its other path "
@@ -52,9 +53,10 @@ class SilentFallback(Rule):
     And a kernel that may be missing when the module is imported: a `try` the module runs on
     import loads a kernel (an extension or kernel library, a loader, a project module whose import
     loads one) under an `except ImportError` that binds a flag or a stand-in and says nothing, and
-    the module chooses on what it bound (`if causal_conv1d_fn is None:`, `self._fused if
-    HAVE_EXT else self._torch`) with no choice saying so. Broad handlers are KC303's; tests,
-    benchmarks and examples may skip what they cannot import.
+    the module chooses on what it bound alone (`if causal_conv1d_fn is None:`, `self._fused if
+    HAVE_EXT else self._torch`), on a path that runs per call or binds the function that will,
+    with a side that computes another way and no choice saying or refusing so. Broad handlers are
+    KC303's; tests, benchmarks and examples may skip what they cannot import.
 
     ## Why is this bad?
     A silent fallback turns "the kernel does not support this input" into "the kernel is slow",
@@ -214,6 +216,70 @@ def _quiet_imports(model):
             what = what or loads_kernel(model, statements(node.body))
             if what is None:
                 break
-            silent = [choice for choice, said in choices_on(model, node, handler) if not said]
+            bound = bound_names(model, node, handler)
+            silent = [choice for choice, said in choices_on(model, node, handler)
+                      if not said and _computes_aside(model, choice) and _per_call(model, choice)
+                      and (type(choice) is cst.IfExp or _asks_availability(choice.test, bound))]
             if silent:
                 yield handler, what, silent
+
+
+def _computes_aside(model, choice) -> bool:
+    """Whether a choice has a side that computes (:func:`computes`, or a ``@``): an ``if`` whose
+    branches only import or export names, or bind a flag, takes no other path. An ``if`` that
+    returns early has the statements after it as its other side."""
+    def side_computes(nodes) -> bool:
+        return bool(nodes) and (computes(model, nodes) or any(
+            type(n) is cst.BinaryOperation and type(n.operator) is cst.MatrixMultiply for root in nodes for n in walk(root))
+            and not any(type(n) is cst.Raise for root in nodes for n in walk(root)))
+
+    if type(choice) is cst.IfExp:  # a side that calls, or picks a function to call (``self._torch``)
+        return any(side_computes([side]) or _names_function(model, side) for side in (choice.body, choice.orelse))
+    body = statements(choice.body)
+    sides = [body] + ([statements(choice.orelse.body)] if type(choice.orelse) is cst.Else else [])
+    siblings = sibling_statements(model, choice)
+    if choice.orelse is None and choice in siblings and body and ends(body[-1]):
+        sides.append(siblings[siblings.index(choice) + 1:][:3])
+    return any(side_computes(side) for side in sides)
+
+
+def _names_function(model, node) -> bool:
+    """A module's function (``_torch_norm``) or a method of the class around it (``self._forward_torch``)."""
+    if type(node) is cst.Name:
+        return node.value in model.functions
+    if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":
+        cls = next((a for a in model.ancestors(node) if type(a) is cst.ClassDef), None)
+        return cls is not None and any(type(s) is cst.FunctionDef and s.name.value == node.attr.value for s in cls.body.body)
+    return False
+
+
+def _per_call(model, choice) -> bool:
+    """Whether the choice picks the path a call takes: made in a function that runs per call, or,
+    in set-up (``__init__``, ``setup_*``) or at module level, bound to the function that will run
+    (``self.forward = self._fused if HAVE_EXT else self._torch``, ``rms_norm = _fused if ... else
+    _torch``: :func:`_computes_aside` asks that such a choice name functions). A set-up step that patches or configures one way or another (a workspace, a version's
+    API) is not a fallback of the compute."""
+    fn = model.enclosing_function(choice)
+    if fn is not None and not ONE_TIME.match(fn.name.value):
+        return True
+    for anc in model.ancestors(choice):
+        if type(anc) in (cst.Assign, cst.AnnAssign):
+            targets = [t.target for t in anc.targets] if type(anc) is cst.Assign else [anc.target]
+            return any(type(x) is cst.Name and fn is None or type(x) is cst.Attribute for x in targets)
+        if type(anc) in (cst.FunctionDef, cst.ClassDef, cst.If, cst.SimpleStatementLine) and anc is not choice:
+            break
+    if fn is None and type(choice) is cst.If:  # a module-level ``if HAVE_EXT: norm = _fused else: norm = _torch``
+        return any(type(s) is cst.SimpleStatementLine and any(type(x) is cst.Assign for x in s.body)
+                   for s in statements(choice.body))
+    return False
+
+
+def _asks_availability(test, bound: set[str]) -> bool:
+    """Whether every clause of an ``if``'s test (joined by ``and``/``or``, or negated) asks about
+    what the import bound (``causal_conv1d_fn is None``, ``not HAVE_TE``): a choice made on the
+    kernel's presence alone, not one where the kernel's absence is one reason among others."""
+    if type(test) is cst.BooleanOperation:
+        return _asks_availability(test.left, bound) and _asks_availability(test.right, bound)
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        return _asks_availability(test.expression, bound)
+    return any(type(n) is cst.Name and n.value in bound for n in walk(test))
