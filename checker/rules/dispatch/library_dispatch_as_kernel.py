@@ -67,7 +67,9 @@ class LibraryDispatchAsKernel(ClaimRule):
     and an ops package's `__init__` that exports a function from its `naive`/`reference` module
     under a kernel op's name (`from .naive import chunk_titans_linear`), reported at the import.
 
-    Not claims: a registered op in a library's own code (not a solution, submission, `ModelNew` file
+    Not claims: a file kept where solutions are (`runs/`, `samples/`, `generated/`, ...) whose code
+    repeats a task file of the project statement for statement (a run that recorded the task's
+    reference as its answer: the project index's `copy_of`); a registered op in a library's own code (not a solution, submission, `ModelNew` file
     or configured kernel path) whose name does not present it as a kernel (`fused_*`, `fast_*`,
     `*kernel*`, `optimized`): libraries register ops to bind a vendor kernel (PyTorch's flash
     attention, cuBLAS's scaled GEMM), to attach sharding rules or fake tensors, or to keep a torch
