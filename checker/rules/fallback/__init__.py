@@ -464,9 +464,11 @@ ENTRY_BASES = {"Module", "Function"}
 SOLUTION_CLASSES = {"ModelNew", "Model"}
 # Nor in one model's own code (a ``models/`` folder: the model fixes its dtypes and shapes, so a
 # check there states the model's contract) or another platform's backend.
-NOT_SERVED = re.compile(
+# Tests, benchmarks and examples: they skip, record or leave out what they cannot import or run.
+SCRIPT_PATH = re.compile(
     r"(^|/)(tests?|testing|benchmarks?|bench[^/]*|examples?)/"
-    r"|(^|/)(test_[^/]*|[^/]*_test|conftest|bench[^/]*)\.py$|" + OTHER_PLATFORM.pattern)
+    r"|(^|/)(test_[^/]*|[^/]*_test|conftest|bench[^/]*)\.py$")
+NOT_SERVED = re.compile(SCRIPT_PATH.pattern + "|" + OTHER_PLATFORM.pattern)
 MODEL_CODE = re.compile(r"(^|/)models?/")
 NO_FALLBACK_OWED = re.compile(NOT_SERVED.pattern + "|" + MODEL_CODE.pattern)
 # Entry methods beside ``forward``: an autograd Function's ``backward`` (every training step reaches

@@ -6,7 +6,7 @@ from kcheck.model import walk
 from kcheck.project import ONE_TIME
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, DISPATCH_TEXT, IMPORT_ERRORS, NOT_SERVED, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
+    BROAD_EXCEPTIONS, DISPATCH_TEXT, IMPORT_ERRORS, SCRIPT_PATH, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
     sibling_statements, statements, warns,
 )
 from kcheck.rules.fallback.kernel_imports import bound_names, choices_on, ends, keeps_error, loads_kernel, version_shim
@@ -196,7 +196,7 @@ def _quiet_imports(model):
     that loads a kernel under an ``ImportError`` handler which neither warns nor keeps the error
     nor imports the same library under another path, and whose bound names the module chooses on
     with some choice saying nothing (``choices_on``)."""
-    if NOT_SERVED.search(model.path) or model.module is None:
+    if SCRIPT_PATH.search(model.path) or model.module is None:
         return  # a test, benchmark or example may skip what it cannot import
     for node in walk(model.module, into_scopes=False):
         if type(node) is not cst.Try or model.enclosing_function(node) is not None:
