@@ -372,8 +372,7 @@ def choices_on(model, node: cst.Try, handler: cst.ExceptHandler) -> list[tuple[c
     """Each ``if`` or conditional expression outside the ``try`` that tests what it bound
     (``if flashinfer_comm is None:``, ``self._fused if HAVE_EXT else self._torch``), with whether
     the choice says so when taken: a branch that warns (for an early return, the statements after
-    it), directly or through a same-module helper (``_warn_torch_only_fallback()``), or refuses
-    (``if fused_bias_fc and FusedDense is None: raise ImportError(...)``)."""
+    it), directly or through a same-module helper (``_warn_torch_only_fallback()``)."""
     found = []
     for name in bound_names(model, node, handler):
         for use in model.names_of(name):
@@ -386,7 +385,7 @@ def choices_on(model, node: cst.Try, handler: cst.ExceptHandler) -> list[tuple[c
                     siblings = sibling_statements(model, anc)
                     if anc.orelse is None and anc in siblings and branches and ends(branches[-1]):
                         branches += siblings[siblings.index(anc) + 1:][:3]  # the early return's other side
-                    found.append((anc, warns_deep(model, branches) or any(_refuses_here(s) for s in branches)))
+                    found.append((anc, warns_deep(model, branches)))
                     break
                 if type(anc) is cst.IfExp and model.inside(use, anc.test):
                     found.append((anc, warns_deep(model, [anc.body, anc.orelse])))
@@ -394,12 +393,6 @@ def choices_on(model, node: cst.Try, handler: cst.ExceptHandler) -> list[tuple[c
                 if type(anc) in (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef):
                     break
     return found
-
-
-def _refuses_here(stmt) -> bool:
-    """A statement that raises or asserts (``raise ImportError("install fused_dense")``): a branch
-    that refuses loudly is no silent fallback."""
-    return type(stmt) is cst.SimpleStatementLine and any(type(x) in (cst.Raise, cst.Assert) for x in stmt.body)
 
 
 def announced_where_read(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:

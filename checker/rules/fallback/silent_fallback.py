@@ -218,7 +218,7 @@ def _quiet_imports(model):
                 break
             bound = bound_names(model, node, handler)
             silent = [choice for choice, said in choices_on(model, node, handler)
-                      if not said and _computes_aside(model, choice) and _per_call(model, choice)
+                      if not said and not _refuses(model, choice) and _computes_aside(model, choice) and _per_call(model, choice)
                       and (type(choice) is cst.IfExp or _asks_availability(choice.test, bound))]
             if silent:
                 yield handler, what, silent
@@ -283,3 +283,13 @@ def _asks_availability(test, bound: set[str]) -> bool:
     if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
         return _asks_availability(test.expression, bound)
     return any(type(n) is cst.Name and n.value in bound for n in walk(test))
+
+
+def _refuses(model, choice) -> bool:
+    """Whether a side of an ``if`` raises or asserts at its top (``if fused_bias_fc and FusedDense is
+    None: raise ImportError(...)``): a choice that refuses loudly is no silent fallback."""
+    if type(choice) is not cst.If:
+        return False
+    sides = [statements(choice.body)] + ([statements(choice.orelse.body)] if type(choice.orelse) is cst.Else else [])
+    return any(type(s) is cst.SimpleStatementLine and any(type(x) in (cst.Raise, cst.Assert) for x in s.body)
+               for side in sides for s in side)
