@@ -464,11 +464,11 @@ ENTRY_BASES = {"Module", "Function"}
 SOLUTION_CLASSES = {"ModelNew", "Model"}
 # Nor in one model's own code (a ``models/`` folder: the model fixes its dtypes and shapes, so a
 # check there states the model's contract) or another platform's backend.
-# Tests, benchmarks and examples: they skip, record or leave out what they cannot import or run.
-SCRIPT_PATH = re.compile(
-    r"(^|/)(tests?|testing|benchmarks?|bench[^/]*|examples?)/"
+# Tests and benchmarks: they skip, record or leave out what they cannot import or run.
+TEST_OR_BENCH = re.compile(
+    r"(^|/)(tests?|testing|benchmarks?|bench[^/]*)/"
     r"|(^|/)(test_[^/]*|[^/]*_test|conftest|bench[^/]*)\.py$")
-NOT_SERVED = re.compile(SCRIPT_PATH.pattern + "|" + OTHER_PLATFORM.pattern)
+NOT_SERVED = re.compile(TEST_OR_BENCH.pattern + r"|(^|/)examples?/|" + OTHER_PLATFORM.pattern)
 MODEL_CODE = re.compile(r"(^|/)models?/")
 NO_FALLBACK_OWED = re.compile(NOT_SERVED.pattern + "|" + MODEL_CODE.pattern)
 # Entry methods beside ``forward``: an autograd Function's ``backward`` (every training step reaches

@@ -8,7 +8,7 @@ from kcheck.claims import BUILTINS, _walk
 from kcheck.rule import Rule
 from kcheck.model import walk
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, PROBE_NAME, SCRIPT_PATH, dispatchers, is_announcer, sibling_statements, statements, warns,
+    BROAD_EXCEPTIONS, PROBE_NAME, TEST_OR_BENCH, dispatchers, is_announcer, sibling_statements, statements, warns,
 )
 from kcheck.rules.fallback.kernel_imports import (
     announced_by_callers, announced_where_read, answers_no, keeps_error, loads_kernel, nothing_to_fall_back_to, version_shim,
@@ -39,8 +39,8 @@ class BroadExceptFallback(Rule):
     these), whose broad handler neither
     re-raises, warns, keeps the error nor returns a reason (`return False, "requires aiter"`):
     every later call silently takes the slower path. Tests, which guard imports of what they
-    test, and benchmarks and examples, which leave out a provider they cannot import, are left
-    alone, and so is a capability probe (`is_*`,
+    test, and benchmarks, which leave out a provider they cannot import, are left alone, and so
+    is a capability probe (`is_*`,
     `has_*`, `*_available`) whose caller in the module tests its answer and announces the choice;
     a probe whose False nobody announces is reported. Names a probe imports inside a function are
     its own: a method that imports the same kernel again is another binding, and the probe's use
@@ -188,7 +188,7 @@ def moe(x, w):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         reported: set[int] = set()
-        testing = bool(SCRIPT_PATH.search(model.path))  # a test's or benchmark's guard skips, records or leaves out
+        testing = bool(TEST_OR_BENCH.search(model.path))  # a test's or benchmark's guard skips, records or leaves out
         for disp in () if testing else dispatchers(model, claimed=False):
             for node in _walk(disp.function.body):
                 if type(node) is not cst.Try or not disp.dispatches(statements(node.body)):

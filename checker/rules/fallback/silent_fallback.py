@@ -6,7 +6,7 @@ from kcheck.model import walk
 from kcheck.project import ONE_TIME
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, DISPATCH_TEXT, IMPORT_ERRORS, SCRIPT_PATH, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
+    BROAD_EXCEPTIONS, DISPATCH_TEXT, IMPORT_ERRORS, TEST_OR_BENCH, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
     sibling_statements, statements, warns,
 )
 from kcheck.rules.fallback.kernel_imports import bound_names, choices_on, ends, keeps_error, loads_kernel, version_shim
@@ -56,7 +56,7 @@ class SilentFallback(Rule):
     the module chooses on what it bound alone (`if causal_conv1d_fn is None:`, `self._fused if
     HAVE_EXT else self._torch`), on a path that runs per call or binds the function that will,
     with a side that computes another way and no choice saying or refusing so. Broad handlers are
-    KC303's; tests, benchmarks and examples may skip what they cannot import.
+    KC303's; tests and benchmarks may skip what they cannot import.
 
     ## Why is this bad?
     A silent fallback turns "the kernel does not support this input" into "the kernel is slow",
@@ -196,8 +196,8 @@ def _quiet_imports(model):
     that loads a kernel under an ``ImportError`` handler which neither warns nor keeps the error
     nor imports the same library under another path, and whose bound names the module chooses on
     with some choice saying nothing (``choices_on``)."""
-    if SCRIPT_PATH.search(model.path) or model.module is None:
-        return  # a test, benchmark or example may skip what it cannot import
+    if TEST_OR_BENCH.search(model.path) or model.module is None:
+        return  # a test or benchmark may skip what it cannot import
     for node in walk(model.module, into_scopes=False):
         if type(node) is not cst.Try or model.enclosing_function(node) is not None:
             continue
