@@ -74,9 +74,12 @@ class HostSyncInHotPath(Rule):
       an engine builds such copies with the step's metadata, so the device read is a fallback for
       callers that do not pass one (a read on the side where the copy is present is reported);
     - a sync under a test for another backend (`if is_npu(): cu_seqlens = cu_seqlens.to("cpu")`,
-      `if not _is_cuda: return self._forward_impl(...)`, `if x.device.type == "mps":`): what that
-      backend's op requires, another backend's own sync (`torch.mps.synchronize()`), and the
-      hot paths that are another backend's slot (`forward_xpu`, `forward_npu`);
+      `if not _is_cuda: return self._forward_impl(...)`, `if x.device.type == "mps":`, `if SYSTEM ==
+      "ipex":`): what that backend's op requires, another backend's own sync
+      (`torch.mps.synchronize()`), and the hot paths that are another backend's slot
+      (`forward_xpu`, `forward_npu`);
+    - a sync in the right operand of an `and` whose left one holds on one pass of the loop around
+      it only (`if i == 0 and finish.any():`): it runs once per loop, not every step;
     - on a value the function shows lives on the host: a parameter annotated as a NumPy array
       (`cu_num_tokens: np.ndarray`), a name bound to a NumPy call, `.tolist()`, `.cpu()` or a
       tensor built without a device, an expression of such values only (`torch.where(torch.eq(
