@@ -55,7 +55,8 @@ class SilentFallback(Rule):
     loads one) under an `except ImportError` that binds a flag or a stand-in and says nothing, and
     the module chooses on what it bound alone (`if causal_conv1d_fn is None:`, `self._fused if
     HAVE_EXT else self._torch`), on a path that runs per call or binds the function that will,
-    with a side that computes another way and no choice saying or refusing so. Broad handlers are
+    with a side that computes another way, no choice refusing, and none saying so (one warning
+    where any choice on it is made, in a constructor or an installer, announces the fallback). Broad handlers are
     KC303's; tests and benchmarks may skip what they cannot import.
 
     ## Why is this bad?
@@ -217,8 +218,11 @@ def _quiet_imports(model):
             if what is None:
                 break
             bound = bound_names(model, node, handler)
-            silent = [choice for choice, said in choices_on(model, node, handler)
-                      if not said and not _refuses(model, choice) and _computes_aside(model, choice) and _per_call(model, choice)
+            choices = choices_on(model, node, handler)
+            if any(said for _, said in choices):
+                continue  # the module says so once, where one choice on it is made (a constructor, an installer)
+            silent = [choice for choice, said in choices
+                      if not _refuses(model, choice) and _computes_aside(model, choice) and _per_call(model, choice)
                       and (type(choice) is cst.IfExp or _asks_availability(choice.test, bound))]
             if silent:
                 yield handler, what, silent
