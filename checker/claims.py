@@ -29,16 +29,9 @@ from typing import Iterator
 import libcst as cst
 
 from kcheck.model import SCOPES_AND_LAMBDAS, subtree, walk
-from kcheck.project import is_solution_file
+from kcheck.project import DSL_DECORATORS, TRITON_DECORATORS, is_solution_file
 from kcheck.native import _BLANK, _CALLED, _function_name, _host_functions, _matching, file_host_syncs
 
-TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
-# Python kernel DSLs besides Triton: a function under one of these decorators is a kernel written in
-# the file (or the host function that launches one): CuTe DSL, TileLang (and TVM script), Numba CUDA,
-# Helion. Their other calls (compiling a kernel, wrapping a tensor for it) are plumbing, not work.
-DSL_DECORATORS = {"cutlass.cute.kernel", "cutlass.cute.jit", "tilelang.jit", "tilelang.language.prim_func",
-                  "tilelang.prim_func", "tvm.script.tir.prim_func", "tvm.script.prim_func", "numba.cuda.jit",
-                  "helion.kernel"}
 DSL_MODULES = ("cutlass", "tilelang", "tvm", "numba", "helion", "cuda")
 # What makes a DSL kernel multiply and accumulate: a GEMM or MMA call (``T.gemm``, ``cute.gemm``).
 DSL_MAC = re.compile(r"gemm|mma|(^|_)dot$")

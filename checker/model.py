@@ -144,11 +144,8 @@ class ModuleModel:
     def other_backend(self, test: cst.CSTNode) -> bool:
         """Whether an ``if``'s test holds only off CUDA GPUs (:func:`kcheck.project.other_backend`,
         read from the test's source)."""
-        try:
-            tree = ast.parse(cst.Module([]).code_for_node(test).strip(), mode="eval")
-        except (SyntaxError, ValueError):
-            return False
-        return other_backend(tree.body)
+        tree = as_ast(test)
+        return tree is not None and other_backend(tree)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(id(node))
@@ -525,46 +522,39 @@ def _generator(fn: cst.FunctionDef) -> bool:
     return fn.asynchronous is None and any(type(n) is cst.Yield for n in walk(fn.body, into_scopes=False))
 
 
-def tensor_read(expr: cst.CSTNode) -> bool:
-    """Whether a slice bound reads an element or a reduction of a tensor by its form: ``lens[i]``,
-    ``cu_seqlens[-1]``, ``lens.max()``, ``(a - b).sum()`` (the values model says where it lives)."""
-    if type(expr) is cst.Subscript:
-        return True
-    return type(expr) is cst.Call and type(expr.func) is cst.Attribute and expr.func.attr.value in SLICE_READS
-
+def as_ast(expr: cst.CSTNode) -> ast.expr | None:
+    """An expression's ``ast`` form, read from its source: the facts over ``ast`` are the one
+    definition of a question, and a rule asks them of its libcst nodes through this."""
+    try:
+        return ast.parse("(" + cst.Module([]).code_for_node(expr) + ")", mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
 
 
 def boolean_mask(expr: cst.CSTNode) -> bool:
-    """Whether an index expression is a boolean mask by its form (see :data:`BOOLEAN_MAKERS`)."""
-    kind = type(expr)
-    if kind is cst.Comparison:
-        return not any(type(c.operator) in (cst.In, cst.NotIn, cst.Is, cst.IsNot) for c in expr.comparisons)
-    if kind is cst.UnaryOperation:
-        return type(expr.operator) is cst.BitInvert
-    if kind is cst.BinaryOperation and type(expr.operator) in (cst.BitAnd, cst.BitOr, cst.BitXor):
-        return boolean_mask(expr.left) or boolean_mask(expr.right)
-    if kind is cst.Call:
-        func = expr.func
-        last = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
-        return last in BOOLEAN_MAKERS
-    if kind is cst.Name:
-        return bool(MASK_NAME.search(expr.value))
-    if kind is cst.Attribute:
-        return bool(MASK_NAME.search(expr.attr.value))
-    return False
+    """Whether an index expression is a boolean mask by its form (:func:`boolean_mask_ast`)."""
+    tree = as_ast(expr)
+    return tree is not None and boolean_mask_ast(tree)
+
+
+def tensor_read(expr: cst.CSTNode) -> bool:
+    """A slice bound that reads a tensor (:func:`tensor_read_ast`)."""
+    tree = as_ast(expr)
+    return tree is not None and tensor_read_ast(tree)
 
 
 def waiting_read(node: cst.Subscript) -> bool:
     """A subscript that may wait for the GPU by its form: a boolean mask among its indices, or a
     slice bounded by a tensor's element or reduction (:meth:`ModuleModel.subscript_sync` decides)."""
-    return any(type(e.slice) is cst.Index and boolean_mask(e.slice.value) or type(e.slice) is cst.Slice and any(
-        b is not None and tensor_read(b) for b in (e.slice.lower, e.slice.upper, e.slice.step)) for e in node.slice)
+    tree = as_ast(node)
+    return tree is not None and waiting_read_ast(tree)
 
 
-# The same three over the ``ast``, for the facts that decide which files need the model (kept beside
-# the ``libcst`` forms so that the two change together).
+# What a subscript reads, over the ``ast``: the one definition, which the facts that decide which
+# files need the model read directly and the rules through :func:`as_ast`.
 
 def boolean_mask_ast(expr: ast.AST) -> bool:
+    """Whether an index expression is a boolean mask by its form (see :data:`BOOLEAN_MAKERS`)."""
     kind = type(expr)
     if kind is ast.Compare:
         return not any(type(o) in (ast.In, ast.NotIn, ast.Is, ast.IsNot) for o in expr.ops)
@@ -581,6 +571,8 @@ def boolean_mask_ast(expr: ast.AST) -> bool:
 
 
 def tensor_read_ast(expr: ast.AST | None) -> bool:
+    """Whether a slice bound reads an element or a reduction of a tensor by its form: ``lens[i]``,
+    ``cu_seqlens[-1]``, ``lens.max()``, ``(a - b).sum()`` (the values model says where it lives)."""
     return type(expr) is ast.Subscript or type(expr) is ast.Call and type(expr.func) is ast.Attribute \
         and expr.func.attr in SLICE_READS
 

@@ -236,9 +236,14 @@ def kernel_loader(name: str) -> bool:
     return bool(need) and (name == need or name.endswith("." + need))
 
 
-# Decorators that make a kernel of a function, by their qualified name's first part and last name.
-KERNEL_DECORATORS = {"triton": {"jit", "autotune", "heuristics"}, "tilelang": {"jit", "prim_func"},
-                     "helion": {"kernel"}, "cutlass": {"kernel", "jit"}, "numba": {"jit"}}
+# Decorators that make a kernel of a function, by their qualified names.
+TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics"}
+# Python kernel DSLs besides Triton: a function under one of these decorators is a kernel written in
+# the file (or the host function that launches one): CuTe DSL, TileLang (and TVM script), Numba CUDA,
+# Helion. Their other calls (compiling a kernel, wrapping a tensor for it) are plumbing, not work.
+DSL_DECORATORS = {"cutlass.cute.kernel", "cutlass.cute.jit", "tilelang.jit", "tilelang.language.prim_func",
+                  "tilelang.prim_func", "tvm.script.tir.prim_func", "tvm.script.prim_func", "numba.cuda.jit",
+                  "helion.kernel"}
 
 
 # Where agents and leaderboards keep solutions: a ``Model`` class in such a file is the solution
@@ -700,8 +705,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             continue
         stack.extend((n, owner, klass, scope) for n in ast_children(node))
     qualified = [_qualified(facts.imports, text) for text in decorated]
-    facts.loads_kernels = facts.loads_kernels or any(
-        last in KERNEL_DECORATORS.get(q.split(".")[0], ()) for q in qualified if (last := q.rsplit(".", 1)[-1]) != q)
+    facts.loads_kernels = facts.loads_kernels or any(q in TRITON_DECORATORS or q in DSL_DECORATORS for q in qualified)
     calls = [_qualified(facts.imports, text) for text in on_import]
     facts.loads_kernels = facts.loads_kernels or any(kernel_loader(q) for q in calls)
     facts.module_calls = tuple(dict.fromkeys(text for text in on_import if "." not in text or text.split(".")[0] in facts.imports))

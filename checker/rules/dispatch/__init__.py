@@ -410,7 +410,7 @@ LIBRARY_PREFIXES = ("conv", "Conv", "linalg", "cholesky", "binary_cross_entropy"
                     "adaptive_")  # the patterns of LIBRARY_OPS, by the name they start with
 LIBRARY_SUFFIXES = ("_loss", "Loss", "Pool1d", "Pool2d", "Pool3d", "pool1d", "pool2d", "pool3d")
 TRITON_LAST = {"jit", "autotune", "heuristics"}
-DSL_LAST = {"kernel", "jit", "prim_func"}  # the last components of claims.DSL_DECORATORS
+DSL_LAST = {"kernel", "jit", "prim_func"}  # the last components of project.DSL_DECORATORS
 REGISTERING = {"custom_op", "register_kernel", "impl"}  # last components of registering decorators
 EXTENSION_BUILDERS = {"load_inline", "load"}
 

@@ -319,6 +319,15 @@ def module_level_trys(summary) -> set[int]:
 IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
 
 
+def caught(model, handler: cst.ExceptHandler) -> set[str]:
+    """The last names of the exceptions a handler catches (``*`` for a bare ``except:``), as
+    :func:`_caught` reads them over the ``ast``."""
+    if handler.type is None:
+        return {"*"}
+    types = [e.value for e in handler.type.elements] if type(handler.type) is cst.Tuple else [handler.type]
+    return {(model.dotted(t) or "").split(".")[-1] for t in types}
+
+
 def _caught(handler: ast.ExceptHandler) -> set[str]:
     """The exception names a handler catches (``*`` for a bare ``except:``)."""
     if handler.type is None:

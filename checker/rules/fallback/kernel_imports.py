@@ -92,7 +92,8 @@ def loads_kernel(model, body) -> str | None:
 
 
 def _bound(alias: cst.ImportAlias) -> str:
-    """The local name an import alias binds (``import a.b`` binds ``a``)."""
+    """The local name an import alias binds (``import awq_ext`` binds awq_ext, ``import a.b``
+    binds ``a``, ``from m import f as g`` binds ``g``)."""
     if alias.asname is not None and type(alias.asname.name) is cst.Name:
         return alias.asname.name.value
     node = alias.name
@@ -237,16 +238,10 @@ def _used_unguarded(model, handler: cst.ExceptHandler, imported: set[str], flags
 
 
 def _imported_names(model, node: cst.Try) -> set[str]:
-    out = set()
-    for s in statements(node.body):
-        for small in (s.body if type(s) is cst.SimpleStatementLine else ()):
-            if type(small) is cst.Import:  # ``import awq_ext`` binds awq_ext; ``import a.b`` binds a
-                out.update(a.asname.name.value if a.asname and type(a.asname.name) is cst.Name
-                           else (model.dotted(a.name) or "").split(".")[0] for a in small.names)
-            if type(small) is cst.ImportFrom and type(small.names) is not cst.ImportStar:
-                out.update((a.asname.name if a.asname else a.name).value for a in small.names
-                           if type(a.asname.name if a.asname else a.name) is cst.Name)
-    return out
+    """The names the ``try``'s own imports bind (:func:`_bound`)."""
+    return {name for s in statements(node.body) for small in (s.body if type(s) is cst.SimpleStatementLine else ())
+            if type(small) is cst.Import or type(small) is cst.ImportFrom and type(small.names) is not cst.ImportStar
+            for a in small.names if (name := _bound(a))}
 
 
 def _stub_before(model, node: cst.Try, name: str) -> bool:

@@ -6,7 +6,7 @@ from kcheck.model import walk
 from kcheck.project import ONE_TIME
 from kcheck.rule import Rule
 from kcheck.rules.fallback import (
-    BROAD_EXCEPTIONS, DISPATCH_TEXT, IMPORT_ERRORS, TEST_OR_BENCH, announces, claims_only, computes, device_only, dispatchers, fallback_branches,
+    BROAD_EXCEPTIONS, DISPATCH_TEXT, IMPORT_ERRORS, TEST_OR_BENCH, announces, caught, claims_only, computes, device_only, dispatchers, fallback_branches,
     sibling_statements, statements, warns,
 )
 from kcheck.rules.fallback.kernel_imports import bound_names, choices_on, ends, keeps_error, loads_kernel, version_shim
@@ -188,9 +188,9 @@ class Rotary(CustomOp):
             choice = next((c for c in choices if id(c.test) not in said), None)
             if choice is None:
                 continue
-            caught = "ImportError" if handler.type is None else model.dotted(handler.type) or "ImportError"
+            spelled = "ImportError" if handler.type is None else model.dotted(handler.type) or "ImportError"
             self.report(handler, QUIET_IMPORT, related=((choice, "the module chooses here, silently"),),
-                        kernel=what[0].upper() + what[1:], caught=caught)
+                        kernel=what[0].upper() + what[1:], caught=spelled)
 
 def _quiet_imports(model):
     """(handler, what it loads, the silent choices) for each ``try`` the module runs on import
@@ -204,10 +204,7 @@ def _quiet_imports(model):
             continue
         what = None
         for handler in node.handlers:
-            caught = handler.type
-            names = {model.dotted(e.value) or "" for e in caught.elements} if type(caught) is cst.Tuple else \
-                {model.dotted(caught) or ""} if caught is not None else {"*"}
-            lasts = {n.split(".")[-1] for n in names}
+            lasts = caught(model, handler)
             if not lasts & IMPORT_ERRORS or lasts & (BROAD_EXCEPTIONS | {"*"}):
                 continue  # not an import's failure, or every failure (KC303's)
             body = statements(handler.body)

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from kcheck.claims import TRITON_DECORATORS
+from kcheck.project import TRITON_DECORATORS
 from kcheck.facts import fact
 from kcheck.gate import dotted, import_bindings
 from kcheck.model import SCOPES_AND_LAMBDAS, children, subtree
@@ -299,7 +299,7 @@ def reaches_only_masked(model, k: Kernel, ids: set[str], skip: cst.Call | None, 
 #
 # Every KC5xx rule reads ``model.triton_kernels``: functions with a decorator whose qualified name
 # (resolved through the module's import table) is ``triton.jit``/``triton.autotune``/
-# ``triton.heuristics``, exactly (``kcheck.claims.TRITON_DECORATORS``). The facts find the same
+# ``triton.heuristics``, exactly (``kcheck.project.TRITON_DECORATORS``). The facts find the same
 # decorators from the ``ast``, resolving each through every import of its first name.
 
 
