@@ -251,7 +251,10 @@ DSL_DECORATORS = {"cutlass.cute.kernel", "cutlass.cute.jit", "tilelang.jit", "ti
 # lives elsewhere (``level1/19_ReLU.py``) and authors no kernel.
 SOLUTION_PATH = re.compile(
     r"(^|/)(solutions?|samples?|runs?|generations?|generated|candidates?|submissions?|attempts?|rollouts?"
-    r"|trajector(y|ies)|agent[\w.-]*|iterations?)(/|$)", re.IGNORECASE)
+    r"|trajector(y|ies)|agent[\w.-]*|iterations?)(/|$)"
+    # or a folder named for the answers it keeps, the word one piece of a longer name:
+    # ``kernel_solutions/``, ``best-submissions/``, ``triton_candidates/``
+    r"|(^|/)([\w.-]*[_.-])?(solutions?|submissions?|candidates?)([_.-][\w.-]*)?(/|$)", re.IGNORECASE)
 
 
 def is_solution_file(path: str, authors_kernel: bool) -> bool:

@@ -12,7 +12,8 @@ class LibraryDispatchAsKernel(ClaimRule):
 
     ## What it does
     Reports code presented as a kernel whose primary compute is a library op and nothing of its
-    own: a `ModelNew`, a solution's `Model`, a leaderboard `custom_kernel`, a registered op named as
+    own: a `ModelNew`, a solution's `Model` (one kept where answers are: `runs/`, `samples/`,
+    `generated/`, or a folder named for them such as `kernel_solutions/`), a leaderboard `custom_kernel`, a registered op named as
     a kernel or a configured kernel path that hands its work to cuBLAS, cuDNN, SDPA, flash-attn or
     any torch op that does the work. Layout plumbing around the call (allocations, views, casts)
     does not make it a kernel, and a binding that exposes a real third-party kernel to
