@@ -60,7 +60,8 @@ class MeanOfTimings(Rule):
     Kernel timings have a long right tail: clock changes, interrupts, other tenants and the
     occasional allocator or compilation event. The mean follows the tail, so two runs of the
     same code disagree, and a handful of runs is not enough to see the spread at all. Report
-    the median of many device-event timings with its spread, or use `do_bench`'s defaults.
+    the median of many device-event timings with its spread (`do_bench(fn, return_mode="median")`:
+    its default statistic is the mean).
 
     ## Example
     ```python
