@@ -112,9 +112,42 @@ class Kernel:
             if type(node) is cst.Call and tl_op(model, node) == op:
                 yield node
 
+    def pointers(self, model) -> set[str]:
+        """The parameters the kernel addresses memory from: the base of a ``tl.load``/``tl.store``/
+        atomic address (``BLOCK_TABLE + pid * stride``, also through a local it is built in) or a
+        block pointer's ``base``. Whatever they are named, they are tensors, not meta-parameters."""
+        found: set[str] = set()
+        for node in nodes_under(self.fn.body):
+            op = tl_op(model, node) if type(node) is cst.Call else None
+            if op in ("load", "store") or (op or "").startswith("atomic_"):
+                address = arg(node, 0, "pointer")
+            elif op == "make_block_ptr":
+                address = arg(node, 0, "base")
+            else:
+                continue
+            todo, seen = [address], set()
+            while todo:
+                for name in _addends(todo.pop()):
+                    if name in self.params:
+                        found.add(name)
+                    elif name not in seen:
+                        seen.add(name)
+                        todo.extend(self.values(name))
+        return found
+
 
 def kernels(model) -> list[Kernel]:
     return [_kernel(model, fn) for fn in model.triton_kernels]
+
+
+def _addends(expr: cst.CSTNode | None) -> Iterator[str]:
+    """The bare names summed in an address (``p + offs`` gives ``p`` and ``offs``, not the names
+    inside a product: a stride or a block size scales an offset, it is not a base)."""
+    if type(expr) is cst.Name:
+        yield expr.value
+    elif type(expr) is cst.BinaryOperation and type(expr.operator) is cst.Add:
+        yield from _addends(expr.left)
+        yield from _addends(expr.right)
 
 
 def _kernel(model, fn: cst.FunctionDef) -> Kernel:

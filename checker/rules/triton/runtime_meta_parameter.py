@@ -27,8 +27,10 @@ class RuntimeMetaParameter(Rule):
     `tl.arange`, the shape of `tl.zeros`/`tl.full`/`tl.reshape`, `tl.static_range`). A
     `@triton.jit` helper called from another kernel in the module is left alone: its arguments
     are compile-time values whenever its callers pass compile-time values. Counts of blocks
-    (`NUM_BLOCK`, `N_TILES`: a loop bound) are not block sizes, and `len(buffers)` of a tuple
-    argument is static (Triton specialises on a tuple's length).
+    (`NUM_BLOCK`, `N_TILES`: a loop bound) are not block sizes, a parameter the kernel loads or
+    stores through (`tl.load(BLOCK_TABLE + pid * stride)`: a paged cache's block table) is a
+    tensor whatever its name, and `len(buffers)` of a tuple argument is static (Triton
+    specialises on a tuple's length).
 
     ## Why is this bad?
     A block size the compiler does not know cannot size registers or unroll loops: used as a
@@ -75,6 +77,15 @@ def k(x_ptr, BLOCK: "tl.constexpr"):
 def launch(BLOCK_SIZE):
     return BLOCK_SIZE
 """,
+        """
+import triton
+import triton.language as tl
+@triton.jit
+def paged(out_ptr, BLOCK_TABLE, stride_bt, PAGE: tl.constexpr):
+    row = BLOCK_TABLE + tl.program_id(0) * stride_bt
+    page = tl.load(row + tl.arange(0, PAGE))
+    tl.store(out_ptr + tl.arange(0, PAGE), page)
+""",
     ]
     INVALID = [
         """
@@ -109,7 +120,7 @@ def k(x_ptr, n, BLOCK: tl.constexpr, num_warps):
         for k in all_kernels:
             if k.name in helpers:
                 continue  # an inlined helper: its arguments are constexpr when its callers pass constexprs
-            runtime = k.runtime_params()
+            runtime = k.runtime_params() - k.pointers(self.model)
             shaped: set[str] = set()
             for node in nodes_under(k.fn.body):
                 op = tl_op(self.model, node) if type(node) is cst.Call else None
