@@ -315,8 +315,7 @@ def check_source(source: str, rel: str, config: Config, shortcuts: bool = True, 
         if "KC900" in meta_on:
             result.findings.append(_meta_finding("KC900", f"cannot parse: {exc}", rel, 1, 1, config))
         return result
-    if rules and tree is not None and not config.indexed and not config.demands and (
-            "assert" in source or "raise" in source):  # demands come only from checks that stop a call
+    if rules and tree is not None and not config.indexed and not config.demands and not config.once_after:
         from kcheck.project import file_answers
 
         config = replace(config, **file_answers(tree, rel))

@@ -555,8 +555,10 @@ class FileFacts:
 
 
 def module_name(path: str) -> str:
-    """``pkg/sub/mod.py`` -> ``pkg.sub.mod``; ``pkg/__init__.py`` -> ``pkg``."""
-    parts = path.removesuffix(".py").removesuffix(".pyi").split("/")
+    """``pkg/sub/mod.py`` -> ``pkg.sub.mod``; ``pkg/__init__.py`` -> ``pkg``; a file read as Python
+    under another name (``run/sol.py.txt``) -> ``run.sol``."""
+    parts = path.split("/")
+    parts[-1] = parts[-1].split(".", 1)[0]
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(p for p in parts if p)
@@ -1455,9 +1457,11 @@ def scope_answers(rel: str, facts: FileFacts | None) -> dict:
 
 def file_answers(tree: ast.Module, rel: str) -> dict:
     """What the index answers from one file alone, for a file checked with no index (text given
-    on stdin, a fixture): the demands its calls meet in the same module."""
+    on stdin, a fixture): the demands its calls meet in the same module, and its lazy
+    initialisers' guards."""
     facts = {rel: file_facts(tree, rel)}
-    return {"demands": contracts.call_demands(facts, Resolver(facts)).get(rel, ())}
+    return {"demands": contracts.call_demands(facts, Resolver(facts)).get(rel, ()),
+            "once_after": tuple(sorted(facts[rel].once_after.items()))}
 
 
 def _facts_of(path: str, rel: str) -> FileFacts | None:
@@ -1632,8 +1636,10 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         if hit is not None and hit[0] == stamps[key] and hit[1] == job.rel:
             if hit[3] is not None:
                 pending[job.rel], once_of[job.rel], scoped[job.rel] = key, hit[3], hit[4]
-        elif stamps[key] is not None and stamps[key][0] <= job.config.max_file_size and job.path.endswith((".py", ".pyi")):
-            todo.append((job.path, job.rel))  # what the engine skips (special or oversized files) has no facts
+        elif stamps[key] is not None and stamps[key][0] <= job.config.max_file_size and not job.path.endswith(".ipynb"):
+            # every file the engine reads as Python, ``extend-include``d ones (``*.py.txt``) too; what
+            # it skips (oversized files) and notebooks (checked cell by cell) have no facts
+            todo.append((job.path, job.rel))
     if workers > 1 and len(todo) >= 256:
         size = max(8, len(todo) // (workers * 8))
         chunks = [todo[i:i + size] for i in range(0, len(todo), size)]

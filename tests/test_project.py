@@ -829,3 +829,38 @@ def test_a_broad_except_around_a_module_whose_import_loads_a_kernel_is_a_kernel_
     _write(tmp_path, {"pkg/moe/experts.py": LOADS_ON_IMPORT.replace('moe = load_kernel("moe")', "moe = None")})
     jobs, _ = discover([str(tmp_path)])
     assert [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC303"] == []
+
+
+def test_files_read_as_python_under_another_name_are_in_the_index(tmp_path):
+    # an agent's answer kept as ``*.py.txt`` and read through ``extend-include``: its lazy builder's
+    # guard is known to the index, so the build it keeps runs once and is not reported as timed
+    solution = """
+        import torch
+        import torch.nn as nn
+        from torch.utils.cpp_extension import load_inline
+
+        _ext = None
+
+
+        def _get_ext():
+            global _ext
+            if _ext is not None:
+                return _ext
+            _ext = load_inline("scale", cpp_sources="", cuda_sources="", functions=["scale"])
+            return _ext
+
+
+        def _rebuild():
+            return load_inline("scale2", cpp_sources="", cuda_sources="", functions=["scale"])
+
+
+        class ModelNew(nn.Module):
+            def forward(self, x):
+                return _rebuild().scale(_get_ext().scale(x))
+    """
+    _write(tmp_path, {"pyproject.toml": '[tool.kcheck]\nroot = true\npreview = true\nextend-include = ["*.py.txt"]\n',
+                      "runs/sol.py.txt": solution})
+    jobs, _ = discover([str(tmp_path)])
+    found = [(f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC205"]
+    assert found == [("runs/sol.py.txt", 18)]  # _rebuild's build, on every call; _get_ext's is kept
+    assert module_name("runs/sol.py.txt") == "runs.sol"

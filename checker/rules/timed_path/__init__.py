@@ -876,6 +876,10 @@ def _fills_cache(model, node: cst.If, other: bool = False) -> bool:
     if not (_presence_test(node.test) if other else _absence_test(node.test)):
         return False  # ``if (ids < 0).any(): ids = ids.clamp(min=0)`` fixes data on every step
     tested = {model.dotted(n) for n in walk(node.test) if type(n) in (cst.Name, cst.Attribute)}
+    # ``not hasattr(Fn, "kernel")`` asks for ``Fn.kernel``
+    tested |= {f"{model.dotted(n.args[0].value)}.{n.args[1].value.evaluated_value}" for n in walk(node.test)
+               if type(n) is cst.Call and type(n.func) is cst.Name and n.func.value == "hasattr" and len(n.args) == 2
+               and type(n.args[1].value) is cst.SimpleString and model.dotted(n.args[0].value)}
     tested.discard(None)
     # ``self.step_index`` is read through a property whose state is ``self._step_index``
     tested |= {f"{head}._{attr}" for head, _, attr in (t.rpartition(".") for t in tested)
@@ -906,8 +910,8 @@ def _lazy_guard(model, function, i: int) -> bool:
     what was cached (``if hasattr(self, "_layout"): return self._layout``, ``if self._key == key:
     return``, ``if _ws is not None: return _ws``) when the statements after it fill what it tests,
     themselves or through a method of the class (``self._set_layout(...)``): those run once per
-    key. The index answers the same for top-level functions and methods (``once_after``); this
-    covers classes defined inside functions and files checked alone."""
+    key. The index answers the same for top-level functions and methods (``once_after``, also for
+    a file checked alone); this covers the methods of classes defined inside functions."""
     from kcheck.model import walk
 
     stmt = function.body.body[i]

@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.model import walk
 from kcheck.rule import Rule
-from kcheck.rules.timed_path import TIMED, report_calls
+from kcheck.rules.timed_path import TIMED, off_the_step, report_calls
 
 
 class CompilationInTimedRegion(Rule):
@@ -16,7 +16,10 @@ class CompilationInTimedRegion(Rule):
     callable given to `do_bench` or a host-timer window, and the extension builds and
     `triton.compile` calls of a per-step hot path. A compile whose result is kept under a guard on
     the same name (`if _compiled is None: _compiled = torch.compile(fn)`, `if key not in cache:
-    cache[key] = ...`) runs once and is not reported. `torch.compile(fn)` in a per-step path is not
+    cache[key] = ...`, `if not hasattr(Fn, "kernel"): Fn.kernel = load_inline(...)`, a flag set
+    once) or below a lazy builder's guard that returns what it kept (`if _ext is not None: return
+    _ext`) runs once and is not reported: the harness's warm-up takes it. So does a compile on an
+    error path. `torch.compile(fn)` in a per-step path is not
     reported either: Dynamo keeps what it compiled with the function's code, so a new wrapper of the
     same function, or of a new closure over it, compiles only on the first step (measured:
     `benchmarks/results/dynamo_rewrap.json`, one graph over five re-wrapped steps; the wrapper
@@ -90,7 +93,8 @@ class Block(torch.nn.Module):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        report_calls(self, TIMED + ("hot-path",), lambda c: None if _cached(model, c) else model.compile_kind(c),
+        report_calls(self, TIMED + ("hot-path",), lambda c: None if _cached(model, c) or off_the_step(model, c)
+                     else model.compile_kind(c),
                      lambda region, call: None if region.kind == "hot-path"
                      and (model.call_name(call) or "") in DYNAMO else self.MESSAGE)
 
