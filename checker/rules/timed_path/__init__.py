@@ -876,10 +876,7 @@ def _fills_cache(model, node: cst.If, other: bool = False) -> bool:
     if not (_presence_test(node.test) if other else _absence_test(node.test)):
         return False  # ``if (ids < 0).any(): ids = ids.clamp(min=0)`` fixes data on every step
     tested = {model.dotted(n) for n in walk(node.test) if type(n) in (cst.Name, cst.Attribute)}
-    # ``not hasattr(Fn, "kernel")`` asks for ``Fn.kernel``
-    tested |= {f"{model.dotted(n.args[0].value)}.{n.args[1].value.evaluated_value}" for n in walk(node.test)
-               if type(n) is cst.Call and type(n.func) is cst.Name and n.func.value == "hasattr" and len(n.args) == 2
-               and type(n.args[1].value) is cst.SimpleString and model.dotted(n.args[0].value)}
+    tested |= {asked for n in walk(node.test) if (asked := _hasattr_asks(model, n))}
     tested.discard(None)
     # ``self.step_index`` is read through a property whose state is ``self._step_index``
     tested |= {f"{head}._{attr}" for head, _, attr in (t.rpartition(".") for t in tested)
@@ -925,11 +922,8 @@ def _lazy_guard(model, function, i: int) -> bool:
         part = parts.pop()
         if type(part) is cst.BooleanOperation:
             parts += [part.left, part.right]
-        elif type(part) is cst.Call and type(part.func) is cst.Name and part.func.value == "hasattr" \
-                and len(part.args) == 2 and type(part.args[1].value) is cst.SimpleString:
-            head = model.dotted(part.args[0].value)
-            if head:
-                tested.add(f"{head}.{part.args[1].value.evaluated_value}")
+        elif type(part) is cst.Call and _hasattr_asks(model, part):
+            tested.add(_hasattr_asks(model, part))
         elif type(part) is cst.Comparison and _presence_test(part) or type(part) is cst.Attribute:
             tested |= {t for n in walk(part) if type(n) is cst.Attribute and (t := model.dotted(n))}
     if not tested:
@@ -942,6 +936,15 @@ def _lazy_guard(model, function, i: int) -> bool:
                 and _assigns(model, target.body, tested, None) for n in walk(rest)):
             return True
     return False
+
+
+def _hasattr_asks(model, node: cst.CSTNode) -> str | None:
+    """What ``hasattr(obj, "name")`` asks for, as dotted text (``Fn.kernel``); None for anything else."""
+    if type(node) is not cst.Call or type(node.func) is not cst.Name or node.func.value != "hasattr" \
+            or len(node.args) != 2 or type(node.args[1].value) is not cst.SimpleString:
+        return None
+    head = model.dotted(node.args[0].value)
+    return f"{head}.{node.args[1].value.evaluated_value}" if head else None
 
 
 def _declared(function) -> set[str]:

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import TIMED, off_the_step, report_calls
 
@@ -93,7 +92,7 @@ class Block(torch.nn.Module):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
-        report_calls(self, TIMED + ("hot-path",), lambda c: None if _cached(model, c) or off_the_step(model, c)
+        report_calls(self, TIMED + ("hot-path",), lambda c: None if off_the_step(model, c)
                      else model.compile_kind(c),
                      lambda region, call: None if region.kind == "hot-path"
                      and (model.call_name(call) or "") in DYNAMO else self.MESSAGE)
@@ -103,25 +102,3 @@ class Block(torch.nn.Module):
 # (benchmarks/results/dynamo_rewrap.json: one graph over five re-wrapped steps), so on a per-step
 # path only the first call compiles; in a timed region that first call is the measurement.
 DYNAMO = {"torch.compile", "torch._dynamo.optimize"}
-
-
-def _cached(model, call: cst.Call) -> bool:
-    """``if _compiled is None: _compiled = torch.compile(fn)`` (also ``if key not in cache:
-    cache[key] = ...``): compiled once and kept, not on every call."""
-    parent = model.parent(call)
-    if type(parent) is not cst.Assign or len(parent.targets) != 1:
-        return False
-    target = parent.targets[0].target
-    if type(target) is cst.Subscript:
-        target = target.value
-    text = model.dotted(target)
-    if not text:
-        return False
-    for anc in model.ancestors(call):
-        if type(anc) is cst.FunctionDef:
-            return False
-        if type(anc) is cst.If and any(
-            type(n) in (cst.Name, cst.Attribute) and model.dotted(n) == text for n in walk(anc.test)
-        ):
-            return True
-    return False
