@@ -85,6 +85,9 @@ class Config:
     # Set per file by the engine from the project index: (function, parameter) for the parameters
     # every caller in the project passes a host array (``f(lens_cpu)``).
     host_params: tuple[tuple[str, str], ...] = ()
+    # Set per file by the engine from the project index: (function, parameter) for the parameters
+    # defaulting to None that every caller in the project passes a value (``given_params``).
+    given_params: tuple[tuple[str, str], ...] = ()
     # Set per file by the engine from the project index: (function, call text, demands) for the calls
     # whose callee's checks demand something of their arguments (``kcheck.contracts.call_demands``).
     demands: tuple[tuple[str, str, tuple[tuple[int, str, str, str], ...]], ...] = ()

@@ -27,7 +27,7 @@ import re
 import stat
 import tokenize
 import warnings
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -514,9 +514,15 @@ class FileFacts:
     # "f" or "Cls.m" -> its options: parameters defaulting to ``False``, with their positional
     # index (-1 for keyword-only ones)
     options: dict[str, dict[str, int]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> its parameters that default to ``None``, with their positional index (-1 for
+    # keyword-only ones): what ``given_params`` asks every caller about
+    nullable: dict[str, dict[str, int]] = field(default_factory=dict)
     # "f" or "Cls.m" -> (call text, positional arguments, keywords given a value that may be true)
     # for each call with arguments in its body
     passes: dict[str, list[tuple[str, int, tuple[str, ...]]]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> {index of the call in ``passes[f]``: positions} for the calls that pass a
+    # literal ``None`` by position (the others pass none)
+    nones: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
     # "f" or "Cls.m" -> its parameters' names, positional ones in order, then keyword-only ones as "*name"
     params: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # "f" or "Cls.m" -> {index of the call in ``passes[f]``: (positions, keywords)} for the calls that
@@ -612,9 +618,12 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                 facts.calls.setdefault(name, [])
                 typed[name] = _annotated_params(node)
                 typed[name].pop("return", None)
-                found = _options(node)
+                found = _defaulting(node, False)
                 if found:
                     facts.options[name] = found
+                found = _defaulting(node, None)
+                if found:
+                    facts.nullable[name] = found
                 facts.params[name] = _params(node)
                 found = contracts.demands(node, facts.constants)
                 if found:
@@ -691,6 +700,9 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                                   if kw.arg and (r := contracts.argument_root(kw.value)) in params)
                     if (roots or named) and contracts.may_demand(text, params):
                         facts.forwards.setdefault(owner, []).append((facts.calls[owner][-1], roots, named))
+                    nones = tuple(i for i, a in enumerate(node.args) if type(a) is ast.Constant and a.value is None)
+                    if nones:
+                        facts.nones.setdefault(owner, {})[len(facts.passes[owner]) - 1] = nones
                     positions = tuple(i for i, a in enumerate(node.args) if host_spelled(a))
                     keywords = tuple(kw.arg for kw in node.keywords if kw.arg and host_spelled(kw.value))
                     if positions or keywords:
@@ -753,15 +765,16 @@ def _numeric_constants(tree: ast.Module) -> set[str]:
     return found
 
 
-def _options(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
-    """A function's parameters that default to ``False``, with their positional index (-1: keyword-only)."""
+def _defaulting(fn: ast.FunctionDef | ast.AsyncFunctionDef, value: bool | None) -> dict[str, int]:
+    """A function's parameters that default to ``value`` (``False``: its options; ``None``), with
+    their positional index (-1: keyword-only)."""
     out = {}
     positional = [*fn.args.posonlyargs, *fn.args.args]
     for i, (arg, default) in enumerate(zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults)):
-        if type(default) is ast.Constant and default.value is False:
+        if type(default) is ast.Constant and default.value is value:
             out[arg.arg] = len(positional) - len(fn.args.defaults) + i
     for arg, default in zip(fn.args.kwonlyargs, fn.args.kw_defaults):
-        if type(default) is ast.Constant and default.value is False:
+        if type(default) is ast.Constant and default.value is value:
             out[arg.arg] = -1
     return out
 
@@ -792,14 +805,37 @@ def host_spelled(expr: ast.expr) -> bool:
 def host_params(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[tuple[str, str], ...]]:
     """File path -> ``(function, parameter)`` for the parameters every call in the project passes a
     host array (``_count_tokens(expert_num_tokens_cpu)``): inside the function the parameter is on
-    the host, whatever it is called there. A function with no resolved call, or one call that
-    spreads ``*args``/``**kwargs`` or passes something else there, keeps its parameter unknown."""
+    the host, whatever it is called there."""
+    return _every_call_passes(files, resolve, lambda facts, name, i, count, keywords: facts.hosts.get(name, {}).get(i, ((), ())))
+
+
+def given_params(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[tuple[str, str], ...]]:
+    """File path -> ``(function, parameter)`` for the parameters defaulting to ``None`` that every
+    call in the project passes a value (not a literal ``None``, by position or by keyword): code
+    under ``if parameter is None:`` in such a function is a default no caller takes."""
+    def given(facts: FileFacts, name: str, i: int, count: int, keywords: tuple[str, ...]):
+        nones = facts.nones.get(name, {}).get(i, ())
+        return tuple(j for j in range(count) if j not in nones), keywords
+    found = _every_call_passes(files, resolve, given)
+    return {path: kept for path, pairs in found.items()
+            if (kept := tuple((fn, p) for fn, p in pairs if p in files[path].nullable.get(fn, {})))}
+
+
+def _every_call_passes(files: dict[str, FileFacts], resolve: Resolver | None, marks) -> dict[str, tuple[tuple[str, str], ...]]:
+    """File path -> ``(function, parameter)`` for the parameters that every resolved call in the
+    project passes an argument ``marks`` accepts (``marks(facts, caller, call index, positional
+    count, keywords)`` gives the accepted positions and keywords). A function with no resolved call,
+    or one call that spreads ``*args``/``**kwargs`` or passes something else there, keeps its
+    parameter unknown."""
     resolve = resolve or Resolver(files)
-    seen: dict[tuple[str, str], dict[str, bool]] = {}  # (path, function) -> parameter -> host at every call
+    seen: dict[tuple[str, str], dict[str, bool]] = {}  # (path, function) -> parameter -> accepted at every call
     for path, facts in files.items():
-        for name, passes in facts.passes.items():
-            marks = facts.hosts.get(name, {})
-            for i, (text, count, keywords) in enumerate(passes):
+        for name, calls in facts.calls.items():
+            passes = facts.passes.get(name, [])
+            with_arguments = Counter(text for text, _, _ in passes)
+            # a call with no arguments passes nothing: (text, 0, ()) stands for each of them
+            bare = [(text, 0, ()) for text, n in Counter(calls).items() for _ in range(n - with_arguments[text])]
+            for i, (text, count, keywords) in enumerate([*passes, *bare]):
                 hit = resolve(path, name, text)
                 if hit is None or hit[1] not in files[hit[0]].params:
                     continue
@@ -808,7 +844,7 @@ def host_params(files: dict[str, FileFacts], resolve: Resolver | None = None) ->
                 state = seen.setdefault(hit, {p.lstrip("*"): True for j, p in enumerate(params)
                                               if j >= offset or p.startswith("*")})
                 spread = count == 99 or "**" in keywords
-                positions, named = marks.get(i, ((), ()))
+                positions, named = marks(facts, name, i, count, keywords) if i < len(passes) else ((), ())
                 for j, p in enumerate(params):
                     param = p.lstrip("*")
                     if param in state and state[param]:
@@ -1519,6 +1555,8 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
             before = facts.passes.setdefault(name, [])
             for i, mark in part.hosts.get(name, {}).items():
                 facts.hosts.setdefault(name, {})[len(before) + i] = mark
+            for i, mark in part.nones.get(name, {}).items():
+                facts.nones.setdefault(name, {})[len(before) + i] = mark
             before.extend(passes)
     return facts
 
@@ -1675,7 +1713,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, *_) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants, off, hosts, demanded, copied, loading = cache.walk[1]
+            steps, timing, constants, off, hosts, given, demanded, copied, loading = cache.walk[1]
     if steps is None:
         for rel, key in pending.items():  # the walk is redone: it needs every file's facts
             facts = cache.facts.get(key)
@@ -1687,10 +1725,11 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         resolve = Resolver(files)
         steps, timing = per_step(files, config.hot_path_functions, resolve), timing_calls(files, resolve)
         constants, off = imported_constants(files, resolve), options_off(files, resolve)
-        hosts, demanded = host_params(files, resolve), contracts.call_demands(files, resolve)
+        hosts, given = host_params(files, resolve), given_params(files, resolve)
+        demanded = contracts.call_demands(files, resolve)
         copied, loading = copies(files), kernel_loading(files, resolve)
         if cache is not None:
-            cache.walk = (digest, (steps, timing, constants, off, hosts, demanded, copied, loading))
+            cache.walk = (digest, (steps, timing, constants, off, hosts, given, demanded, copied, loading))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -1700,7 +1739,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                             if why not in (ENTRY, INDIRECT) and not job.config.is_hot_path(name)))
         known = {"per_step": mine, "once_after": once_of.get(job.rel, ()), "measuring": timing.get(job.rel, ()),
                  "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
-                 "host_params": hosts.get(job.rel, ()), "demands": demanded.get(job.rel, ()),
+                 "host_params": hosts.get(job.rel, ()), "given_params": given.get(job.rel, ()), "demands": demanded.get(job.rel, ()),
                  "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))

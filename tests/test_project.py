@@ -471,6 +471,55 @@ def test_a_parameter_every_caller_passes_a_host_array_is_on_the_host(tmp_path):
     assert found == [("pkg/counts.py", 7)]
 
 
+ROTARY = """
+    import torch
+
+
+    def rotate(q, cos, seq_len=None):
+        if seq_len is None:
+            seq_len = int(cos.shape[0]) + q.new_tensor(0).max().item()
+        return q * cos[:seq_len]
+
+
+    def scale(x, lens=None):
+        width = lens if lens is not None else x.sum(-1).max().item()
+        return x * width
+
+
+    def norm(x, eps=None):
+        if eps is None:
+            eps = x.abs().max().item()
+        return x / eps
+"""
+DECODE = """
+    import torch
+    from pkg.rotary import norm, rotate, scale
+
+
+    class Attention(torch.nn.Module):
+        def forward(self, q, cos, meta):
+            q = rotate(q, cos, meta.max_len)
+            q = rotate(q, cos, seq_len=meta.max_len)
+            q = scale(q, lens=meta.width) + scale(q, meta.width)
+            return norm(q) + norm(q, eps=None)
+"""
+
+
+def test_a_default_every_caller_overrides_is_not_the_step(tmp_path):
+    from kcheck.project import given_params
+
+    files = _facts({"pkg/rotary.py": ROTARY, "pkg/decode.py": DECODE})
+    # rotate and scale get their parameter at every call, by position or keyword; norm is called
+    # once with nothing and once with a literal None
+    assert given_params(files) == {"pkg/rotary.py": (("rotate", "seq_len"), ("scale", "lens"))}
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "",
+                      "pkg/rotary.py": ROTARY, "pkg/decode.py": DECODE})
+    jobs, _ = discover([str(tmp_path)])
+    found = sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC203")
+    # rotate's and scale's defaults are never taken; norm's (line 18) runs when a caller passes nothing
+    assert found == [("pkg/rotary.py", 18)]
+
+
 PIPELINE = """
     import torch
     from ..ops.guidance import guidance_scale, decode_preview

@@ -706,19 +706,23 @@ DEBUG_FLAG = re.compile(r"(^|_)envs?($|_)|debug|verbose|trace|timing|profil", re
 
 def off_the_step(model, node: cst.CSTNode) -> bool:
     """Whether ``node`` runs only off the normal step: in an ``except`` handler or a branch that
-    only logs and gives up (error paths), in a branch that never runs (``if False:``), below a lazy initialiser's guard (the project index's
-    ``once_after``),
-    under an ``if`` on a debug switch or one that fills the cache its test reads (once per key),
-    or after an early ``if not <debug switch>: return`` in its function."""
+    only logs and gives up (error paths), in a branch that never runs (``if False:``; an option no
+    caller turns on; ``if p is None:`` where every caller passes ``p``), below a lazy initialiser's
+    guard (the project index's ``once_after``), under an ``if`` on a debug switch or one that fills
+    the cache its test reads (once per key), or after an early ``if not <debug switch>: return`` in
+    its function."""
     function = None
     child = node
-    off = _options_off(model, node)
+    off, given = _options_off(model, node), _given_params(model, node)
     for anc in model.ancestors(node):
         if type(anc) is cst.ExceptHandler or _error_branch(model, anc):
             return True
         if type(anc) is cst.If and child is not anc.test and off and _option_test(anc.test, off) is not None and (
                 (child is anc.body) == _option_test(anc.test, off)):
             return True  # ``if check_inputs:`` where no caller turns ``check_inputs`` on
+        if type(anc) in (cst.If, cst.IfExp) and child is not anc.test and given and (
+                _none_test(anc.test, given) is not None) and ((child is anc.body) == _none_test(anc.test, given)):
+            return True  # ``if seq_len is None:`` where every caller passes ``seq_len``
         if type(anc) is cst.Assert and child is anc.msg:
             return True  # an assert's message is built only when the assert fails
         if type(anc) in (cst.If, cst.IfExp) and child is not anc.test and (
@@ -776,6 +780,27 @@ def _options_off(model, node: cst.CSTNode) -> set[str]:
     function = model.enclosing_function(node)
     scope = model.scope_names.get(id(function), "") if function is not None else ""
     return {option for name, option in model.config.options_off if name == scope}
+
+
+def _given_params(model, node: cst.CSTNode) -> set[str]:
+    """The parameters of ``node``'s function defaulting to ``None`` that every caller in the project
+    passes (the index's ``Config.given_params``)."""
+    if not model.config.given_params:
+        return set()
+    function = model.enclosing_function(node)
+    scope = model.scope_names.get(id(function), "") if function is not None else ""
+    return {param for name, param in model.config.given_params if name == scope}
+
+
+def _none_test(test: cst.CSTNode, given: set[str]) -> bool | None:
+    """True for ``if p is None:``, False for ``if p is not None:``, of a parameter in ``given``; None
+    for any other test."""
+    if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.left) is cst.Name \
+            and test.left.value in given:
+        c = test.comparisons[0]
+        if type(c.comparator) is cst.Name and c.comparator.value == "None":
+            return True if type(c.operator) is cst.Is else False if type(c.operator) is cst.IsNot else None
+    return None
 
 
 def _option_test(test: cst.CSTNode, off: set[str]) -> bool | None:
