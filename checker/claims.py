@@ -53,6 +53,10 @@ LIBRARY_OPS: dict[str, str] = {
     "flash_mla.*": "attention", "aiter.*": "kernel-library",
     "torch.conv*": "conv", "torch.nn.functional.conv*": "conv", "torch.nn.Conv*": "conv",
     "torch.nn.ConvTranspose*": "conv",
+    # recurrent layers: cuDNN's RNN kernels (a whole sequence of gate GEMMs per call)
+    **{f"torch.nn.{n}": "rnn" for n in ("LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell")},
+    **{f"torch.{n}": "rnn" for n in ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell")},
+    **{f"torch._VF.{n}": "rnn" for n in ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell")},
     "torch.softmax": "softmax", "torch.log_softmax": "softmax", "torch.nn.functional.softmax": "softmax",
     "torch.nn.functional.log_softmax": "softmax", "torch.nn.Softmax": "softmax", "torch.special.softmax": "softmax",
     "torch.ops.aten.*": "aten",
@@ -103,7 +107,10 @@ LIBRARY_METHODS = {"matmul": "gemm", "mm": "gemm", "bmm": "gemm", "addmm": "gemm
                    **{n: "sort" for n in ("sort", "topk", "argsort")},
                    **{n: "activation" for n in ("relu", "sigmoid", "tanh", "exp", "rsqrt", "sqrt", "clamp")}}
 # Families heavy enough to be "the main op" next to an elementwise or data-movement kernel.
-HEAVY_FAMILIES = {"gemm", "attention", "conv", "baseline", "configured"}
+HEAVY_FAMILIES = {"gemm", "attention", "conv", "rnn", "baseline", "configured"}
+# Calls that compile or trace what they are given and run the same ops: TorchScript runs a scripted
+# layer's library op, Inductor keeps convolutions and RNNs on the library (``torch.compile(conv)``).
+COMPILERS = ("torch.compile", "torch.jit.script", "torch.jit.trace")
 # Calls into these modules do no hidden kernel work of their own (torch ops outside LIBRARY_OPS
 # are elementwise or plumbing; the rest is host code).
 NEUTRAL_MODULES = ("torch", "math", "numpy", "triton", "typing", "functools", "itertools", "operator",
@@ -908,7 +915,7 @@ def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:
         if type(node) is cst.Assign and len(node.targets) == 1:
             target = node.targets[0].target
             if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
-                if _same_module_moved(node.value, target.attr.value):
+                if _same_module_moved(model, node.value, target.attr.value):
                     # ``self.conv = self.conv.to(memory_format=...)``: still the same layer; a buffer
                     # bound elsewhere (``self.w, self.b = fold(...)``) moved to a layout is a tensor
                     out.setdefault(target.attr.value, ("neutral",))
@@ -929,10 +936,16 @@ def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:
 MOVES = ("to", "cuda", "half", "float", "bfloat16", "double", "eval", "train", "requires_grad_", "contiguous")
 
 
-def _same_module_moved(value: cst.CSTNode, attr: str) -> bool:
-    """Whether ``value`` is ``self.<attr>`` moved, cast or switched to eval (``self.conv.to(...)``)."""
-    while type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value in MOVES:
-        value = value.func.value
+def _same_module_moved(model, value: cst.CSTNode, attr: str) -> bool:
+    """Whether ``value`` is ``self.<attr>`` moved, cast or switched to eval (``self.conv.to(...)``),
+    or compiled or scripted (``torch.jit.script(self.conv)``: the same layer's ops)."""
+    while type(value) is cst.Call:
+        if type(value.func) is cst.Attribute and value.func.attr.value in MOVES:
+            value = value.func.value
+        elif value.args and value.args[0].keyword is None and (model.call_name(value) or "") in COMPILERS:
+            value = value.args[0].value
+        else:
+            break
     return type(value) is cst.Attribute and type(value.value) is cst.Name and value.value.value == "self" \
         and value.attr.value == attr
 
@@ -1087,19 +1100,19 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
         name = model.call_name(value) or ""
         if _is_extension_build(model, value):
             return ("extension",)
-        if name == "torch.compile" and value.args:
+        if name in COMPILERS and value.args:
             inner = value.args[0].value
-            target = _compiled_target(model, value)
+            target = _compiled_target(model, value) if name == "torch.compile" else None
             if type(target) is cst.FunctionDef:
                 return ("compiled", target)  # ``self._f = torch.compile(_forward)``: Inductor runs its ops
             inner_kind = _attr_kind(model, inner, extensions)
             if inner_kind[0] == "library":
-                return ("library", f"torch.compile({inner_kind[1]})", inner_kind[2])
+                return ("library", f"{name}({inner_kind[1]})", inner_kind[2])
             inner_name = model.qualname(inner) or ""
             family = library_family(inner_name, model.config)
             if family:
-                return ("library", f"torch.compile({inner_name})", family)
-            return ("unknown", "torch.compile(...)")
+                return ("library", f"{name}({inner_name})", family)
+            return ("unknown", f"{name}(...)")
         if name == "Model":
             if _launches_kernels(model, "Model", extensions):
                 return module_kind(model, "Model")  # a solution's Model rewritten around its kernels
