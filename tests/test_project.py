@@ -520,6 +520,45 @@ def test_a_default_every_caller_overrides_is_not_the_step(tmp_path):
     assert found == [("pkg/rotary.py", 18)]
 
 
+D512 = """
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _kernel(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+    def flash_d512(q, k, v):
+        _kernel[(1,)](q, q.numel(), BLOCK=128)
+        return q
+"""
+ROUTE = """
+    import torch
+
+
+    def route(q, k, v):
+        try:
+            from pkg.d512 import flash_d512
+
+            return flash_d512(q, k, v)
+        except Exception:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+"""
+
+
+def test_a_function_from_a_module_that_defines_a_kernel_is_a_launch(tmp_path):
+    # d512.py's name says nothing of kernels; the index knows it defines a Triton kernel, so a call
+    # of what it exports is a launch, and a broad except around it a fallback (KC303)
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "",
+                      "pkg/d512.py": D512, "pkg/route.py": ROUTE})
+    jobs, _ = discover([str(tmp_path)])
+    found = sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC303")
+    assert found == [("pkg/route.py", 10)]
+
+
 PIPELINE = """
     import torch
     from ..ops.guidance import guidance_scale, decode_preview

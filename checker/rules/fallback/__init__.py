@@ -65,7 +65,7 @@ class GateDispatch:
 
 
 def _launch_like(facts, call: ast.Call, function, kernels: set[str], extensions: set[str],
-                 registries: set[str]) -> bool:
+                 registries: set[str], kernel_imports: tuple[str, ...] = ()) -> bool:
     """Whether :func:`kcheck.claims._find_launches` may record ``call`` as a launch site (a superset:
     Triton kernels are known by the last component of their decorator)."""
     func = call.func
@@ -74,6 +74,9 @@ def _launch_like(facts, call: ast.Call, function, kernels: set[str], extensions:
         return base in kernels or "kernel" in base.split(".")[-1].lower()
     if registries and isinstance(func, ast.Name) and function is not None and function.names & registries:
         return True  # kernel = _KERNELS[key]; kernel(...)
+    if kernel_imports and isinstance(func, ast.Name) and func.id in kernel_imports and not func.id[0].isupper() \
+            and not func.id.startswith("__") and not QUERY_NAME.match(func.id):
+        return True  # a function imported from a project module that loads a kernel (_from_kernel_module)
     name = facts.qualname(func) or ""
     parts = name.split(".")
     if name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims"):
@@ -99,14 +102,15 @@ def _may_launch(summary) -> bool:
                or i.rsplit(".", 1)[-1] in TRITON_LAST or kernel_module(i) for i in summary.imports)
 
 
-def gate_dispatch(summary) -> GateDispatch:
+def gate_dispatch(summary, kernel_imports: tuple[str, ...] = ()) -> GateDispatch:
     """The functions that may dispatch to a kernel, by name, as :func:`_all_dispatchers` finds them
     with libcst: those holding a launch site, and their callers two calls up (every function of a
-    name counts; reference functions and ``forward_native`` left out). Cached in ``summary.memo``."""
+    name counts; reference functions and ``forward_native`` left out). ``kernel_imports``: the
+    index's names imported from project modules that load a kernel. Cached in ``summary.memo``."""
     found = summary.memo.get("fallback")
     if found is not None:
         return found
-    if not _may_launch(summary):
+    if not _may_launch(summary) and not summary.all_names & set(kernel_imports):
         found = summary.memo["fallback"] = GateDispatch(set(), set())
         return found
     facts = ast_facts(summary)
@@ -129,7 +133,7 @@ def gate_dispatch(summary) -> GateDispatch:
     calls: list[tuple[ast.Call, str, str]] = []  # (call, caller, callee) for same-module calls
     direct: set[str] = set()
     for call, function in summary.calls:
-        if _launch_like(facts, call, function, kernels, extensions, registries):
+        if _launch_like(facts, call, function, kernels, extensions, registries, kernel_imports):
             sites.add(id(call))
             if function is not None:
                 direct.add(function.name)
@@ -163,7 +167,7 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
     if "forward_cuda" not in names and not patched and (
             not names & (FUNCTION_ENTRIES | {CALLABLE_ENTRY}) or NOT_SERVED.search(summary.path)):
         return set()
-    dispatching = gate_dispatch(summary).dispatchers
+    dispatching = gate_dispatch(summary, config.kernel_imports).dispatchers
     if not dispatching:
         return set()
     roots = set()
@@ -182,7 +186,7 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
 @fact("dispatcher")
 def has_dispatcher(summary, config) -> bool:
     """A function of the file may launch a specialised kernel (:func:`gate_dispatch`)."""
-    return bool(gate_dispatch(summary).dispatchers)
+    return bool(gate_dispatch(summary, config.kernel_imports).dispatchers)
 
 
 @fact("dispatcher meets demands")
@@ -251,6 +255,15 @@ def imported_kernel(name: str) -> bool:
     if not module.strip(".") or not last or last[0].isupper() or last.startswith("__") or QUERY_NAME.match(last):
         return False
     return kernel_module(module)
+
+
+def _from_kernel_module(model, call: cst.Call, head: str) -> bool:
+    """A call of a function the file imports from a project module whose import loads a kernel (the
+    index's ``Config.kernel_imports``: a module defining a Triton kernel, say): ``flash_d512(q, k,
+    v)`` after ``from .flash_attn_d512 import flash_d512``. Classes and queries are not launches."""
+    last = (model.dotted(call.func) or "").rsplit(".", 1)[-1]
+    return head in model.config.kernel_imports and type(call.func) is cst.Name and bool(last) \
+        and not last[0].isupper() and not last.startswith("__") and not QUERY_NAME.match(last)
 
 
 def kernel_builders_ast(tree: ast.Module) -> set[str]:
@@ -427,8 +440,9 @@ def _all_dispatchers(model) -> list[Dispatcher]:
     for call in model.calls:  # calls of kernels imported from other modules
         name = model.call_name(call) or ""
         fn = model.enclosing_function(call)
+        head = (model.dotted(call.func) or "").split(".")[0]
         if fn is None or fn in model.triton_kernels or fn in model.dsl_kernels or id(call) in model.launch_sites or \
-                (model.dotted(call.func) or "").split(".")[0] not in model.imports or not imported_kernel(name):
+                head not in model.imports or not (imported_kernel(name) or _from_kernel_module(model, call, head)):
             continue
         if type(model.parent(call)) is cst.WithItem:
             continue  # ``with _device_guard(w):``: a context manager from the kernel module, not a launch

@@ -195,7 +195,8 @@ def moe(x, w):
                     continue
                 for handler in node.handlers:
                     caught = _broad(model, handler)
-                    if caught and not _reraises(handler) and _falls_back(model, handler, node) \
+                    if caught and not _reraises(handler) and (
+                            _falls_back(model, handler, node) or _answers(handler) and not _callers_refuse(model, node)) \
                             and id(handler) not in reported and not _same_kernel_on_route(model, node, handler) \
                             and not _says_orends(model, handler, say=_answers(handler)):
                         reported.add(id(handler))
@@ -273,11 +274,20 @@ def _refused_by_callers(model, node: cst.Try, handler: cst.ExceptHandler) -> boo
     only where a None answer ends in a ``raise`` within the next few statements (``out =
     _try_lib(x)``, ``if out is not None: return out``, ``raise RuntimeError("... unavailable")``):
     the failure is loud, not a slower path."""
-    fn = model.enclosing_function(node)
-    if fn is None or not _answers(handler) or not all(
+    if not _answers(handler) or not all(
             type(s) is cst.SimpleStatementLine and all(type(x) in (cst.Import, cst.ImportFrom) for x in s.body)
             for s in statements(node.body)):
         return False  # only a loader that just imports: around a call, a kernel bug would read as "unavailable"
+    return _callers_refuse(model, node)
+
+
+def _callers_refuse(model, node: cst.CSTNode) -> bool:
+    """Whether every caller of the function around ``node`` (at least one in the module) raises
+    within the next few statements after the call: a constant answer (``return None``) ends in an
+    error there, not in another way of computing the result."""
+    fn = model.enclosing_function(node)
+    if fn is None:
+        return False
     callers = list(model.callers(fn))
     if not callers:
         return False
