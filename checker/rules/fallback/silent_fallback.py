@@ -42,10 +42,12 @@ class SilentFallback(Rule):
     named in `fallback-announcers`.
 
     It also finds a kernel the caller or the configuration asked for that is switched off without
-    a word: a setting read from the configuration (`persist = self.config.persist_layer_norm`) or
-    passed in (`use_fused_rope=True`) is set to False under a test of what the machine,
-    the install or the input supports (a size outside the supported list, `HAVE_APEX`, the device
-    capability, a version), and neither that branch nor a later test of the setting says so. A
+    a word: a setting read from the configuration (`persist = self.config.persist_layer_norm`),
+    passed in (`use_fused_rope=True`) or taken from a flag saying the kernel is installed
+    (`self.kernel_ok = _ext_available`) is set to False under a test of what the machine, the
+    install or the input supports (a size outside the supported list, a size the kernel's tiles do
+    not divide such as `in_features % 64 != 0`, `HAVE_APEX`, the device capability, a version),
+    and neither that branch nor a later test of the setting says so. A
     test of the environment (`os.environ`) is the user's own switch. And a parameter that asks for a
     kernel by name and defaults to True (`use_flash_attn=True`) that its function never
     reads: the caller's choice is dropped without a word (stubs and abstract methods aside).

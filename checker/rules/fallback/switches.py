@@ -77,6 +77,11 @@ def _support_test(model, test: cst.CSTNode) -> bool:
                     INPUT_PROP.search(model.dotted(n.left) or "") or SUPPORTED_SET.search(model.dotted(c.comparator) or ""))
                 for c in n.comparisons):
             found = True  # ``hidden_size not in PERSIST_SIZES``: an input outside what the kernel takes
+        elif type(n) is cst.Comparison and type(n.left) is cst.BinaryOperation and type(n.left.operator) is cst.Modulo \
+                and type(n.left.right) is cst.Integer and any(
+                    type(c.operator) in (cst.NotEqual, cst.Equal) and type(c.comparator) is cst.Integer
+                    and c.comparator.value == "0" for c in n.comparisons):
+            found = True  # ``infeatures % 64 != 0``: a size the kernel's tiles do not divide
     return found
 
 
@@ -94,7 +99,9 @@ def _named_or_literal(node: cst.CSTNode) -> bool:
 
 def _requested(model, fn: cst.FunctionDef, key: str) -> bool:
     """Whether ``key`` holds what the caller or the configuration asked for: a parameter of ``fn``,
-    or assigned in ``fn`` from a configuration read (``self.config.persist_layer_norm``) or a parameter."""
+    or assigned in ``fn`` from a configuration read (``self.config.persist_layer_norm``), a
+    parameter, or a flag saying the kernel is installed (``self.cuda_ok = _ext_available``: on
+    wherever it can be)."""
     params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)}
     if key in params:
         return True
@@ -102,7 +109,7 @@ def _requested(model, fn: cst.FunctionDef, key: str) -> bool:
         if type(n) is not cst.Assign or not any(_key(model, t.target) == key for t in n.targets):
             continue
         value = n.value
-        if type(value) is cst.Name and value.value in params:
+        if type(value) is cst.Name and (value.value in params or SUPPORT_FLAG.search(value.value)):
             return True
         dotted = model.dotted(value) if type(value) in (cst.Name, cst.Attribute) else None
         if dotted and any(part in CONFIG_ROOTS for part in dotted.split(".")[:-1]):
