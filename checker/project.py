@@ -205,10 +205,11 @@ KERNEL_MODULE = re.compile(
     r"|triton|[a-z0-9_]+_triton|triton_[a-z0-9_]+|[a-z0-9_]+_cu|fused_[a-z0-9_]+)(\.|$)|" + KERNEL_LIBRARY.pattern)
 NOT_KERNEL_MODULE = re.compile(r"^(triton|tilelang|cutlass|cuda|torch|numba|cupy|jax)(\.|$)")
 # Calls that build or fetch a kernel at run time.
-KERNEL_LOADERS = {"load_inline": "load_inline", "load": "cpp_extension.load", "load_library": "ops.load_library",
-                  "load_jit": "load_jit",
-                  "get_kernel": "get_kernel",
-                  "compile": "torch.compile"}  # last name -> what the qualified name must end with
+KERNEL_LOADERS = {"load_inline": ("load_inline",), "load": ("cpp_extension.load",), "load_library": ("ops.load_library",),
+                  "load_jit": ("load_jit",),
+                  "get_kernel": ("get_kernel",),
+                  "compile": ("torch.compile", "tilelang.compile"),
+                  "build": ("tvm.build",)}  # last name -> what the qualified name must end with
 # A library call that asks rather than sets up: the chip (``get_gfx()``), a capability, a version.
 QUERY_NAME = re.compile(r"^_*(get|is|has|can|supports?|check|query)_")
 
@@ -232,8 +233,7 @@ def loads_on_import(module: str) -> bool:
 
 def kernel_loader(name: str) -> bool:
     """Whether a qualified call name builds or fetches a kernel (``KERNEL_LOADERS``)."""
-    need = KERNEL_LOADERS.get(name.split(".")[-1])
-    return bool(need) and (name == need or name.endswith("." + need))
+    return any(name == need or name.endswith("." + need) for need in KERNEL_LOADERS.get(name.split(".")[-1], ()))
 
 
 # Decorators that make a kernel of a function, by their qualified names.

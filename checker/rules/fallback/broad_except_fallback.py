@@ -35,9 +35,10 @@ class BroadExceptFallback(Rule):
     and `importlib.import_module(f"pkg.kernels.{device}")`), set one up (a call into such a library from outside
     it, `aiter.init_custom_qr(...)`, not a query such as `get_gfx()`), or build or fetch one
     (`load_inline`, `cpp_extension.load`, `torch.ops.load_library`, `get_kernel`, `load_jit`,
-    `torch.compile` with its first call, or a function of the module whose body calls one of
+    `torch.compile` with its first call, `tvm.build`, `tilelang.compile`, or a function of the module whose body calls one of
     these), whose broad handler neither
-    re-raises, warns, keeps the error nor returns a reason (`return False, "requires aiter"`):
+    re-raises, warns, keeps the error (stores it, hands it on or returns it: a message made
+    from it and logged at debug is not kept) nor returns a reason (`return False, "requires aiter"`):
     every later call silently takes the slower path. Tests, which guard imports of what they
     test, and benchmarks, which leave out a provider they cannot import, are left alone, and so
     is a capability probe (`is_*`,

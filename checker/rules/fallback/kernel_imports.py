@@ -305,14 +305,47 @@ def keeps_error(model, handler: cst.ExceptHandler) -> bool:
     a probe that records why it chose the fallback, for whoever reports the choice."""
     if handler.name is None or type(handler.name.name) is not cst.Name:
         return False
-    bound = handler.name.name.value
+    names = {handler.name.name.value}
     logged = set()  # the error's uses inside a log call say it, they do not keep it
-    for s in statements(handler.body):
+    body = statements(handler.body)
+    for s in body:
         for n in _walk(s):
             if type(n) is cst.Call and type(n.func) is cst.Attribute and "log" in (model.dotted(n.func.value) or "").lower():
                 logged.update(id(m) for m in _walk(n))
-    return any(type(n) is cst.Name and n.value == bound and id(n) not in logged
-               for s in statements(handler.body) for n in _walk(s))
+    # a local made from the error (``message = str(exc)``, a truncated copy of it) is the error too;
+    # kept only where it leaves the handler other than through a log call
+    local: set[int] = set()
+    for _ in range(3):
+        for s in body:
+            for n in _walk(s):
+                if type(n) is cst.Assign and all(type(t.target) is cst.Name for t in n.targets) and any(
+                        type(m) is cst.Name and m.value in names for m in _walk(n.value)):
+                    names |= {t.target.value for t in n.targets}
+                    local.update(id(m) for m in _walk(n.value))
+                    local.update(id(t.target) for t in n.targets)
+    def carries(node) -> bool:
+        return any(type(m) is cst.Name and m.value in names and id(m) not in logged for m in _walk(node))
+
+    fn = model.enclosing_function(handler)
+    inside = {id(m) for st in body for m in _walk(st)}
+    made = names - {handler.name.name.value}
+    if made and fn is not None and any(type(m) is cst.Name and m.value in made and id(m) not in inside
+                                       for m in _walk(fn.body)):
+        return True  # a message made here and read after the handler (``return None, reason``)
+
+    for s in body:
+        for n in _walk(s):
+            if type(n) in (cst.Return, cst.Raise) and carries(n):
+                return True  # handed to the caller
+            if type(n) in (cst.Assign, cst.AugAssign, cst.AnnAssign) and id(n.value if n.value is not None else n) not in local \
+                    and n.value is not None and carries(n.value) and not (
+                        type(n) is cst.Assign and all(type(t.target) is cst.Name for t in n.targets)):
+                return True  # ``self.reason = exc``, ``errors[name] = exc``
+            if type(n) is cst.Call and id(n) not in logged and not (
+                    type(n.func) is cst.Name and n.func.value in ("str", "repr", "len", "type", "isinstance", "format")) \
+                    and any(carries(a.value) for a in n.args):
+                return True  # ``self.failures.append(exc)``, ``record(name, exc)``
+    return False
 
 
 def version_shim(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
