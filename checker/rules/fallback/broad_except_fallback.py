@@ -28,7 +28,8 @@ class BroadExceptFallback(Rule):
     In detail, it finds `try` blocks whose body launches a specialised kernel (directly, through a
     same-module helper, or by calling a function imported from a kernel module or library) with a handler that catches everything — a bare `except:`,
     `except Exception` or `except BaseException` — and computes a replacement result instead of
-    re-raising. Also `try` blocks, at import or in a function, that import a kernel module (the
+    re-raising, or answers a constant (`return None`) that a caller takes as its cue to compute one
+    (unless every caller raises on that answer). Also `try` blocks, at import or in a function, that import a kernel module (the
     project's extension, `_C`, `ops`, `kernels`, `fused_*` or Triton-kernel modules, and third-party
     kernel libraries such as AITER, FlashAttention, FlashInfer, DeepGEMM, Apex or Transformer
     Engine, bitsandbytes, GemLite; not the compilers themselves; also `from vendor import _custom_ops`
