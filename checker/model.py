@@ -864,15 +864,24 @@ def _loop_ends_synced(model: ModuleModel, stmt: cst.CSTNode | None, function) ->
 
 
 def _host_only(model: ModuleModel, stmt: cst.CSTNode) -> bool:
-    """A statement that queues no GPU work by its calls: printing or logging, ``len``, ``str``."""
+    """A statement that queues no GPU work by its calls: printing or logging, ``len``, ``str``, a
+    query of the device (``torch.cuda.is_available()``), or a barrier across ranks, which returns
+    when every rank reached it and leaves no work of its own behind."""
     if type(stmt) is not cst.SimpleStatementLine:
         return False
     calls = list(_statement_calls(stmt))
-    return bool(calls) and all(model.log_kind(c) or type(c.func) is cst.Name and c.func.value in HOST_ONLY_CALLS
-                               for c in calls)
+    return bool(calls) and all(_host_only_call(model, c) for c in calls)
+
+
+def _host_only_call(model: ModuleModel, call: cst.Call) -> bool:
+    name = model.call_name(call) or ""
+    return bool(model.log_kind(call)) or type(call.func) is cst.Name and call.func.value in HOST_ONLY_CALLS \
+        or name in HOST_ONLY_FUNCTIONS
 
 
 HOST_ONLY_CALLS = {"len", "str", "repr", "format", "round"}
+HOST_ONLY_FUNCTIONS = {"torch.distributed.barrier", "torch.cuda.is_available", "torch.distributed.is_initialized",
+                       "torch.cuda.device_count", "torch.cuda.current_device"}
 
 
 def _is_sync_statement(model: ModuleModel, stmt: cst.CSTNode, function) -> bool:
@@ -881,8 +890,10 @@ def _is_sync_statement(model: ModuleModel, stmt: cst.CSTNode, function) -> bool:
         return bool(stmt.body.body) and all(_is_sync_statement(model, s, function) for s in stmt.body.body)
     if type(stmt) is not cst.SimpleStatementLine:
         return False
-    calls = list(_statement_calls(stmt))
-    return bool(calls) and all(model.sync_kind(c, function) for c in calls if not _is_record(model, c))
+    calls = [c for c in _statement_calls(stmt) if not _is_record(model, c)]
+    # ``torch.cuda.synchronize() if torch.cuda.is_available() else None``: the query queues nothing
+    return any(model.sync_kind(c, function) for c in calls) and all(
+        model.sync_kind(c, function) or _host_only_call(model, c) for c in calls)
 
 
 def _bench_target(model: ModuleModel, call: cst.Call) -> cst.CSTNode | None:
