@@ -101,6 +101,9 @@ class Config:
     # Set per file by the engine from the project index: the names this file imports from a module of
     # the project whose import loads a kernel (``kcheck.project.kernel_loading``).
     kernel_imports: tuple[str, ...] = ()
+    # Set per file by the engine from the project index: the names it imports from project modules
+    # whose import loads no kernel (``kcheck.project.kernel_loading``), whatever their names say.
+    plain_imports: tuple[str, ...] = ()
     step_loops: tuple[tuple[str, tuple[int, ...]], ...] = ()
     indexed: bool = False
     library_ops: tuple[str, ...] = ()

@@ -721,6 +721,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             stack.extend((n, owner, klass, scope) for n in [node.test, *node.body])
             continue
         stack.extend((n, owner, klass, scope) for n in ast_children(node))
+    for node in ast.walk(tree):  # imports the walk above leaves (in handlers, below lazy guards) bind names too
+        if type(node) is ast.Import or type(node) is ast.ImportFrom:
+            for local, qualified in import_bindings(node):
+                facts.imports.setdefault(local, _absolute(module, qualified, is_package))
     qualified = [_qualified(facts.imports, text) for text in decorated]
     facts.loads_kernels = facts.loads_kernels or any(q in TRITON_DECORATORS or q in DSL_DECORATORS for q in qualified)
     calls = [_qualified(facts.imports, text) for text in on_import]
@@ -1351,12 +1355,15 @@ def options_off(files: dict[str, FileFacts], resolve: Resolver | None = None) ->
     return {path: tuple(sorted(found)) for path, found in out.items()}
 
 
-def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[str, ...]]:
+def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
+                   ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     """File -> the names it imports from a module of the project whose import loads a kernel
     (``FileFacts.loads_kernels``, or a call its import runs into a project function that calls a
     kernel loader: ``moe = load_kernel("moe")`` at the top of ``layers/moe/unquantized.py``), directly
     or through a package that re-exports them. ``from .unquantized import fused_moe`` under a broad
-    ``except`` swallows that kernel's load failure whatever the name says."""
+    ``except`` swallows that kernel's load failure whatever the name says. Second: file -> the names
+    it imports from project modules whose import loads none (``from little_kernel.ir import
+    Node``: no kernel whatever the package is called)."""
     resolve = resolve or Resolver(files)
 
     def builds(rel: str, fn: str) -> bool:
@@ -1373,25 +1380,31 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None)
 
     exact = {f.module: rel for rel, f in files.items()}
 
-    def loads(qualified: str, hops: int = 1) -> bool:
+    def loads(qualified: str, hops: int = 1) -> bool | None:  # None: not a module of the project
         target = module_of(qualified)  # ``import pkg.kmod as km``
         if target is not None:
             return target in loading
         module, _, name = qualified.rpartition(".")
         target = module_of(module)
         if target is None:
-            return False
+            return None
         if target in loading:
             return True
         again = files[target].imports.get(name)  # a package's re-export (``from .kmod import f``)
-        return hops > 0 and again is not None and again != qualified and loads(again, hops - 1)
+        if hops > 0 and again is not None and again != qualified:
+            return bool(loads(again, hops - 1))
+        return False
 
-    out = {}
+    out, plain = {}, {}
     for rel, f in files.items():
-        names = tuple(sorted(local for local, qualified in f.imports.items() if loads(qualified)))
+        answers = {local: loads(qualified) for local, qualified in f.imports.items()}
+        names = tuple(sorted(local for local, yes in answers.items() if yes))
         if names:
             out[rel] = names
-    return out
+        names = tuple(sorted(local for local, yes in answers.items() if yes is False))
+        if names:
+            plain[rel] = names
+    return out, plain
 
 
 def _followed_in_module(call: str) -> bool:
@@ -1706,14 +1719,14 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
             else:  # changed or gone since: its facts are stale
                 cache.drop(key)
     config = jobs[0].config
-    steps = timing = constants = off = hosts = demanded = copied = loading = None
+    steps = timing = constants = off = hosts = given = demanded = copied = loading = plain = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
         digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, *_) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants, off, hosts, given, demanded, copied, loading = cache.walk[1]
+            steps, timing, constants, off, hosts, given, demanded, copied, loading, plain = cache.walk[1]
     if steps is None:
         for rel, key in pending.items():  # the walk is redone: it needs every file's facts
             facts = cache.facts.get(key)
@@ -1727,9 +1740,9 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         constants, off = imported_constants(files, resolve), options_off(files, resolve)
         hosts, given = host_params(files, resolve), given_params(files, resolve)
         demanded = contracts.call_demands(files, resolve)
-        copied, loading = copies(files), kernel_loading(files, resolve)
+        copied, (loading, plain) = copies(files), kernel_loading(files, resolve)
         if cache is not None:
-            cache.walk = (digest, (steps, timing, constants, off, hosts, given, demanded, copied, loading))
+            cache.walk = (digest, (steps, timing, constants, off, hosts, given, demanded, copied, loading, plain))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -1740,7 +1753,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         known = {"per_step": mine, "once_after": once_of.get(job.rel, ()), "measuring": timing.get(job.rel, ()),
                  "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
                  "host_params": hosts.get(job.rel, ()), "given_params": given.get(job.rel, ()), "demands": demanded.get(job.rel, ()),
-                 "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
+                 "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), "plain_imports": plain.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

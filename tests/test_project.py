@@ -559,6 +559,37 @@ def test_a_function_from_a_module_that_defines_a_kernel_is_a_launch(tmp_path):
     assert found == [("pkg/route.py", 10)]
 
 
+def test_a_project_module_that_loads_no_kernel_is_no_kernel_import(tmp_path):
+    # little_kernel/ is a code generator: its name matches a kernel module, but the index reads that
+    # importing it loads no kernel, so a best-effort import or call under a broad except is no fallback
+    ir = "def infer(node):\n    return node\n"
+    user = """
+        def element_type(node):
+            try:
+                from little_kernel.ir import infer
+
+                return infer(node)
+            except Exception:
+                return None
+
+
+        def element_type_via_module(node):
+            try:
+                import little_kernel.ir as ir
+
+                return ir.infer(node)
+            except Exception:
+                return None
+    """
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "little_kernel/__init__.py": "",
+                      "little_kernel/ir.py": ir, "little_kernel/codegen.py": user})
+    jobs, _ = discover([str(tmp_path)])
+    assert [f for f in scan(jobs, 1, cache=False).findings if f.code.startswith("KC3")] == []
+    # the same file alone, without the project's modules, reads the package's name
+    jobs, _ = discover([str(tmp_path / "little_kernel" / "codegen.py")])
+    assert {f.code for f in scan(jobs, 1, cache=False).findings if f.code.startswith("KC3")} == {"KC303"}
+
+
 PIPELINE = """
     import torch
     from ..ops.guidance import guidance_scale, decode_preview

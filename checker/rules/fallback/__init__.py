@@ -442,7 +442,8 @@ def _all_dispatchers(model) -> list[Dispatcher]:
         fn = model.enclosing_function(call)
         head = (model.dotted(call.func) or "").split(".")[0]
         if fn is None or fn in model.triton_kernels or fn in model.dsl_kernels or id(call) in model.launch_sites or \
-                head not in model.imports or not (imported_kernel(name) or _from_kernel_module(model, call, head)):
+                head not in model.imports or head in model.config.plain_imports or not (
+                    imported_kernel(name) or _from_kernel_module(model, call, head)):
             continue
         if type(model.parent(call)) is cst.WithItem:
             continue  # ``with _device_guard(w):``: a context manager from the kernel module, not a launch
