@@ -104,6 +104,9 @@ class Config:
     # Set per file by the engine from the project index: the names it imports from project modules
     # whose import loads no kernel (``kcheck.project.kernel_loading``), whatever their names say.
     plain_imports: tuple[str, ...] = ()
+    # Set per file by the engine from the project index: its top-level functions that some function
+    # of the project calls by name (``kcheck.project.called_plainly``): a Triton one is a device helper.
+    called_plainly: tuple[str, ...] = ()
     step_loops: tuple[tuple[str, tuple[int, ...]], ...] = ()
     indexed: bool = False
     library_ops: tuple[str, ...] = ()

@@ -1355,6 +1355,21 @@ def options_off(files: dict[str, FileFacts], resolve: Resolver | None = None) ->
     return {path: tuple(sorted(found)) for path, found in out.items()}
 
 
+def called_plainly(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[str, ...]]:
+    """File -> its top-level functions that a function of the project calls by name (``f(x)``, not
+    a launch ``f[grid](x)``, which the index does not record as a call): a Triton function called
+    that way from another module's kernel is a device helper inlined there, not a kernel."""
+    resolve = resolve or Resolver(files)
+    out: dict[str, set[str]] = {}
+    for path, facts in files.items():
+        for name, calls in facts.calls.items():
+            for text in set(calls):
+                hit = resolve(path, name, text)
+                if hit is not None and "." not in hit[1]:
+                    out.setdefault(hit[0], set()).add(hit[1])
+    return {path: tuple(sorted(found)) for path, found in out.items()}
+
+
 def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
                    ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     """File -> the names it imports from a module of the project whose import loads a kernel
@@ -1719,14 +1734,14 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
             else:  # changed or gone since: its facts are stale
                 cache.drop(key)
     config = jobs[0].config
-    steps = timing = constants = off = hosts = given = demanded = copied = loading = plain = None
+    steps = timing = constants = off = hosts = given = demanded = copied = loading = plain = called = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
         digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, *_) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants, off, hosts, given, demanded, copied, loading, plain = cache.walk[1]
+            steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, called = cache.walk[1]
     if steps is None:
         for rel, key in pending.items():  # the walk is redone: it needs every file's facts
             facts = cache.facts.get(key)
@@ -1741,8 +1756,9 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         hosts, given = host_params(files, resolve), given_params(files, resolve)
         demanded = contracts.call_demands(files, resolve)
         copied, (loading, plain) = copies(files), kernel_loading(files, resolve)
+        called = called_plainly(files, resolve)
         if cache is not None:
-            cache.walk = (digest, (steps, timing, constants, off, hosts, given, demanded, copied, loading, plain))
+            cache.walk = (digest, (steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, called))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -1753,7 +1769,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         known = {"per_step": mine, "once_after": once_of.get(job.rel, ()), "measuring": timing.get(job.rel, ()),
                  "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
                  "host_params": hosts.get(job.rel, ()), "given_params": given.get(job.rel, ()), "demands": demanded.get(job.rel, ()),
-                 "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), "plain_imports": plain.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
+                 "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), "plain_imports": plain.get(job.rel, ()), "called_plainly": called.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

@@ -590,6 +590,37 @@ def test_a_project_module_that_loads_no_kernel_is_no_kernel_import(tmp_path):
     assert {f.code for f in scan(jobs, 1, cache=False).findings if f.code.startswith("KC3")} == {"KC303"}
 
 
+def test_a_triton_function_another_module_calls_is_a_device_helper(tmp_path):
+    # _rows' BLOCK_M is a plain parameter, but its only use is as a helper inlined into gemm.py's
+    # kernel, which passes its own constexpr: not a runtime block size (KC504)
+    helpers = """
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def _rows(tile, n_m, BLOCK_M):
+            return tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    """
+    gemm = """
+        import triton
+        import triton.language as tl
+        from pkg.helpers import _rows
+
+
+        @triton.jit
+        def gemm(a_ptr, n_m, BLOCK: tl.constexpr):
+            offs = _rows(tl.program_id(0), n_m, BLOCK)
+            tl.store(a_ptr + offs, tl.load(a_ptr + offs, mask=offs < n_m), mask=offs < n_m)
+    """
+    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "",
+                      "pkg/helpers.py": helpers, "pkg/gemm.py": gemm})
+    jobs, _ = discover([str(tmp_path)])
+    assert [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC504"] == []
+    jobs, _ = discover([str(tmp_path / "pkg" / "helpers.py")])  # alone, nothing shows it is a helper
+    assert [(f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC504"] == [("pkg/helpers.py", 7)]
+
+
 PIPELINE = """
     import torch
     from ..ops.guidance import guidance_scale, decode_preview

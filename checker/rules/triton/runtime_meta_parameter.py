@@ -118,8 +118,9 @@ def k(x_ptr, n, BLOCK: tl.constexpr, num_warps):
         helpers = {c.func.value for k in all_kernels for c in nodes_under(k.fn.body)
                    if type(c) is cst.Call and type(c.func) is cst.Name}
         for k in all_kernels:
-            if k.name in helpers:
-                continue  # an inlined helper: its arguments are constexpr when its callers pass constexprs
+            if k.name in helpers or k.name in self.model.config.called_plainly:
+                continue  # an inlined helper (here or in another module's kernel): its arguments are
+                # constexpr when its callers pass constexprs
             runtime = k.runtime_params() - k.pointers(self.model)
             shaped: set[str] = set()
             for node in nodes_under(k.fn.body):
