@@ -186,9 +186,22 @@ class ModuleModel:
                 return self.scope_names[id(anc)]
         return ""
 
-    def local_function(self, name: str) -> cst.FunctionDef | None:
+    def local_function(self, name: str, near: cst.CSTNode | None = None) -> cst.FunctionDef | None:
+        """The module's function of that name; with ``near``, one defined in a function around
+        ``near`` first (two benchmarks' ``def fwd():`` closures are two functions)."""
         defs = self.functions.get(name)
-        return defs[-1] if defs else None
+        if not defs:
+            return None
+        if near is not None and len(defs) > 1:
+            around = [a for a in self.ancestors(near) if type(a) is cst.FunctionDef]
+            for fn in around:
+                inner = [d for d in defs if self.enclosing_function(d) is fn]
+                if inner:
+                    return inner[-1]
+            top = [d for d in defs if self.enclosing_function(d) is None]
+            if top:
+                return top[-1]
+        return defs[-1]
 
     def in_measurement_code(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` is in benchmark or test code: by its file's path, or by the name of a
@@ -203,7 +216,7 @@ class ModuleModel:
         """The same-module function a call reaches: ``helper(...)`` or ``self.helper(...)``."""
         func = call.func
         if type(func) is cst.Name and func.value not in self.imports:
-            return self.local_function(func.value)
+            return self.local_function(func.value, call)
         if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in ("self", "cls"):
             # the method of the caller's own class or of its same-module bases (two classes of a
             # module often define the same helper name); one inherited from elsewhere is unseen

@@ -47,12 +47,12 @@ def test_manifest_split_follows_its_written_rule():
 
 def test_manifest_refuses_a_split_that_disagrees_with_the_rule(tmp_path):
     text = (REPO / "benchmarks" / "corpus.yaml").read_text()
-    flipped = text.replace("{name: natten, kind: kernel-library, added: 2026-12-06, split: test",
-                           "{name: natten, kind: kernel-library, added: 2026-12-06, split: dev")
+    flipped = text.replace("{name: deepep, kind: kernel-library, added: 2026-12-07, split: test",
+                           "{name: deepep, kind: kernel-library, added: 2026-12-07, split: dev")
     assert flipped != text
     path = tmp_path / "corpus.yaml"
     path.write_text(flipped)
-    with pytest.raises(corpus.ManifestError, match="natten"):
+    with pytest.raises(corpus.ManifestError, match="deepep"):
         corpus.load_manifest(path)
 
 

@@ -189,7 +189,7 @@ print(bench(my_kernel, torch.randn(64, 64, device="cuda")))
             if any(type(n) is cst.Name and n.value in varying for c in timed for a in c.args
                    for n in nodes_under(a.value)):
                 continue  # inputs rotate with the loop
-            if all(COLLECTIVE.search(model.dotted(c.func) or "") for c in timed):
+            if all(_collective(model, c) for c in timed):
                 continue  # a collective moves data between GPUs: L2 is not what it measures
             if self._large_inputs(region, timed):
                 continue  # expert weights or vocabulary logits: far larger than L2 already
@@ -402,6 +402,18 @@ HOST_OVERHEAD = re.compile(
 # candidate implementations on the live inputs to pick one, each under the same cache state, which
 # is the state they will run in; it reports no figure.
 AUTOTUNER = re.compile(r"(^|/)[^/]*autotun[^/]*\.py$", re.IGNORECASE)
+
+def _collective(model, call: cst.Call, depth: int = 2) -> bool:
+    """A collective or point-to-point transfer by its name, or a call of a same-module function
+    (a ``fwd()`` closure around ``fast_all_to_all(...)``) whose own work is only collectives."""
+    if COLLECTIVE.search(model.dotted(call.func) or ""):
+        return True
+    target = model.callee(call)
+    if target is None or depth == 0:
+        return False
+    inner = work_calls(model, [target.body])
+    return bool(inner) and all(_collective(model, c, depth - 1) for c in inner)
+
 
 # Collectives and point-to-point transfers: their cost is the interconnect, not L2 hits.
 COLLECTIVE = re.compile(r"all_?reduce|all_?gather|all_?to_?all|reduce_?scatter|broadcast|\bsend|\brecv|a2a|barrier"
