@@ -31,6 +31,9 @@ ON_GPU = (DEVICE, TENSOR)
 # The engines' naming rule for host-resident copies (``seq_lens_cpu``, ``starts_np``,
 # ``host_positions``, a CpuGpuBuffer's ``.np``/``.cpu``) and for the device side (``.gpu``).
 HOST_NAME = re.compile(r"(^|_)cpu(_|$)|(^|_)np$|^np_|_numpy$|^host_|_host$|(^|_)grid_thws?$")
+# Configuration objects: what they hold is Python values read on the host (``config.n_head``,
+# ``self.model_config.hidden_size``, ``args.num_heads``), never a device tensor.
+CONFIG_NAME = re.compile(r"^(config|cfg|conf|args|opts|options|settings|hparams)$|_(config|cfg|args)$")
 DEVICE_NAME = re.compile(r"(^|_)gpu$|^gpu_|(^|_)cuda$|^d_|_dev$|_device_tensor$")
 # NumPy arrays, Python scalars and containers of them (not a bare ``list``: ``states: list[dict]``
 # may hold GPU tensors)
@@ -301,6 +304,10 @@ class Places:
             return HOST
         if attr in ("T", "mT", "data", "real", "imag"):
             return self.place(node.value)
+        owner = node.value.attr.value if type(node.value) is cst.Attribute else \
+            node.value.value if type(node.value) is cst.Name else ""
+        if CONFIG_NAME.search(owner):
+            return HOST  # ``config.n_head``: a setting
         if type(node.value) is cst.Name and node.value.value == "self":
             owner = next((a for a in self.model.ancestors(node) if type(a) is cst.ClassDef), None)
             if owner is not None:
