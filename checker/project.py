@@ -129,10 +129,10 @@ def once_per_input(owner: str, path: str) -> bool:
 # (over libcst) ask the same function, so both decide alike.
 
 # A training module: a trainer, a training loop, losses, optimizers (``training.py``,
-# ``trainer/``, ``optimizers.py``, ``sft_trainer.py``, ``losses/``).
+# ``trainer/``, ``optimizers.py``, ``sft_trainer.py``, ``losses/``, ``fused_linear_cross_entropy.py``).
 TRAINING_PATH = re.compile(
     r"(^|/)(train|training|trainers?|finetun\w*|fine_tun\w*|losses?|optim|optimi[sz]ers?)(/|\.py$)"
-    r"|(^|/)\w+_(trainer|training|loss|losses)\.py$")
+    r"|(^|/)\w+_(trainer|training|loss|losses)\.py$|(^|/)\w*cross_entropy\w*(/|\.py$)")
 # Offline or one-time work by module: export, checkpoint conversion, calibration, weight loading
 # (``export/`` or a private ``_export/``, ``convert_hf_to_neox.py``, ``calibration.py``, ``model_loader/``, ``loading/``).
 OFFLINE_PATH = re.compile(
