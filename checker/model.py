@@ -876,6 +876,22 @@ def _loop_ends_synced(model: ModuleModel, stmt: cst.CSTNode | None, function) ->
                                  and any(model.sync_kind(c, function) for c in _statement_calls(last)))
 
 
+def ends_in_generation(model: ModuleModel, stmts: list) -> bool:
+    """Whether the last statement of ``stmts`` that does more than log or query (a window's body)
+    holds a ``generate()`` call (``out = model.generate(ids, max_new_tokens=n)``, also as a loop's
+    last statement): a generation loop reads every step's tokens on the host to decide whether to
+    stop (Hugging Face tests its stopping flag as a Python bool each step; a serving engine's
+    ``generate`` returns host token ids), so it returns with its GPU work done."""
+    k = len(stmts) - 1
+    while k >= 0 and _host_only(model, stmts[k]):
+        k -= 1
+    stmt = stmts[k] if k >= 0 else None
+    if type(stmt) in (cst.For, cst.While) and type(stmt.body) is cst.IndentedBlock and stmt.body.body:
+        stmt = stmt.body.body[-1]
+    return type(stmt) is cst.SimpleStatementLine and any(
+        type(c.func) is cst.Attribute and c.func.attr.value == "generate" for c in _statement_calls(stmt))
+
+
 def _host_only(model: ModuleModel, stmt: cst.CSTNode) -> bool:
     """A statement that queues no GPU work by its calls: printing or logging, ``len``, ``str``, a
     query of the device (``torch.cuda.is_available()``), or a barrier across ranks, which returns

@@ -631,7 +631,9 @@ GPU_WORK_NAMES = {"torch", "kernel", "fn", "func", "model", "op", "launch"}
 NOT_A_LAUNCH = re.compile(
     r"^torch\.(get_device_module(\(\))?(\.\w+)?|(cuda|xpu|accelerator)\.(reset_peak_memory_stats|max_memory_allocated|"
     r"memory_allocated|memory_reserved|max_memory_reserved|memory_stats|empty_cache|set_device|current_device|"
-    r"device_count|get_device_name|is_available))$")
+    r"device_count|get_device_name|is_available)"
+    # checkpoint and file I/O: the host writes or reads, no kernel is queued
+    r"|save|load|distributed\.checkpoint\.\w+(\.\w+)*)$")
 # A torch factory that makes a host tensor unless it is given a device.
 FACTORIES = {"zeros", "ones", "empty", "full", "tensor", "arange"}
 GPU_METHODS = {"forward", "cuda"}  # x.forward(...), x.cuda(): GPU work whatever x is

@@ -4,6 +4,7 @@ import re
 
 import libcst as cst
 
+from kcheck.model import ends_in_generation
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import cpu_device_branch, gpu_work
 
@@ -23,7 +24,12 @@ class HostTimerWithoutSync(Rule):
     `torch.cuda.memory_allocated()`) queues no kernel, and neither does a `torch.distributed`
     send/recv over a CPU group (`group=world.cpu_group`) or of a tensor made without a device
     (`torch.zeros(1, dtype=torch.int64)`): a clock ping-pong or an engine's end-to-end request
-    timing is not reported.
+    timing is not reported. Checkpoint and file I/O (`torch.save`, `torch.distributed.checkpoint`)
+    queue no kernel either. A window whose last work is a `generate()` call is synced: a
+    generation loop reads each step's tokens on the host to decide whether to stop (Hugging Face
+    Transformers tests its stopping flag as a Python bool every step), so it returns with its GPU
+    work done. The closing synchronize may be followed by a barrier across ranks or a device query
+    (`dist.barrier()`, `torch.cuda.is_available()`) or written as a conditional expression.
 
     Event windows and host-timer windows count in measurement code only: files under
     `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
@@ -114,7 +120,7 @@ def bench(x, w):
         if not GPU_TEXT.search(self.context.source):
             return  # a file that never names a GPU times CPU work: the host timer is the right clock
         for region in model.timed_regions:
-            if region.kind != "host-timer" or region.synced_before_stop:
+            if region.kind != "host-timer" or region.synced_before_stop or ends_in_generation(model, region.nodes):
                 continue
             if cpu_device_branch(model, region.stop):
                 continue  # ``if device_type == "cpu":``: the host timer is the right clock for CPU work
