@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kcheck.model import MEASUREMENT_PATH
+from kcheck.model import MEASUREMENT_PATH, walk
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import (
     first_in_statement,
@@ -31,7 +31,8 @@ class LoggingInTimedPath(Rule):
     that operation, syncs included. `do_bench`-style timers count everywhere. A host-timer
     window counts only when its own statements launch GPU work (a `torch` call, a Triton launch,
     a call of a `fn`/`model`/`op` callable): one around a CI run, an eval or a tuning sweep times
-    a job, and a print there costs nothing that matters. Windows pair up in order, so a print
+    a job, and a print there costs nothing that matters; nor does a print of host values after
+    the window's closing synchronize (the GPU work is over). Windows pair up in order, so a print
     between two windows of one function is outside both. Per-step hot paths count outside test
     and benchmark files (a dataset's `sample()` in a benchmark is not a serving step) and outside
     debugging tools (`debug*/` folders, `debug*.py`) only. In every region, a call in an `except`
@@ -131,6 +132,8 @@ class Layer(torch.nn.Module):
                 continue  # an error path or a debug trace: not run on every step or iteration
             if region.kind == "host-timer" and not _launches(model, region):
                 continue  # wall time of a job (a CI run, an eval, a tuning sweep), not of GPU work
+            if region.kind == "host-timer" and _after_closing_sync(model, region, call):
+                continue  # ``torch.cuda.synchronize(); print(f"{n} tokens")`` before the stop: the GPU work is done
             if region.kind == "hot-path" and not self._formats_argument(call, region.function) and (
                     what != "print()" or _conditional(model, call) or via is not None and _conditional(model, via)):
                 continue  # a log line without the step's tensors (its level check is cheap), or a print on
@@ -175,6 +178,20 @@ def _conditional(model, node: cst.CSTNode) -> bool:
         if kind in (cst.If, cst.IfExp, cst.ExceptHandler, cst.While, cst.Else):
             return True
     return False
+
+
+def _after_closing_sync(model, region, call: cst.Call) -> bool:
+    """Whether ``call`` lies in a statement after the window's closing synchronize (its ``exempt``
+    statements) and formats only host values: the GPU work it measures is over."""
+    closing = [i for i, stmt in enumerate(region.nodes) if id(stmt) in region.exempt]
+    if not closing:
+        return False
+    later = region.nodes[closing[-1] + 1:]
+    if not any(n is call for stmt in later for n in walk(stmt)):
+        return False
+    return all(model.places.place(a.value) == HOST or type(a.value) is cst.FormattedString and all(
+        model.places.place(p.expression) == HOST for p in a.value.parts if type(p) is cst.FormattedStringExpression)
+        for a in call.args)
 
 
 def _launches(model, region) -> bool:
