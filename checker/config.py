@@ -101,8 +101,9 @@ class Config:
     # Set per file by the engine from the project index: the names this file imports from a module of
     # the project whose import loads a kernel (``kcheck.project.kernel_loading``).
     kernel_imports: tuple[str, ...] = ()
-    # Set per file by the engine from the project index: the names it imports from project modules
-    # whose import loads no kernel (``kcheck.project.kernel_loading``), whatever their names say.
+    # Set per file by the engine from the project index: what it imports (qualified) from project
+    # modules that have nothing to do with kernels (``kcheck.project.kernel_loading``), whatever
+    # their names say.
     plain_imports: tuple[str, ...] = ()
     # Set per file by the engine from the project index: its top-level functions that some function
     # of the project calls by name (``kcheck.project.called_plainly``): a Triton one is a device helper.

@@ -1376,9 +1376,11 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
     (``FileFacts.loads_kernels``, or a call its import runs into a project function that calls a
     kernel loader: ``moe = load_kernel("moe")`` at the top of ``layers/moe/unquantized.py``), directly
     or through a package that re-exports them. ``from .unquantized import fused_moe`` under a broad
-    ``except`` swallows that kernel's load failure whatever the name says. Second: file -> the names
-    it imports from project modules whose import loads none (``from little_kernel.ir import
-    Node``: no kernel whatever the package is called)."""
+    ``except`` swallows that kernel's load failure whatever the name says. Second: file -> what it
+    imports (qualified, as ``FileFacts.imports`` holds it) from project modules that have nothing to
+    do with kernels: their import loads none, no function of theirs builds one, and they import no
+    kernel module or library from outside the project (``from little_kernel.ir import Node``: a code
+    generator's own module, whatever the package is called)."""
     resolve = resolve or Resolver(files)
 
     def builds(rel: str, fn: str) -> bool:
@@ -1410,15 +1412,34 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
             return bool(loads(again, hops - 1))
         return False
 
+    def external(qualified: str) -> bool:
+        return module_of(qualified) is None and module_of(qualified.rpartition(".")[0]) is None
+
+    def touches(rel: str) -> bool:  # a module that builds, imports or wraps a kernel, at any level
+        f = files[rel]
+        return rel in loading or any(builds(rel, fn) for fn in f.calls) or any(
+            external(q) and kernel_module(q) for q in f.imports.values())
+
+    def plain_module(qualified: str, hops: int = 1) -> bool:
+        target = module_of(qualified)
+        if target is None:
+            module, _, name = qualified.rpartition(".")
+            target = module_of(module)
+            if target is None:
+                return False
+            again = files[target].imports.get(name)  # a package's re-export: judge where it comes from
+            if hops > 0 and again is not None and again != qualified and not external(again):
+                return not touches(target) and plain_module(again, hops - 1)
+        return not touches(target)
+
     out, plain = {}, {}
     for rel, f in files.items():
-        answers = {local: loads(qualified) for local, qualified in f.imports.items()}
-        names = tuple(sorted(local for local, yes in answers.items() if yes))
+        names = tuple(sorted(local for local, qualified in f.imports.items() if loads(qualified)))
         if names:
             out[rel] = names
-        names = tuple(sorted(local for local, yes in answers.items() if yes is False))
-        if names:
-            plain[rel] = names
+        found = tuple(sorted({q for q in f.imports.values() if plain_module(q)}))
+        if found:
+            plain[rel] = found
     return out, plain
 
 

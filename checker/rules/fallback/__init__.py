@@ -23,7 +23,7 @@ from kcheck.project import (  # noqa: F401 - the family's rules read the kernel 
 )
 from kcheck.gate import nodes_of, reachable
 from kcheck.model import walk
-from kcheck.project import OTHER_PLATFORM, TEST_PATH
+from kcheck.project import OTHER_PLATFORM, TEST_PATH, _absolute, module_name
 from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
 
 # Text every file with a launch or dispatch site contains (a Triton launch ends in ``](``).
@@ -257,6 +257,17 @@ def imported_kernel(name: str) -> bool:
     return kernel_module(module)
 
 
+def plain_import(model, target: str) -> bool:
+    """Whether ``target`` (a module or a name in one, as the import spells it, dots included) comes
+    from a module of the project that has nothing to do with kernels: the index's
+    ``Config.plain_imports``, whatever the package is called."""
+    plain = model.config.plain_imports
+    if not plain or not target:
+        return False
+    path = model.path.replace("\\", "/")
+    return _absolute(module_name(path), target, path.endswith("__init__.py")) in plain
+
+
 def _from_kernel_module(model, call: cst.Call, head: str) -> bool:
     """A call of a function the file imports from a project module whose import loads a kernel (the
     index's ``Config.kernel_imports``: a module defining a Triton kernel, say): ``flash_d512(q, k,
@@ -442,7 +453,7 @@ def _all_dispatchers(model) -> list[Dispatcher]:
         fn = model.enclosing_function(call)
         head = (model.dotted(call.func) or "").split(".")[0]
         if fn is None or fn in model.triton_kernels or fn in model.dsl_kernels or id(call) in model.launch_sites or \
-                head not in model.imports or head in model.config.plain_imports or not (
+                head not in model.imports or plain_import(model, model.imports[head]) or not (
                     imported_kernel(name) or _from_kernel_module(model, call, head)):
             continue
         if type(model.parent(call)) is cst.WithItem:

@@ -17,9 +17,11 @@ from collections.abc import Iterator
 import libcst as cst
 
 from kcheck.claims import _walk
+from kcheck.gate import qualify_from
 from kcheck.project import kernel_loader
 from kcheck.rules.fallback import (
-    DYNAMIC_IMPORTS, KERNEL_LIBRARY, QUERY_NAME, dynamic_import, kernel_module, sibling_statements, statements, warns,
+    DYNAMIC_IMPORTS, KERNEL_LIBRARY, QUERY_NAME, dynamic_import, kernel_module, plain_import, sibling_statements,
+    statements, warns,
 )
 
 
@@ -58,8 +60,8 @@ def loads_kernel(model, body) -> str | None:
             if type(node) is cst.Import:
                 for alias in node.names:
                     name = model.dotted(alias.name) or ""
-                    if (alias.asname is not None or "." not in name) and _bound(alias) in model.config.plain_imports:
-                        continue  # a module of the project whose import loads no kernel (the index)
+                    if plain_import(model, name):
+                        continue  # a module of the project that has nothing to do with kernels (the index)
                     if kernel_module(name) or _bound(alias) in model.config.kernel_imports \
                             and model.enclosing_function(node) is None:
                         return f"the import of `{name}`"
@@ -67,8 +69,8 @@ def loads_kernel(model, body) -> str | None:
                 mod = "." * len(node.relative) + (model.dotted(node.module) or "" if node.module is not None else "")
                 names = [] if type(node.names) is cst.ImportStar else [model.dotted(a.name) or "" for a in node.names]
                 if _own_plumbing(model, mod) or type(node.names) is not cst.ImportStar and node.names and all(
-                        _bound(a) in model.config.plain_imports for a in node.names):
-                    continue  # the project's own module, whose import the index says loads no kernel
+                        plain_import(model, qualify_from(mod, n)) for n in names):
+                    continue  # the project's own module, which the index says has nothing to do with kernels
                 if kernel_module(mod):
                     return f"the import of `{mod}`"
                 loaded = [] if type(node.names) is cst.ImportStar or model.enclosing_function(node) is not None else [
