@@ -1415,10 +1415,34 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
     def external(qualified: str) -> bool:
         return module_of(qualified) is None and module_of(qualified.rpartition(".")[0]) is None
 
-    def touches(rel: str) -> bool:  # a module that builds, imports or wraps a kernel, at any level
+    def launches(rel: str, fn: str) -> bool:  # builds a kernel, calls a custom op, or a project function that builds
+        owner = fn.rsplit(".", 1)[0] if "." in fn else ""
+        for c in files[rel].calls.get(fn, ()):
+            q = _qualified(files[rel].imports, c)
+            if kernel_loader(q) or q.startswith("torch.ops.") and q.split(".")[2:3] not in (["aten"], ["prims"]):
+                return True
+            hit = resolve(rel, owner, c)
+            if hit is not None and hit[0] != rel and builds(*hit):
+                return True
+        return False
+
+    touching: dict[str, bool] = {}
+
+    def touches(rel: str, depth: int = 3) -> bool:  # builds, imports or wraps a kernel, or imports a module that does
+        if rel in touching:
+            return touching[rel]
+        touching[rel] = False  # an import cycle adds nothing
         f = files[rel]
-        return rel in loading or any(builds(rel, fn) for fn in f.calls) or any(
+        found = rel in loading or any(launches(rel, fn) for fn in f.calls) or any(
             external(q) and kernel_module(q) for q in f.imports.values())
+        if not found and depth > 0:
+            for q in f.imports.values():
+                target = module_of(q) or module_of(q.rpartition(".")[0])
+                if target is not None and target != rel and touches(target, depth - 1):
+                    found = True
+                    break
+        touching[rel] = found
+        return found
 
     def plain_module(qualified: str, hops: int = 1) -> bool:
         target = module_of(qualified)
