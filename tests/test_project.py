@@ -89,6 +89,14 @@ def _write(root, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(src))
 
 
+def _project_findings(root, files: dict[str, str], code: str) -> list[tuple[str, int]]:
+    """(path, line) of ``code``'s findings on a project of ``files`` in package ``pkg/`` (scanned with
+    its index, nothing cached)."""
+    _write(root, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "", **files})
+    jobs, _ = discover([str(root)])
+    return sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == code)
+
+
 def test_a_sync_in_a_helper_of_another_module_is_reported_with_its_caller(tmp_path):
     _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "", "pkg/layers/__init__.py": "",
                       "pkg/ops/__init__.py": "", "pkg/layers/sampler.py": MODEL, "pkg/ops/sampling.py": SAMPLING,
@@ -463,10 +471,7 @@ def test_a_parameter_every_caller_passes_a_host_array_is_on_the_host(tmp_path):
     files = _facts({"pkg/counts.py": COUNTS, "pkg/moe.py": MOE})
     # Planner.plan is reached only through self.planner (unresolved here); width_of has a device caller
     assert host_params(files) == {"pkg/counts.py": (("tokens_in", "expert_num_tokens"),)}
-    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "",
-                      "pkg/counts.py": COUNTS, "pkg/moe.py": MOE})
-    jobs, _ = discover([str(tmp_path)])
-    found = sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC203")
+    found = _project_findings(tmp_path, {"pkg/counts.py": COUNTS, "pkg/moe.py": MOE}, "KC203")
     # tokens_in (line 3) reads a host array: no sync; width_of(meta.seq_lens) passes a device tensor
     assert found == [("pkg/counts.py", 7)]
 
@@ -512,10 +517,7 @@ def test_a_default_every_caller_overrides_is_not_the_step(tmp_path):
     # rotate and scale get their parameter at every call, by position or keyword; norm is called
     # once with nothing and once with a literal None
     assert given_params(files) == {"pkg/rotary.py": (("rotate", "seq_len"), ("scale", "lens"))}
-    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "",
-                      "pkg/rotary.py": ROTARY, "pkg/decode.py": DECODE})
-    jobs, _ = discover([str(tmp_path)])
-    found = sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC203")
+    found = _project_findings(tmp_path, {"pkg/rotary.py": ROTARY, "pkg/decode.py": DECODE}, "KC203")
     # rotate's and scale's defaults are never taken; norm's (line 18) runs when a caller passes nothing
     assert found == [("pkg/rotary.py", 18)]
 
@@ -552,11 +554,7 @@ ROUTE = """
 def test_a_function_from_a_module_that_defines_a_kernel_is_a_launch(tmp_path):
     # d512.py's name says nothing of kernels; the index knows it defines a Triton kernel, so a call
     # of what it exports is a launch, and a broad except around it a fallback (KC303)
-    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "",
-                      "pkg/d512.py": D512, "pkg/route.py": ROUTE})
-    jobs, _ = discover([str(tmp_path)])
-    found = sorted((f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC303")
-    assert found == [("pkg/route.py", 10)]
+    assert _project_findings(tmp_path, {"pkg/d512.py": D512, "pkg/route.py": ROUTE}, "KC303") == [("pkg/route.py", 10)]
 
 
 def test_a_project_module_that_loads_no_kernel_is_no_kernel_import(tmp_path):
@@ -613,10 +611,7 @@ def test_a_triton_function_another_module_calls_is_a_device_helper(tmp_path):
             offs = _rows(tl.program_id(0), n_m, BLOCK)
             tl.store(a_ptr + offs, tl.load(a_ptr + offs, mask=offs < n_m), mask=offs < n_m)
     """
-    _write(tmp_path, {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "",
-                      "pkg/helpers.py": helpers, "pkg/gemm.py": gemm})
-    jobs, _ = discover([str(tmp_path)])
-    assert [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC504"] == []
+    assert _project_findings(tmp_path, {"pkg/helpers.py": helpers, "pkg/gemm.py": gemm}, "KC504") == []
     jobs, _ = discover([str(tmp_path / "pkg" / "helpers.py")])  # alone, nothing shows it is a helper
     assert [(f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC504"] == [("pkg/helpers.py", 7)]
 
