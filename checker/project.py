@@ -520,9 +520,9 @@ class FileFacts:
     # "f" or "Cls.m" -> (call text, positional arguments, keywords given a value that may be true)
     # for each call with arguments in its body
     passes: dict[str, list[tuple[str, int, tuple[str, ...]]]] = field(default_factory=dict)
-    # "f" or "Cls.m" -> {index of the call in ``passes[f]``: positions} for the calls that pass a
-    # literal ``None`` by position (the others pass none)
-    nones: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
+    # "f" or "Cls.m" -> {index of the call in ``passes[f]``: (positions, keywords)} for the calls that
+    # pass an argument that may be ``None`` (``maybe_none``; the others pass none)
+    nones: dict[str, dict[int, tuple[tuple[int, ...], tuple[str, ...]]]] = field(default_factory=dict)
     # "f" or "Cls.m" -> its parameters' names, positional ones in order, then keyword-only ones as "*name"
     params: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # "f" or "Cls.m" -> {index of the call in ``passes[f]``: (positions, keywords)} for the calls that
@@ -700,8 +700,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                                   if kw.arg and (r := contracts.argument_root(kw.value)) in params)
                     if (roots or named) and contracts.may_demand(text, params):
                         facts.forwards.setdefault(owner, []).append((facts.calls[owner][-1], roots, named))
-                    nones = tuple(i for i, a in enumerate(node.args) if type(a) is ast.Constant and a.value is None)
-                    if nones:
+                    nulls = facts.nullable.get(owner, {})
+                    nones = (tuple(i for i, a in enumerate(node.args) if maybe_none(a, nulls)),
+                             tuple(kw.arg for kw in node.keywords if kw.arg and maybe_none(kw.value, nulls)))
+                    if nones[0] or nones[1]:
                         facts.nones.setdefault(owner, {})[len(facts.passes[owner]) - 1] = nones
                     positions = tuple(i for i, a in enumerate(node.args) if host_spelled(a))
                     keywords = tuple(kw.arg for kw in node.keywords if kw.arg and host_spelled(kw.value))
@@ -818,8 +820,8 @@ def given_params(files: dict[str, FileFacts], resolve: Resolver | None = None) -
     call in the project passes a value (not a literal ``None``, by position or by keyword): code
     under ``if parameter is None:`` in such a function is a default no caller takes."""
     def given(facts: FileFacts, name: str, i: int, count: int, keywords: tuple[str, ...]):
-        nones = facts.nones.get(name, {}).get(i, ())
-        return tuple(j for j in range(count) if j not in nones), keywords
+        positions, named = facts.nones.get(name, {}).get(i, ((), ()))
+        return tuple(j for j in range(count) if j not in positions), tuple(k for k in keywords if k not in named)
     found = _every_call_passes(files, resolve, given)
     return {path: kept for path, pairs in found.items()
             if (kept := tuple((fn, p) for fn, p in pairs if p in files[path].nullable.get(fn, {})))}
@@ -858,6 +860,26 @@ def _every_call_passes(files: dict[str, FileFacts], resolve: Resolver | None, ma
     for (path, name), state in seen.items():
         out.setdefault(path, []).extend((name, p) for p, host in state.items() if host)
     return {path: tuple(sorted(found)) for path, found in out.items() if found}
+
+
+def maybe_none(value: ast.expr, nullable: dict[str, int] | tuple = ()) -> bool:
+    """An argument that may be ``None``: the literal, a lookup with no default (``kwargs.get("x")``,
+    ``getattr(o, "x", None)``), a conditional expression with a ``None`` side, or the caller's own
+    parameter that defaults to ``None`` (``nullable``) passed along."""
+    kind = type(value)
+    if kind is ast.Constant:
+        return value.value is None
+    if kind is ast.IfExp:
+        return maybe_none(value.body, nullable) or maybe_none(value.orelse, nullable)
+    if kind is ast.Name:
+        return value.id in nullable
+    if kind is ast.Call:
+        func = value.func
+        if type(func) is ast.Attribute and func.attr in ("get", "pop") and len(value.args) < 2:
+            return True
+        return type(func) is ast.Name and func.id == "getattr" and (
+            len(value.args) < 3 or maybe_none(value.args[2], nullable))
+    return False
 
 
 def _off_value(value: ast.expr, keyword: str | None) -> bool:
@@ -1433,7 +1455,8 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
             return touching[rel]
         touching[rel] = False  # an import cycle adds nothing
         f = files[rel]
-        found = rel in loading or any(launches(rel, fn) for fn in f.calls) or any(
+        # a module-level ``__getattr__`` serves names imported from elsewhere at run time (PEP 562): unknown
+        found = rel in loading or "__getattr__" in f.calls or any(launches(rel, fn) for fn in f.calls) or any(
             external(q) and kernel_module(q) for q in f.imports.values())
         if not found and depth > 0:
             for q in f.imports.values():

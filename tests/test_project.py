@@ -495,17 +495,24 @@ ROTARY = """
         if eps is None:
             eps = x.abs().max().item()
         return x / eps
+
+
+    def window(x, size=None):
+        if size is None:
+            size = x.sum().item()
+        return x[:size]
 """
 DECODE = """
     import torch
-    from pkg.rotary import norm, rotate, scale
+    from pkg.rotary import norm, rotate, scale, window
 
 
     class Attention(torch.nn.Module):
-        def forward(self, q, cos, meta):
+        def forward(self, q, cos, meta, **kwargs):
             q = rotate(q, cos, meta.max_len)
             q = rotate(q, cos, seq_len=meta.max_len)
             q = scale(q, lens=meta.width) + scale(q, meta.width)
+            q = window(q, size=kwargs.get("size"))
             return norm(q) + norm(q, eps=None)
 """
 
@@ -515,11 +522,11 @@ def test_a_default_every_caller_overrides_is_not_the_step(tmp_path):
 
     files = _facts({"pkg/rotary.py": ROTARY, "pkg/decode.py": DECODE})
     # rotate and scale get their parameter at every call, by position or keyword; norm is called
-    # once with nothing and once with a literal None
+    # once with nothing and once with a literal None, window with a lookup that may find nothing
     assert given_params(files) == {"pkg/rotary.py": (("rotate", "seq_len"), ("scale", "lens"))}
     found = _project_findings(tmp_path, {"pkg/rotary.py": ROTARY, "pkg/decode.py": DECODE}, "KC203")
-    # rotate's and scale's defaults are never taken; norm's (line 18) runs when a caller passes nothing
-    assert found == [("pkg/rotary.py", 18)]
+    # rotate's and scale's defaults are never taken; norm's and window's run when a caller passes none
+    assert found == [("pkg/rotary.py", 18), ("pkg/rotary.py", 24)]
 
 
 D512 = """
