@@ -108,6 +108,9 @@ class Config:
     # Set per file by the engine from the project index: its top-level functions that some function
     # of the project calls by name (``kcheck.project.called_plainly``): a Triton one is a device helper.
     called_plainly: tuple[str, ...] = ()
+    # Set per file by the engine from the project index: the names it imports that are project functions
+    # launching a kernel in their own body (``kcheck.project.kernel_loading``): calling one is a launch.
+    kernel_entries: tuple[str, ...] = ()
     step_loops: tuple[tuple[str, tuple[int, ...]], ...] = ()
     indexed: bool = False
     library_ops: tuple[str, ...] = ()

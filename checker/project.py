@@ -558,6 +558,9 @@ class FileFacts:
     # the calls its import runs (module level and class bodies), for ``kernel_loading`` to follow
     # into the project's functions that build a kernel
     module_calls: tuple[str, ...] = ()
+    # functions and methods whose own body launches a kernel: ``kernel[grid](...)`` or a custom op
+    # (``torch.ops.<namespace>.<op>(...)`` outside ``aten``)
+    launchers: set[str] = field(default_factory=set)
 
 
 def module_name(path: str) -> str:
@@ -600,6 +603,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
     attributes: dict[str, dict[str, str]] = {}  # class -> ``self.x`` -> its type (``_self_assigned``)
     on_import: list[str] = []  # the calls the module's import runs
     decorated: list[str] = []  # the decorators of its top-level and class-level functions
+    left: list[ast.AST] = []  # what the walk does not enter (error handlers, code below a lazy guard)
     while stack:
         node, owner, klass, scope = stack.pop()
         kind = type(node)
@@ -656,6 +660,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             every = per_call_statements(node, setters.get(klass) if klass and not owner else None)
             if len(every) < len(node.body) and not owner:
                 facts.once_after[name] = len(every) - 1
+            left.extend(node.body[len(every):])
             stack.extend((n, inner or "<nested>", "", full) for n in every)
             continue
         if kind is ast.ClassDef:
@@ -679,6 +684,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             continue
         if kind is ast.Call and not owner and (text := dotted(node.func)):
             on_import.append(text)
+        if kind is ast.Call and owner and owner != "<nested>" and (
+                type(node.func) is ast.Subscript or (text := dotted(node.func) or "").startswith("torch.ops.")
+                and text.split(".")[2:3] not in (["aten"], ["prims"])):
+            facts.launchers.add(owner)
         if kind is ast.Call and owner and owner != "<nested>":
             text = dotted(node.func)
             if text:
@@ -710,23 +719,28 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                     if positions or keywords:
                         facts.hosts.setdefault(owner, {})[len(facts.passes[owner]) - 1] = (positions, keywords)
         if kind is ast.ExceptHandler:
+            left.append(node)
             continue  # an error path, not the step (a handler that re-raises or logs)
         if kind is ast.If and type(node.test) is ast.Constant and not node.test.value:
+            left.extend(node.body)
             stack.extend((n, owner, klass, scope) for n in node.orelse)  # ``if False:``: never runs
             continue
         if kind is ast.If and (other_backend(node.test) or _fills_cache(node, declared.get(owner, set()))):
             # not that backend's branch; a branch that fills the cache its test reads runs once
+            left.extend(node.body)
             stack.extend((n, owner, klass, scope) for n in [node.test, *node.orelse])
             continue
         if kind is ast.If and node.orelse and _fills_cache(node, declared.get(owner, set()), other=True):
             # ``if self._c is not None and self._c[0] == key: use it / else: fill self._c``
+            left.extend(node.orelse)
             stack.extend((n, owner, klass, scope) for n in [node.test, *node.body])
             continue
         stack.extend((n, owner, klass, scope) for n in ast_children(node))
-    for node in ast.walk(tree):  # imports the walk above leaves (in handlers, below lazy guards) bind names too
-        if type(node) is ast.Import or type(node) is ast.ImportFrom:
-            for local, qualified in import_bindings(node):
-                facts.imports.setdefault(local, _absolute(module, qualified, is_package))
+    for root in left:  # imports in what the walk leaves (handlers, below lazy guards) bind names too
+        for node in ast.walk(root):
+            if type(node) is ast.Import or type(node) is ast.ImportFrom:
+                for local, qualified in import_bindings(node):
+                    facts.imports.setdefault(local, _absolute(module, qualified, is_package))
     qualified = [_qualified(facts.imports, text) for text in decorated]
     facts.loads_kernels = facts.loads_kernels or any(q in TRITON_DECORATORS or q in DSL_DECORATORS for q in qualified)
     calls = [_qualified(facts.imports, text) for text in on_import]
@@ -1393,7 +1407,7 @@ def called_plainly(files: dict[str, FileFacts], resolve: Resolver | None = None)
 
 
 def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
-                   ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+                   ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     """File -> the names it imports from a module of the project whose import loads a kernel
     (``FileFacts.loads_kernels``, or a call its import runs into a project function that calls a
     kernel loader: ``moe = load_kernel("moe")`` at the top of ``layers/moe/unquantized.py``), directly
@@ -1402,7 +1416,9 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
     imports (qualified, as ``FileFacts.imports`` holds it) from project modules that have nothing to
     do with kernels: their import loads none, no function of theirs builds one, and they import no
     kernel module or library from outside the project (``from little_kernel.ir import Node``: a code
-    generator's own module, whatever the package is called)."""
+    generator's own module, whatever the package is called). Third: file -> the names it imports
+    that are project functions launching a kernel in their own body (``FileFacts.launchers``:
+    ``flash_d512`` whose body runs ``_kernel[grid](...)``), through a package's re-export too."""
     resolve = resolve or Resolver(files)
 
     def builds(rel: str, fn: str) -> bool:
@@ -1479,15 +1495,49 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
                 return not touches(target) and plain_module(again, hops - 1)
         return not touches(target)
 
-    out, plain = {}, {}
+    launching: dict[tuple[str, str], bool] = {}
+
+    def launches_in(rel: str, fn: str, depth: int = 3) -> bool:  # it or what it calls launches a kernel
+        key = (rel, fn)
+        if key in launching:
+            return launching[key]
+        launching[key] = False  # recursion adds nothing
+        facts = files[rel]
+        found = fn in facts.launchers
+        owner = fn.rsplit(".", 1)[0] if "." in fn else ""
+        for c in facts.calls.get(fn, ()) if not found and depth > 0 else ():
+            head, _, last = c.rpartition(".")
+            hit = (rel, f"{head}.forward") if last == "apply" and head in facts.bases else resolve(rel, owner, c)
+            if hit is not None and hit[1] in files[hit[0]].calls and launches_in(*hit, depth - 1):
+                found = True  # ``flash_d512()`` -> ``_FlashD512.apply()`` -> its forward's launch
+                break
+        launching[key] = found
+        return found
+
+    def launcher(qualified: str, hops: int = 1) -> bool:  # a function of the project that launches a kernel
+        module, _, name = qualified.rpartition(".")
+        target = module_of(module)
+        if target is None:
+            return False
+        if name in files[target].calls and launches_in(target, name):
+            return True
+        again = files[target].imports.get(name)  # a package's re-export
+        return hops > 0 and again is not None and again != qualified and launcher(again, hops - 1)
+
+    out, plain, entries = {}, {}, {}
     for rel, f in files.items():
         names = tuple(sorted(local for local, qualified in f.imports.items() if loads(qualified)))
         if names:
             out[rel] = names
-        found = tuple(sorted({q for q in f.imports.values() if plain_module(q)}))
+        # only where a name would say otherwise: a module named like a kernel's (``little_kernel``)
+        found = tuple(sorted({q for q in f.imports.values()
+                              if (kernel_module(q) or kernel_module(q.rpartition(".")[0])) and plain_module(q)}))
         if found:
             plain[rel] = found
-    return out, plain
+        names = tuple(sorted(local for local, qualified in f.imports.items() if launcher(qualified)))
+        if names:
+            entries[rel] = names
+    return out, plain, entries
 
 
 def _followed_in_module(call: str) -> bool:
@@ -1639,6 +1689,8 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         facts.once_after.update(part.once_after)
         facts.constants.update(part.constants)
         facts.options.update(part.options)
+        facts.nullable.update(part.nullable)
+        facts.launchers |= part.launchers
         facts.params.update(part.params)
         facts.scope_contexts.update(part.scope_contexts)
         facts.returns.update(part.returns)
@@ -1802,14 +1854,14 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
             else:  # changed or gone since: its facts are stale
                 cache.drop(key)
     config = jobs[0].config
-    steps = timing = constants = off = hosts = given = demanded = copied = loading = plain = called = None
+    steps = timing = constants = off = hosts = given = demanded = copied = loading = plain = entries = called = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
         digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, *_) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, called = cache.walk[1]
+            steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, entries, called = cache.walk[1]
     if steps is None:
         for rel, key in pending.items():  # the walk is redone: it needs every file's facts
             facts = cache.facts.get(key)
@@ -1823,10 +1875,11 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         constants, off = imported_constants(files, resolve), options_off(files, resolve)
         hosts, given = host_params(files, resolve), given_params(files, resolve)
         demanded = contracts.call_demands(files, resolve)
-        copied, (loading, plain) = copies(files), kernel_loading(files, resolve)
+        copied, (loading, plain, entries) = copies(files), kernel_loading(files, resolve)
         called = called_plainly(files, resolve)
         if cache is not None:
-            cache.walk = (digest, (steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, called))
+            cache.walk = (digest, (steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, entries,
+                                   called))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -1837,7 +1890,7 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         known = {"per_step": mine, "once_after": once_of.get(job.rel, ()), "measuring": timing.get(job.rel, ()),
                  "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
                  "host_params": hosts.get(job.rel, ()), "given_params": given.get(job.rel, ()), "demands": demanded.get(job.rel, ()),
-                 "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), "plain_imports": plain.get(job.rel, ()), "called_plainly": called.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
+                 "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), "plain_imports": plain.get(job.rel, ()), "kernel_entries": entries.get(job.rel, ()), "called_plainly": called.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

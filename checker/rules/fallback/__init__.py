@@ -65,7 +65,7 @@ class GateDispatch:
 
 
 def _launch_like(facts, call: ast.Call, function, kernels: set[str], extensions: set[str],
-                 registries: set[str], kernel_imports: tuple[str, ...] = ()) -> bool:
+                 registries: set[str], kernel_entries: tuple[str, ...] = ()) -> bool:
     """Whether :func:`kcheck.claims._find_launches` may record ``call`` as a launch site (a superset:
     Triton kernels are known by the last component of their decorator)."""
     func = call.func
@@ -74,9 +74,8 @@ def _launch_like(facts, call: ast.Call, function, kernels: set[str], extensions:
         return base in kernels or "kernel" in base.split(".")[-1].lower()
     if registries and isinstance(func, ast.Name) and function is not None and function.names & registries:
         return True  # kernel = _KERNELS[key]; kernel(...)
-    if kernel_imports and isinstance(func, ast.Name) and func.id in kernel_imports and not func.id[0].isupper() \
-            and not func.id.startswith("__") and not QUERY_NAME.match(func.id):
-        return True  # a function imported from a project module that loads a kernel (_from_kernel_module)
+    if kernel_entries and isinstance(func, ast.Name) and func.id in kernel_entries:
+        return True  # a function imported from the project that launches a kernel (_from_kernel_module)
     name = facts.qualname(func) or ""
     parts = name.split(".")
     if name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims"):
@@ -102,15 +101,15 @@ def _may_launch(summary) -> bool:
                or i.rsplit(".", 1)[-1] in TRITON_LAST or kernel_module(i) for i in summary.imports)
 
 
-def gate_dispatch(summary, kernel_imports: tuple[str, ...] = ()) -> GateDispatch:
+def gate_dispatch(summary, kernel_entries: tuple[str, ...] = ()) -> GateDispatch:
     """The functions that may dispatch to a kernel, by name, as :func:`_all_dispatchers` finds them
     with libcst: those holding a launch site, and their callers two calls up (every function of a
-    name counts; reference functions and ``forward_native`` left out). ``kernel_imports``: the
-    index's names imported from project modules that load a kernel. Cached in ``summary.memo``."""
+    name counts; reference functions and ``forward_native`` left out). ``kernel_entries``: the
+    index's names imported from the project that launch a kernel. Cached in ``summary.memo``."""
     found = summary.memo.get("fallback")
     if found is not None:
         return found
-    if not _may_launch(summary) and not summary.all_names & set(kernel_imports):
+    if not _may_launch(summary) and not summary.all_names & set(kernel_entries):
         found = summary.memo["fallback"] = GateDispatch(set(), set())
         return found
     facts = ast_facts(summary)
@@ -133,7 +132,7 @@ def gate_dispatch(summary, kernel_imports: tuple[str, ...] = ()) -> GateDispatch
     calls: list[tuple[ast.Call, str, str]] = []  # (call, caller, callee) for same-module calls
     direct: set[str] = set()
     for call, function in summary.calls:
-        if _launch_like(facts, call, function, kernels, extensions, registries, kernel_imports):
+        if _launch_like(facts, call, function, kernels, extensions, registries, kernel_entries):
             sites.add(id(call))
             if function is not None:
                 direct.add(function.name)
@@ -167,7 +166,7 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
     if "forward_cuda" not in names and not patched and (
             not names & (FUNCTION_ENTRIES | {CALLABLE_ENTRY}) or NOT_SERVED.search(summary.path)):
         return set()
-    dispatching = gate_dispatch(summary, config.kernel_imports).dispatchers
+    dispatching = gate_dispatch(summary, config.kernel_entries).dispatchers
     if not dispatching:
         return set()
     roots = set()
@@ -186,7 +185,7 @@ def claimed_dispatchers(summary, config) -> set[str] | None:
 @fact("dispatcher")
 def has_dispatcher(summary, config) -> bool:
     """A function of the file may launch a specialised kernel (:func:`gate_dispatch`)."""
-    return bool(gate_dispatch(summary, config.kernel_imports).dispatchers)
+    return bool(gate_dispatch(summary, config.kernel_entries).dispatchers)
 
 
 @fact("dispatcher meets demands")
@@ -269,12 +268,10 @@ def plain_import(model, target: str) -> bool:
 
 
 def _from_kernel_module(model, call: cst.Call, head: str) -> bool:
-    """A call of a function the file imports from a project module whose import loads a kernel (the
-    index's ``Config.kernel_imports``: a module defining a Triton kernel, say): ``flash_d512(q, k,
-    v)`` after ``from .flash_attn_d512 import flash_d512``. Classes and queries are not launches."""
-    last = (model.dotted(call.func) or "").rsplit(".", 1)[-1]
-    return head in model.config.kernel_imports and type(call.func) is cst.Name and bool(last) \
-        and not last[0].isupper() and not last.startswith("__") and not QUERY_NAME.match(last)
+    """A call of a function the file imports that launches a kernel in its own body (the index's
+    ``Config.kernel_entries``): ``flash_d512(q, k, v)`` after ``from .flash_attn_d512 import
+    flash_d512``, whose body runs ``_kernel[grid](...)``."""
+    return type(call.func) is cst.Name and head in model.config.kernel_entries
 
 
 def kernel_builders_ast(tree: ast.Module) -> set[str]:
