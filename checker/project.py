@@ -561,6 +561,8 @@ class FileFacts:
     # functions and methods whose own body launches a kernel: ``kernel[grid](...)`` or a custom op
     # (``torch.ops.<namespace>.<op>(...)`` outside ``aten``)
     launchers: set[str] = field(default_factory=set)
+    # top-level functions under a Triton decorator (``@triton.jit``), by name
+    kernels: set[str] = field(default_factory=set)
 
 
 def module_name(path: str) -> str:
@@ -615,7 +617,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             continue
         if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
             if not owner and node.decorator_list:
-                decorated.extend(text for d in node.decorator_list if (text := dotted(d.func if type(d) is ast.Call else d)))
+                texts = [text for d in node.decorator_list if (text := dotted(d.func if type(d) is ast.Call else d))]
+                decorated.extend(texts)
+                if not klass and any(_qualified(facts.imports, t) in TRITON_DECORATORS for t in texts):
+                    facts.kernels.add(node.name)
             name = f"{klass}.{node.name}" if klass and not owner else node.name
             inner = name if not owner else ""  # a nested function's calls are not its parent's
             if not owner:
@@ -836,17 +841,19 @@ def given_params(files: dict[str, FileFacts], resolve: Resolver | None = None) -
     def given(facts: FileFacts, name: str, i: int, count: int, keywords: tuple[str, ...]):
         positions, named = facts.nones.get(name, {}).get(i, ((), ()))
         return tuple(j for j in range(count) if j not in positions), tuple(k for k in keywords if k not in named)
-    found = _every_call_passes(files, resolve, given)
+    found = _every_call_passes(files, resolve, given, {_last(fn) for f in files.values() for fn in f.nullable})
     return {path: kept for path, pairs in found.items()
             if (kept := tuple((fn, p) for fn, p in pairs if p in files[path].nullable.get(fn, {})))}
 
 
-def _every_call_passes(files: dict[str, FileFacts], resolve: Resolver | None, marks) -> dict[str, tuple[tuple[str, str], ...]]:
+def _every_call_passes(files: dict[str, FileFacts], resolve: Resolver | None, marks,
+                        bare_to: set[str] = frozenset()) -> dict[str, tuple[tuple[str, str], ...]]:
     """File path -> ``(function, parameter)`` for the parameters that every resolved call in the
     project passes an argument ``marks`` accepts (``marks(facts, caller, call index, positional
     count, keywords)`` gives the accepted positions and keywords). A function with no resolved call,
     or one call that spreads ``*args``/``**kwargs`` or passes something else there, keeps its
-    parameter unknown."""
+    parameter unknown; so does one called with no argument at all, among the functions named in
+    ``bare_to`` (the calls with none are resolved only for those)."""
     resolve = resolve or Resolver(files)
     seen: dict[tuple[str, str], dict[str, bool]] = {}  # (path, function) -> parameter -> accepted at every call
     for path, facts in files.items():
@@ -854,7 +861,8 @@ def _every_call_passes(files: dict[str, FileFacts], resolve: Resolver | None, ma
             passes = facts.passes.get(name, [])
             with_arguments = Counter(text for text, _, _ in passes)
             # a call with no arguments passes nothing: (text, 0, ()) stands for each of them
-            bare = [(text, 0, ()) for text, n in Counter(calls).items() for _ in range(n - with_arguments[text])]
+            bare = [(text, 0, ()) for text, n in Counter(calls).items() if _last(text) in bare_to
+                    for _ in range(n - with_arguments[text])]
             for i, (text, count, keywords) in enumerate([*passes, *bare]):
                 hit = resolve(path, name, text)
                 if hit is None or hit[1] not in files[hit[0]].params:
@@ -1392,14 +1400,15 @@ def options_off(files: dict[str, FileFacts], resolve: Resolver | None = None) ->
 
 
 def called_plainly(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[str, ...]]:
-    """File -> its top-level functions that a function of the project calls by name (``f(x)``, not
-    a launch ``f[grid](x)``, which the index does not record as a call): a Triton function called
-    that way from another module's kernel is a device helper inlined there, not a kernel."""
+    """File -> its top-level Triton functions that a function of the project calls by name (``f(x)``,
+    not a launch ``f[grid](x)``, which the index does not record as a call): a device helper inlined
+    into the kernel that calls it, not a kernel."""
     resolve = resolve or Resolver(files)
+    kernels = {name for facts in files.values() for name in facts.kernels}
     out: dict[str, set[str]] = {}
     for path, facts in files.items():
         for name, calls in facts.calls.items():
-            for text in set(calls):
+            for text in {c for c in calls if _last(c) in kernels}:  # resolving every call costs memory
                 hit = resolve(path, name, text)
                 if hit is not None and "." not in hit[1]:
                     out.setdefault(hit[0], set()).add(hit[1])
@@ -1691,6 +1700,7 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         facts.options.update(part.options)
         facts.nullable.update(part.nullable)
         facts.launchers |= part.launchers
+        facts.kernels |= part.kernels
         facts.params.update(part.params)
         facts.scope_contexts.update(part.scope_contexts)
         facts.returns.update(part.returns)
