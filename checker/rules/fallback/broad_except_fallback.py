@@ -26,7 +26,8 @@ class BroadExceptFallback(Rule):
     becomes the slow path.
 
     In detail, it finds `try` blocks whose body launches a specialised kernel (directly, through a
-    same-module helper, or by calling a function imported from a kernel module or library) with a handler that catches everything — a bare `except:`,
+    same-module helper, or by calling a function imported from a kernel module or library, or one of the
+    project the index sees launch a kernel) with a handler that catches everything — a bare `except:`,
     `except Exception` or `except BaseException` — and computes a replacement result instead of
     re-raising, or answers a constant (`return None`) that a caller takes as its cue to compute one
     (unless every caller raises on that answer). Also `try` blocks, at import or in a function, that import a kernel module (the
