@@ -29,7 +29,7 @@ from typing import Iterator
 import libcst as cst
 
 from kcheck.model import SCOPES_AND_LAMBDAS, subtree, walk
-from kcheck.project import DSL_DECORATORS, TRITON_DECORATORS, is_solution_file
+from kcheck.project import DSL_DECORATORS, TRITON_DECORATORS, custom_op, is_solution_file
 from kcheck.native import _BLANK, _CALLED, _function_name, _host_functions, _matching, file_host_syncs
 
 DSL_MODULES = ("cutlass", "tilelang", "tvm", "numba", "helion", "cuda")
@@ -421,7 +421,7 @@ def _find_launches(model, module, consts, extensions, ext_attrs, ext_functions=N
             continue
         name = model.call_name(node) or ""
         parts = name.split(".")
-        if name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims"):
+        if custom_op(name):
             model.launch_sites[id(node)] = Launch("torch-ops", node, name)
         elif parts[0] in extensions and len(parts) >= 2 and parts[0] not in model.imports:
             source = extensions[parts[0]]

@@ -831,9 +831,8 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
             inner = stmts[start + 1:stop]
             exempt: set[int] = set()
             j = len(inner) - 1
-            k = j
-            while k >= 0 and _host_only(model, inner[k]):
-                k -= 1  # ``torch.cuda.synchronize(); print(len(out))`` before the stop: the sync still ends the work
+            # ``torch.cuda.synchronize(); print(len(out))`` before the stop: the sync still ends the work
+            k = _last_work(model, inner)
             if k >= 0 and _is_sync_statement(model, inner[k], function):
                 j = k
             while j >= 0 and _is_sync_statement(model, inner[j], function):
@@ -882,14 +881,21 @@ def ends_in_generation(model: ModuleModel, stmts: list) -> bool:
     last statement): a generation loop reads every step's tokens on the host to decide whether to
     stop (Hugging Face tests its stopping flag as a Python bool each step; a serving engine's
     ``generate`` returns host token ids), so it returns with its GPU work done."""
-    k = len(stmts) - 1
-    while k >= 0 and _host_only(model, stmts[k]):
-        k -= 1
+    k = _last_work(model, stmts)
     stmt = stmts[k] if k >= 0 else None
     if type(stmt) in (cst.For, cst.While) and type(stmt.body) is cst.IndentedBlock and stmt.body.body:
         stmt = stmt.body.body[-1]
     return type(stmt) is cst.SimpleStatementLine and any(
         type(c.func) is cst.Attribute and c.func.attr.value == "generate" for c in _statement_calls(stmt))
+
+
+def _last_work(model: ModuleModel, stmts: list) -> int:
+    """The index of the last statement of ``stmts`` that does more than log or query the device
+    (:func:`_host_only`), -1 when none does."""
+    k = len(stmts) - 1
+    while k >= 0 and _host_only(model, stmts[k]):
+        k -= 1
+    return k
 
 
 def _host_only(model: ModuleModel, stmt: cst.CSTNode) -> bool:

@@ -231,6 +231,13 @@ def loads_on_import(module: str) -> bool:
     return bool(KERNEL_LIBRARY.match(module) or EXTENSION_MODULE.search(module)) and not NOT_KERNEL_MODULE.match(module)
 
 
+def custom_op(name: str) -> bool:
+    """Whether a qualified call name calls a registered custom op (``torch.ops.<namespace>.<op>``
+    outside ``aten`` and ``prims``): a compiled kernel behind the dispatcher."""
+    parts = name.split(".")
+    return name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims")
+
+
 def kernel_loader(name: str) -> bool:
     """Whether a qualified call name builds or fetches a kernel (``KERNEL_LOADERS``)."""
     return any(name == need or name.endswith("." + need) for need in KERNEL_LOADERS.get(name.split(".")[-1], ()))
@@ -586,6 +593,12 @@ def _absolute(module: str, target: str, is_package: bool) -> str:
     return ".".join([*base, rest]) if rest else ".".join(base)
 
 
+def absolute_import(path: str, target: str) -> str:
+    """An import target as the file at ``path`` spells it (``..ops.f``) made absolute."""
+    path = path.replace("\\", "/")
+    return _absolute(module_name(path), target, path.endswith("__init__.py"))
+
+
 def file_facts(tree: ast.Module, path: str) -> FileFacts:
     """Phase one: the facts of one parsed file, from one walk of its tree."""
     module = module_name(path)
@@ -690,8 +703,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
         if kind is ast.Call and not owner and (text := dotted(node.func)):
             on_import.append(text)
         if kind is ast.Call and owner and owner != "<nested>" and (
-                type(node.func) is ast.Subscript or (text := dotted(node.func) or "").startswith("torch.ops.")
-                and text.split(".")[2:3] not in (["aten"], ["prims"])):
+                type(node.func) is ast.Subscript or custom_op(dotted(node.func) or "")):
             facts.launchers.add(owner)
         if kind is ast.Call and owner and owner != "<nested>":
             text = dotted(node.func)
@@ -1444,29 +1456,32 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
 
     exact = {f.module: rel for rel, f in files.items()}
 
+    def reexport(target: str, qualified: str) -> str | None:
+        """What the module ``target`` binds the last name of ``qualified`` to by importing it from
+        elsewhere (a package's ``from .kmod import f``), or None."""
+        again = files[target].imports.get(qualified.rpartition(".")[2])
+        return again if again is not None and again != qualified else None
+
     def loads(qualified: str, hops: int = 1) -> bool | None:  # None: not a module of the project
         target = module_of(qualified)  # ``import pkg.kmod as km``
         if target is not None:
             return target in loading
-        module, _, name = qualified.rpartition(".")
-        target = module_of(module)
+        target = module_of(qualified.rpartition(".")[0])
         if target is None:
             return None
         if target in loading:
             return True
-        again = files[target].imports.get(name)  # a package's re-export (``from .kmod import f``)
-        if hops > 0 and again is not None and again != qualified:
-            return bool(loads(again, hops - 1))
-        return False
+        again = reexport(target, qualified)
+        return bool(loads(again, hops - 1)) if hops > 0 and again is not None else False
 
     def external(qualified: str) -> bool:
         return module_of(qualified) is None and module_of(qualified.rpartition(".")[0]) is None
 
-    def launches(rel: str, fn: str) -> bool:  # builds a kernel, calls a custom op, or a project function that builds
+    def wraps_kernel(rel: str, fn: str) -> bool:  # builds a kernel, calls a custom op, or a project function that builds
         owner = fn.rsplit(".", 1)[0] if "." in fn else ""
         for c in files[rel].calls.get(fn, ()):
             q = _qualified(files[rel].imports, c)
-            if kernel_loader(q) or q.startswith("torch.ops.") and q.split(".")[2:3] not in (["aten"], ["prims"]):
+            if kernel_loader(q) or custom_op(q):
                 return True
             hit = resolve(rel, owner, c)
             if hit is not None and hit[0] != rel and builds(*hit):
@@ -1481,7 +1496,7 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
         touching[rel] = False  # an import cycle adds nothing
         f = files[rel]
         # a module-level ``__getattr__`` serves names imported from elsewhere at run time (PEP 562): unknown
-        found = rel in loading or "__getattr__" in f.calls or any(launches(rel, fn) for fn in f.calls) or any(
+        found = rel in loading or "__getattr__" in f.calls or any(wraps_kernel(rel, fn) for fn in f.calls) or any(
             external(q) and kernel_module(q) for q in f.imports.values())
         if not found and depth > 0:
             for q in f.imports.values():
@@ -1495,12 +1510,11 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
     def plain_module(qualified: str, hops: int = 1) -> bool:
         target = module_of(qualified)
         if target is None:
-            module, _, name = qualified.rpartition(".")
-            target = module_of(module)
+            target = module_of(qualified.rpartition(".")[0])
             if target is None:
                 return False
-            again = files[target].imports.get(name)  # a package's re-export: judge where it comes from
-            if hops > 0 and again is not None and again != qualified and not external(again):
+            again = reexport(target, qualified)  # a package's re-export: judge where it comes from
+            if hops > 0 and again is not None and not external(again):
                 return not touches(target) and plain_module(again, hops - 1)
         return not touches(target)
 
@@ -1530,8 +1544,8 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
             return False
         if name in files[target].calls and launches_in(target, name):
             return True
-        again = files[target].imports.get(name)  # a package's re-export
-        return hops > 0 and again is not None and again != qualified and launcher(again, hops - 1)
+        again = reexport(target, qualified)
+        return hops > 0 and again is not None and launcher(again, hops - 1)
 
     out, plain, entries = {}, {}, {}
     for rel, f in files.items():

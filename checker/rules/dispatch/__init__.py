@@ -19,6 +19,7 @@ from kcheck.claims import (
 from kcheck.facts import fact
 from kcheck.rules.dispatch.dormant import dormant_test
 from kcheck.model import walk
+from kcheck.project import custom_op
 from kcheck.gate import ast_children, by_name, dotted, import_bindings, reachable, resolve, stack_fields
 from kcheck.rule import Rule
 
@@ -567,7 +568,7 @@ def _opaque_call(summary, facts: AstFacts, call: ast.Call, dormancy: bool = Fals
     if parts[0] not in NEUTRAL_MODULES:
         return True
     # a ``torch.ops`` kernel is a launch, which may wait on an opt-in test (``dormancy``: dormant.py)
-    return name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims") and not dormancy
+    return custom_op(name) and not dormancy
 
 
 def _builds_extension(facts: AstFacts, call: ast.Call) -> bool:

@@ -23,7 +23,7 @@ from kcheck.project import (  # noqa: F401 - the family's rules read the kernel 
 )
 from kcheck.gate import nodes_of, reachable
 from kcheck.model import walk
-from kcheck.project import OTHER_PLATFORM, TEST_PATH, _absolute, module_name
+from kcheck.project import OTHER_PLATFORM, TEST_PATH, absolute_import, custom_op
 from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
 
 # Text every file with a launch or dispatch site contains (a Triton launch ends in ``](``).
@@ -75,10 +75,10 @@ def _launch_like(facts, call: ast.Call, function, kernels: set[str], extensions:
     if registries and isinstance(func, ast.Name) and function is not None and function.names & registries:
         return True  # kernel = _KERNELS[key]; kernel(...)
     if kernel_entries and isinstance(func, ast.Name) and func.id in kernel_entries:
-        return True  # a function imported from the project that launches a kernel (_from_kernel_module)
+        return True  # a function imported from the project that launches a kernel (_calls_kernel_entry)
     name = facts.qualname(func) or ""
     parts = name.split(".")
-    if name.startswith("torch.ops.") and len(parts) >= 4 and parts[2] not in ("aten", "prims"):
+    if custom_op(name):
         return True
     if extensions and (parts[0] in extensions and len(parts) >= 2 and parts[0] not in facts.aliases
                        or parts[0] == "self" and len(parts) >= 2):
@@ -261,13 +261,10 @@ def plain_import(model, target: str) -> bool:
     from a module of the project that has nothing to do with kernels: the index's
     ``Config.plain_imports``, whatever the package is called."""
     plain = model.config.plain_imports
-    if not plain or not target:
-        return False
-    path = model.path.replace("\\", "/")
-    return _absolute(module_name(path), target, path.endswith("__init__.py")) in plain
+    return bool(plain and target) and absolute_import(model.path, target) in plain
 
 
-def _from_kernel_module(model, call: cst.Call, head: str) -> bool:
+def _calls_kernel_entry(model, call: cst.Call, head: str) -> bool:
     """A call of a function the file imports that launches a kernel in its own body (the index's
     ``Config.kernel_entries``): ``flash_d512(q, k, v)`` after ``from .flash_attn_d512 import
     flash_d512``, whose body runs ``_kernel[grid](...)``."""
@@ -451,7 +448,7 @@ def _all_dispatchers(model) -> list[Dispatcher]:
         head = (model.dotted(call.func) or "").split(".")[0]
         if fn is None or fn in model.triton_kernels or fn in model.dsl_kernels or id(call) in model.launch_sites or \
                 head not in model.imports or plain_import(model, model.imports[head]) or not (
-                    imported_kernel(name) or _from_kernel_module(model, call, head)):
+                    imported_kernel(name) or _calls_kernel_entry(model, call, head)):
             continue
         if type(model.parent(call)) is cst.WithItem:
             continue  # ``with _device_guard(w):``: a context manager from the kernel module, not a launch

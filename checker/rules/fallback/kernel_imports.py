@@ -319,15 +319,13 @@ def keeps_error(model, handler: cst.ExceptHandler) -> bool:
                 logged.update(id(m) for m in _walk(n))
     # a local made from the error (``message = str(exc)``, a truncated copy of it) is the error too;
     # kept only where it leaves the handler other than through a log call
-    local: set[int] = set()
     for _ in range(3):
         for s in body:
             for n in _walk(s):
                 if type(n) is cst.Assign and all(type(t.target) is cst.Name for t in n.targets) and any(
                         type(m) is cst.Name and m.value in names for m in _walk(n.value)):
                     names |= {t.target.value for t in n.targets}
-                    local.update(id(m) for m in _walk(n.value))
-                    local.update(id(t.target) for t in n.targets)
+
     def carries(node) -> bool:
         return any(type(m) is cst.Name and m.value in names and id(m) not in logged for m in _walk(node))
 
@@ -342,9 +340,8 @@ def keeps_error(model, handler: cst.ExceptHandler) -> bool:
         for n in _walk(s):
             if type(n) in (cst.Return, cst.Raise) and carries(n):
                 return True  # handed to the caller
-            if type(n) in (cst.Assign, cst.AugAssign, cst.AnnAssign) and id(n.value if n.value is not None else n) not in local \
-                    and n.value is not None and carries(n.value) and not (
-                        type(n) is cst.Assign and all(type(t.target) is cst.Name for t in n.targets)):
+            if type(n) in (cst.Assign, cst.AugAssign, cst.AnnAssign) and n.value is not None and carries(n.value) \
+                    and not (type(n) is cst.Assign and all(type(t.target) is cst.Name for t in n.targets)):
                 return True  # ``self.reason = exc``, ``errors[name] = exc``
             if type(n) is cst.Call and id(n) not in logged and not (
                     type(n.func) is cst.Name and n.func.value in ("str", "repr", "len", "type", "isinstance", "format")) \

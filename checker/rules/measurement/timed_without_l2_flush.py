@@ -403,6 +403,11 @@ HOST_OVERHEAD = re.compile(
 # is the state they will run in; it reports no figure.
 AUTOTUNER = re.compile(r"(^|/)[^/]*autotun[^/]*\.py$", re.IGNORECASE)
 
+# Collectives and point-to-point transfers: their cost is the interconnect, not L2 hits.
+COLLECTIVE = re.compile(r"all_?reduce|all_?gather|all_?to_?all|reduce_?scatter|broadcast|\bsend|\brecv|a2a|barrier"
+                        r"|\bnccl|dispatch|combine", re.IGNORECASE)
+
+
 def _collective(model, call: cst.Call, depth: int = 2) -> bool:
     """A collective or point-to-point transfer by its name, or a call of a same-module function
     (a ``fwd()`` closure around ``fast_all_to_all(...)``) whose own work is only collectives."""
@@ -414,7 +419,3 @@ def _collective(model, call: cst.Call, depth: int = 2) -> bool:
     inner = work_calls(model, [target.body])
     return bool(inner) and all(_collective(model, c, depth - 1) for c in inner)
 
-
-# Collectives and point-to-point transfers: their cost is the interconnect, not L2 hits.
-COLLECTIVE = re.compile(r"all_?reduce|all_?gather|all_?to_?all|reduce_?scatter|broadcast|\bsend|\brecv|a2a|barrier"
-                        r"|\bnccl|dispatch|combine", re.IGNORECASE)

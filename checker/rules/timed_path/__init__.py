@@ -715,7 +715,8 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
     its function."""
     function = None
     child = node
-    off, given = _options_off(model, node), _given_params(model, node)
+    off = _scope_params(model, node, model.config.options_off)
+    given = _scope_params(model, node, model.config.given_params)
     for anc in model.ancestors(node):
         if type(anc) is cst.ExceptHandler or _error_branch(model, anc):
             return True
@@ -774,24 +775,15 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
     return False
 
 
-def _options_off(model, node: cst.CSTNode) -> set[str]:
-    """The options of ``node``'s function that no caller in the project turns on (the index's
-    ``Config.options_off``)."""
-    if not model.config.options_off:
+def _scope_params(model, node: cst.CSTNode, pairs: tuple[tuple[str, str], ...]) -> set[str]:
+    """The parameters of ``node``'s function among the index's ``(function, parameter)`` answers:
+    ``Config.options_off`` (options no caller turns on), ``Config.given_params`` (None defaults
+    every caller overrides)."""
+    if not pairs:
         return set()
     function = model.enclosing_function(node)
     scope = model.scope_names.get(id(function), "") if function is not None else ""
-    return {option for name, option in model.config.options_off if name == scope}
-
-
-def _given_params(model, node: cst.CSTNode) -> set[str]:
-    """The parameters of ``node``'s function defaulting to ``None`` that every caller in the project
-    passes (the index's ``Config.given_params``)."""
-    if not model.config.given_params:
-        return set()
-    function = model.enclosing_function(node)
-    scope = model.scope_names.get(id(function), "") if function is not None else ""
-    return {param for name, param in model.config.given_params if name == scope}
+    return {param for name, param in pairs if name == scope}
 
 
 def _none_test(test: cst.CSTNode, given: set[str]) -> bool | None:
