@@ -168,6 +168,16 @@ def test_worker_processes_find_the_same_as_one_process(tmp_path, monkeypatch):
     assert len(one.findings) == 9 and _keys(one) == _keys(two)  # 8 KC201 and one KC900
 
 
+def test_annotated_jobs_rebuilt_to_free_the_index_keep_every_answer():
+    from kcheck.project import annotate
+
+    jobs, _ = discover([str(REPO / "examples")])
+    annotated = annotate(jobs)
+    rebuilt = engine._compact(list(annotated))
+    assert rebuilt == annotated and all(a is not b for a, b in zip(rebuilt, annotated))
+    assert any(job.config.per_step or job.config.contexts for job in rebuilt)  # the index answered something
+
+
 @pytest.mark.parametrize("folder", ["examples", "kernels", "checker"])
 def test_shortcuts_change_no_finding_on_a_whole_tree(folder):
     jobs, _ = discover([str(REPO / folder)])
