@@ -55,7 +55,10 @@ class BroadExceptFallback(Rule):
     surrounding block or the handler launches the same kernel eagerly; a handler that imports the
     same kernel library under another version's module path; a kernel library's own non-kernel
     modules imported inside that library; a device guard used as a `with` item; an import whose
-    bound names are tested by `if`s that all warn on the path they take; and an import-only
+    bound names are tested by `if`s that all warn on the path they take; an import after whose
+    failure every use raises (its flag read only by `assert HAVE_TE` or `if not HAVE_TE: raise`,
+    what it imported used where nothing tests the import first, or set to None and called just
+    after `assert fused_rope is not None`): a late error, not a slower path; and an import-only
     loader answering None whose every caller raises on that answer.
 
     ## Why is this bad?

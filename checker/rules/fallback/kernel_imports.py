@@ -167,9 +167,10 @@ def returns_reason(handler: cst.ExceptHandler) -> bool:
 def nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) -> bool:
     """Whether a failed import leaves no slower path behind, so there is nothing silent to report:
     what it imports keeps a stub bound before the ``try`` that raises when called
-    (``gptq_repack = _unavailable`` then ``try: from .ops import gptq_repack``), or is used only
-    as a type (``isinstance(m, TEModule)``), or every use of the flag the handler sets refuses
-    (``assert HAVE_TE``, ``if not HAVE_TE: raise ...``)."""
+    (``gptq_repack = _unavailable`` then ``try: from .ops import gptq_repack``), or every use of the
+    flag the handler sets refuses (``assert HAVE_TE``, ``if not HAVE_TE: raise ...``) while what it
+    imports is used only as a type (``isinstance(m, TEModule)``) or where a failed import fails
+    loudly (:func:`_loud_use`)."""
     imported = _imported_names(model, node)
     flags = {t.value for s in statements(handler.body) if type(s) is cst.SimpleStatementLine
              for small in s.body if type(small) is cst.Assign for t in (x.target for x in small.targets)
@@ -182,12 +183,21 @@ def nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) ->
             if not model.inside(n, node) and _same_binding(model, n, scope)]
     if not uses:
         return False
-    if all(n.value in imported and _as_type(model, n) or n.value in flags and (
-            _refuses(model, n) or _beside_type_test(model, n, imported)) for n in uses):
+    # in a function whose handler returns, the later uses run only when the import worked: the
+    # handler's answer is the fallback, and those uses say nothing of it
+    answers = scope is not None and any(type(small) in (cst.Return, cst.Raise) for s in statements(handler.body)
+                                        if type(s) is cst.SimpleStatementLine for small in s.body)
+    # nor can a use fail loudly when the handler binds a replacement (an import, or a value but None)
+    replaced = any(type(n) in (cst.Import, cst.ImportFrom) for s in statements(handler.body) for n in _walk(s))
+    nones = {t.value for s in statements(handler.body) if type(s) is cst.SimpleStatementLine for small in s.body
+             if type(small) is cst.Assign and type(small.value) is cst.Name and small.value.value == "None"
+             for t in (x.target for x in small.targets) if type(t) is cst.Name}
+    loud = (lambda n: False) if answers or replaced else (lambda n: _loud_use(model, n, imported | flags))
+    if all(_refuses(model, n) or _beside_type_test(model, n, imported) or n.value in imported and n.value in nones
+           and _dereferenced(model, n) and loud(n) if n.value in flags else _as_type(model, n) or loud(n) for n in uses):
         return True
-    if scope is not None and any(type(small) in (cst.Return, cst.Raise) for s in statements(handler.body)
-                                 if type(s) is cst.SimpleStatementLine for small in s.body):
-        return False  # the function's later uses run only when the import worked; the handler's answer is the fallback
+    if answers:
+        return False
     return _used_unguarded(model, handler, imported, flags, uses)
 
 
@@ -277,6 +287,41 @@ def _as_type(model, n: cst.Name) -> bool:
             return type(anc.func) is cst.Name and anc.func.value in ("isinstance", "issubclass") \
                 and len(anc.args) == 2 and model.inside(n, anc.args[1])
     return False
+
+
+def _loud_use(model, n: cst.Name, names: set[str]) -> bool:
+    """A use of an imported name that raises when the import failed, because nothing tests the
+    import first: in an ``assert``, or reached with no ``if``, conditional expression, ``while``,
+    boolean operator or ``try`` around it that could steer around it (``assert HAVE_TE`` then
+    ``awq_ext.layernorm_forward_cuda(...)``: a NameError, not a slower path)."""
+    for anc in model.ancestors(n):
+        if type(anc) is cst.Assert:
+            return True  # whatever the assert's test does with it, the statement raises or goes on
+        if type(anc) is cst.SimpleStatementLine:
+            continue
+        if type(anc) is cst.BooleanOperation and any(type(a) is cst.Assert for a in _up_to_statement(model, anc)):
+            continue
+        if type(anc) in (cst.If, cst.IfExp, cst.While) and any(
+                type(m) is cst.Name and m.value in names for m in _walk(anc.test)):
+            return False
+        if type(anc) in (cst.Try, cst.BooleanOperation):
+            return False
+        if type(anc) in (cst.FunctionDef, cst.ClassDef) and model.parent(anc) is model.module:
+            return True
+    return True
+
+
+def _dereferenced(model, n: cst.Name) -> bool:
+    """``n`` is called or has an attribute read (``f(x)``, ``ext.op``): None there raises."""
+    up = model.parent(n)
+    return type(up) is cst.Call and up.func is n or type(up) is cst.Attribute and up.value is n
+
+
+def _up_to_statement(model, node) -> Iterator[cst.CSTNode]:
+    for anc in model.ancestors(node):
+        if type(anc) is cst.SimpleStatementLine:
+            return
+        yield anc
 
 
 def _beside_type_test(model, n: cst.Name, imported: set[str]) -> bool:
