@@ -24,7 +24,7 @@ import libcst as cst
 
 from kcheck.config import Config
 from kcheck.gate import qualify_from, resolve
-from kcheck.project import BENCH_TIMERS, HOST_TIMERS, other_backend  # noqa: F401 - the rules read them from here
+from kcheck.project import BENCH_TIMERS, HOST_TIMERS, MEMOIZERS, other_backend  # noqa: F401 - the rules read them from here
 
 # Measurement code: where an event window or a host timer measures a kernel. Elsewhere (serving
 # engines timing model loading, request latency or a rebalancing step for a log line) the same
@@ -333,6 +333,17 @@ class ModuleModel:
             return "indexing with a boolean mask (waits for the count of its true elements)"
         return None
 
+    def test_sync(self, test: cst.CSTNode) -> str | None:
+        """What host sync a branch's test is, or None: Python takes the truth value of a comparison
+        of a GPU tensor's element (``if lens[i] > 0:``, ``assert self.pos[0] + n <= size``; each
+        operand of an ``and``/``or``/``not``; the form is :func:`tested_read_ast`'s). The reductions
+        and builtins a test calls are ``sync_kind``'s."""
+        for operand in tested_operands(test):
+            tree = as_ast(operand) if type(operand) is cst.Comparison else None
+            if tree is not None and tested_read_ast(tree) and self.places.place(operand) in ON_GPU:
+                return "a branch on a GPU tensor's value (Python waits to read it)"
+        return None
+
     def module_names(self) -> set[str]:
         """Names bound at module level (imports and assignments): where a constant such as
         ``SUPPORTED_HEAD_SIZES`` or a cache such as ``_KERNELS = {}`` lives."""
@@ -511,10 +522,6 @@ def _traverse(root: cst.CSTNode, skip: tuple[type, ...]) -> Iterator[cst.CSTNode
         stack.extend(reversed(children(node)))
 
 
-# decorators whose function's body runs once per argument set (or once), not on every call
-MEMOIZERS = {"lru_cache", "cache", "cached", "cache_once", "run_once", "once", "cached_property"}
-
-
 def _decorator_names(fn: cst.FunctionDef) -> Iterator[str]:
     """The last component of each decorator's name (``functools.lru_cache(...)`` -> ``lru_cache``)."""
     for dec in fn.decorators:
@@ -533,6 +540,21 @@ def _generator(fn: cst.FunctionDef) -> bool:
     if any("contextmanager" in name for name in _decorator_names(fn)):
         return False
     return fn.asynchronous is None and any(type(n) is cst.Yield for n in walk(fn.body, into_scopes=False))
+
+
+TESTS = (cst.If, cst.While, cst.Assert, cst.IfExp)
+
+
+def tested_operands(test: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The values whose truth a test takes: the test, or each operand of its ``and``/``or``/``not``."""
+    kind = type(test)
+    if kind is cst.BooleanOperation:
+        yield from tested_operands(test.left)
+        yield from tested_operands(test.right)
+    elif kind is cst.UnaryOperation and type(test.operator) is cst.Not:
+        yield from tested_operands(test.expression)
+    else:
+        yield test
 
 
 def as_ast(expr: cst.CSTNode) -> ast.expr | None:
@@ -588,6 +610,28 @@ def tensor_read_ast(expr: ast.AST | None) -> bool:
     ``cu_seqlens[-1]``, ``lens.max()``, ``(a - b).sum()`` (the values model says where it lives)."""
     return type(expr) is ast.Subscript or type(expr) is ast.Call and type(expr.func) is ast.Attribute \
         and expr.func.attr in SLICE_READS
+
+
+def tested_read_ast(test: ast.AST) -> bool:
+    """Whether a branch's test may take a tensor element's truth value by its form: one of its
+    ``and``/``or``/``not`` operands compares (not ``is``/``in``) an element read (``lens[i] > 0``,
+    ``self.pos[0] + n <= size``): :meth:`ModuleModel.test_sync` decides with the values model."""
+    kind = type(test)
+    if kind is ast.BoolOp:
+        return any(tested_read_ast(v) for v in test.values)
+    if kind is ast.UnaryOp and type(test.op) is ast.Not:
+        return tested_read_ast(test.operand)
+    return kind is ast.Compare and not any(type(o) in (ast.Is, ast.IsNot, ast.In, ast.NotIn) for o in test.ops) \
+        and any(_element_read_ast(e) for e in (test.left, *test.comparators))
+
+
+def _element_read_ast(expr: ast.AST) -> bool:
+    kind = type(expr)
+    if kind is ast.BinOp:
+        return _element_read_ast(expr.left) or _element_read_ast(expr.right)
+    if kind is ast.UnaryOp:
+        return _element_read_ast(expr.operand)
+    return kind is ast.Subscript and type(expr.slice) is not ast.Slice
 
 
 def waiting_read_ast(node: ast.AST) -> bool:

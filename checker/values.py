@@ -8,8 +8,9 @@ every rule (``ModuleModel.places``). Every expression gets a **place**:
   ``starts_np``, ``host_ids``);
 - ``DEVICE``: a tensor on the GPU (``torch.zeros(n, device="cuda")``, ``x.cuda()``, an op on one);
 - ``TENSOR``: a tensor whose device the module does not show (a parameter annotated
-  ``torch.Tensor``, a torch op's result, ``topk_ids.max()`` of such a parameter); on a serving path
-  or in a benchmark that is the GPU's;
+  ``torch.Tensor``, a torch op's result, ``topk_ids.max()`` of such a parameter, a module's
+  parameter or registered buffer, which moves with the module); on a serving path or in a
+  benchmark that is the GPU's;
 - ``None``: not known (a call of a function in another module, an untyped parameter).
 
 Names are flow-insensitive: a local name's place joins every value bound to it in the function
@@ -34,7 +35,9 @@ HOST_NAME = re.compile(r"(^|_)cpu(_|$)|(^|_)np$|^np_|_numpy$|^host_|_host$|(^|_)
 # Configuration objects: what they hold is Python values read on the host (``config.n_head``,
 # ``self.model_config.hidden_size``, ``args.num_heads``), never a device tensor.
 CONFIG_NAME = re.compile(r"^(config|cfg|conf|args|opts|options|settings|hparams)$|_(config|cfg|args)$")
-DEVICE_NAME = re.compile(r"(^|_)gpu$|^gpu_|(^|_)cuda$|^d_|_dev$|_device_tensor$")
+# (not a flag named for the device: ``_is_cuda``, ``use_gpu``, ``has_cuda``)
+DEVICE_NAME = re.compile(r"^(?!_?(is|use|has|have|enable|enabled|on|run|with)_)"
+                         r"(.*(^|_)gpu$|gpu_.*|.*(^|_)cuda$|d_.*|.*_dev$|.*_device_tensor$)")
 # NumPy arrays, Python scalars and containers of them (not a bare ``list``: ``states: list[dict]``
 # may hold GPU tensors)
 HOST_ANNOTATION = re.compile(
@@ -477,6 +480,11 @@ class Places:
             if type(stmt) is not cst.FunctionDef:
                 continue
             for node in walk(stmt.body, into_scopes=False):
+                if type(node) is cst.Call and _registers_buffer(node):
+                    # ``self.register_buffer("pos", torch.arange(n))``: a buffer moves with its
+                    # module (``model.cuda()``), wherever it was made
+                    values.setdefault(node.args[0].value.evaluated_value, []).append(TENSOR)
+                    continue
                 targets = [t.target for t in node.targets] if type(node) is cst.Assign else \
                     [node.target] if type(node) is cst.AnnAssign and node.value is not None else []
                 for t in targets:
@@ -485,6 +493,13 @@ class Places:
         for attr, places in values.items():
             found[attr] = join(places)
         return found
+
+
+def _registers_buffer(call: cst.Call) -> bool:
+    func = call.func
+    return type(func) is cst.Attribute and func.attr.value == "register_buffer" and type(func.value) is cst.Name \
+        and func.value.value == "self" and bool(call.args) and type(call.args[0].value) is cst.SimpleString \
+        and type(call.args[0].value.evaluated_value) is str
 
 
 def _first_call(outer: cst.FunctionDef, nested: cst.FunctionDef) -> cst.CSTNode:

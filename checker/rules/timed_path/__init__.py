@@ -20,7 +20,7 @@ from kcheck.native import file_host_syncs, wait_line
 from kcheck.values import READING_BUILTINS, REDUCTIONS, host_tensor
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
-    SYNC_FUNCTIONS, SYNC_METHODS, waiting_read_ast, walk,
+    SYNC_FUNCTIONS, SYNC_METHODS, tested_read_ast, waiting_read_ast, walk,
 )
 
 TIMED = ("event-window", "bench-callable", "host-timer")
@@ -69,6 +69,9 @@ _BLOCKS = {kind: fields for kind, fields in (
     (ast.Try, ("body", "handlers", "orelse", "finalbody")),  # ``_fields`` order, as the summary walks
     (getattr(ast, "TryStar", ast.Try), ("body", "handlers", "orelse", "finalbody")), (ast.Match, ("cases",)),
 )}
+
+
+_TESTS = (ast.If, ast.While, ast.Assert, ast.IfExp)
 
 
 class FileView:
@@ -189,7 +192,8 @@ class FileView:
     def waits(self, i: int | None) -> bool:
         """Whether def ``i``'s own body (the whole file, for ``None`` or when the defs cannot be
         matched to their nodes) holds a subscript that may wait for the GPU
-        (:func:`kcheck.model.waiting_read_ast`: ``x[mask]``, ``x[ids == 0]``, ``x[:lens[i]]``)."""
+        (:func:`kcheck.model.waiting_read_ast`: ``x[mask]``, ``x[ids == 0]``, ``x[:lens[i]]``) or a
+        branch's test, which may take a GPU tensor's truth value (``ModuleModel.test_sync``)."""
         memo = self.summary.memo.setdefault("waiting_reads", {})
         key = i if i is not None and self.exact else None
         if key not in memo:
@@ -198,7 +202,7 @@ class FileView:
             stack, found = roots, False
             while stack and not found:
                 node = stack.pop()
-                found = waiting_read_ast(node)
+                found = waiting_read_ast(node) or type(node) in _TESTS and tested_read_ast(node.test)
                 stack.extend(c for c in ast.iter_child_nodes(node)
                              if key is None or type(c) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
             memo[key] = found

@@ -6,7 +6,7 @@ import re
 import libcst as cst
 
 from kcheck.gate import dotted
-from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TimedRegion, waiting_read, walk
+from kcheck.model import MEASUREMENT_FUNCTION, MEASUREMENT_PATH, TESTS, TimedRegion, waiting_read, walk
 from kcheck.project import ENCODER_PATH, MULTIMODAL_HELPER, OTHER_PLATFORM, once_per_input
 from kcheck.rule import Rule
 from kcheck.values import HOST_NAME
@@ -25,7 +25,9 @@ class HostSyncInHotPath(Rule):
     Finds calls that make the CPU wait for the GPU (`.item()`, `.cpu()`, `.tolist()`,
     `torch.cuda.synchronize()`, `torch.nonzero`, one-argument `torch.where`, a read through a
     boolean mask: `x[mask]`, `x[scores > t]`, and Python reading a GPU tensor: `int(t)`,
-    `float(t)`, `max(t)`, `if (t < 0).any():`) in per-step hot paths:
+    `float(t)`, `max(t)`, `if (t < 0).any():`, a branch on a comparison of its element: `if
+    lens[i] > 0:`, `assert self.pos[0] + n <= size` with `pos` a registered buffer) in per-step
+    hot paths:
     model-layer `forward` methods, decode and step functions, metadata builds, MoE `apply`
     methods (the names are configurable with `hot-path-functions`), a registered op's
     implementation, an attention processor's `__call__` (`*AttnProcessor`, run by its attention
@@ -208,6 +210,8 @@ def decode_step(model, tokens):
                 continue
             if type(node) is cst.Subscript:
                 what = model.subscript_sync(node)
+            elif type(node) is not cst.Call:
+                what = model.test_sync(node)
             else:
                 what = model.sync_kind(node, model.enclosing_function(node))
                 if what and (OTHER_BACKEND_CALL.match(model.call_name(node) or "") or _event_wait(model, node)):
@@ -234,7 +238,7 @@ def _event_wait(model, call: cst.Call) -> bool:
 
 def _hot_calls(model):
     """(region, node, via) for every call in a hot path, each once, and every subscript that may
-    wait (a boolean mask, a slice bounded by a tensor's value) in the same code (the region's own, and the helpers it enters); a call reached only
+    wait (a boolean mask, a slice bounded by a tensor's value) and every branch's test in the same code (the region's own, and the helpers it enters); a call reached only
     through the function calling itself is left out (it is reported where it is written)."""
     entered: dict[int, tuple] = {}  # id(helper) -> (region, helper, via): where its subscripts run
     for region, call, via in _region_calls(model):
@@ -253,6 +257,9 @@ def _hot_calls(model):
                 if type(node) is cst.Subscript and id(node) not in seen and waiting_read(node):
                     seen.add(id(node))
                     yield region, node, via
+                elif type(node) in TESTS and id(node.test) not in seen:
+                    seen.add(id(node.test))
+                    yield region, node.test, via
 
 
 def _region_calls(model):
