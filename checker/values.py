@@ -42,7 +42,8 @@ DEVICE_NAME = re.compile(r"^(?!_?(is|use|has|have|enable|enabled|on|run|with)_)"
 # may hold GPU tensors)
 HOST_ANNOTATION = re.compile(
     r"^(np|numpy)\.(nd)?array$|NDArray|^(int|float|bool|str)$"
-    r"|^(list|List|tuple|Tuple|Sequence)\[(int|float|bool|str)(, \.\.\.)?\]$")
+    r"|^(list|List|tuple|Tuple|Sequence)\[(int|float|bool|str)(, \.\.\.)?\]$"
+    r"|^(tuple|Tuple)\[(int|float|bool|str)(, (int|float|bool|str))+\]$")
 TENSOR_ANNOTATION = re.compile(r"^(torch\.)?Tensor$")
 # metadata read on the host: no sync, whatever the tensor's device
 METADATA_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "is_cpu", "layout", "requires_grad",
@@ -275,7 +276,11 @@ class Places:
         return found
 
     def _returns(self, function: cst.FunctionDef) -> str | None:
-        """A same-module function's result: the join of what its ``return`` statements give."""
+        """A same-module function's result: a host value when its return annotation says so
+        (``-> tuple[int, int]``, ``-> np.ndarray``), else the join of what its ``return`` statements give."""
+        if function.returns is not None and HOST_ANNOTATION.search(
+                _annotation_text(function.returns.annotation)):
+            return HOST
         if id(function) in self._returning or type(function.body) is not cst.IndentedBlock:
             return None
         self._returning.add(id(function))
@@ -420,8 +425,7 @@ class Places:
         params = function.params
         for p in [*params.posonly_params, *params.params, *params.kwonly_params]:
             if p.annotation is not None:
-                text = cst.Module([]).code_for_node(p.annotation.annotation).strip()
-                text = re.sub(r"^Optional\[(.*)\]$|^(.*?)\s*\|\s*None$", lambda m: m.group(1) or m.group(2), text)
+                text = _annotation_text(p.annotation.annotation)
                 if HOST_ANNOTATION.search(text):
                     found[p.name.value] = HOST
                 elif TENSOR_ANNOTATION.search(text):
@@ -493,6 +497,12 @@ class Places:
         for attr, places in values.items():
             found[attr] = join(places)
         return found
+
+
+def _annotation_text(annotation: cst.BaseExpression) -> str:
+    """An annotation as written, ``Optional[X]`` and ``X | None`` read as ``X``."""
+    text = cst.Module([]).code_for_node(annotation).strip()
+    return re.sub(r"^Optional\[(.*)\]$|^(.*?)\s*\|\s*None$", lambda m: m.group(1) or m.group(2), text)
 
 
 def _registers_buffer(call: cst.Call) -> bool:

@@ -715,8 +715,8 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
     only logs and gives up (error paths), in a branch that never runs (``if False:``; an option no
     caller turns on; ``if p is None:`` where every caller passes ``p``), below a lazy initialiser's
     guard (the project index's ``once_after``), under an ``if`` on a debug switch or one that fills
-    the cache its test reads (once per key), or after an early ``if not <debug switch>: return`` in
-    its function."""
+    the cache its test reads (once per key), in the body of ``if self.training:``, or after an early
+    ``if not <debug switch>: return`` in its function."""
     function = None
     child = node
     off = _scope_params(model, node, model.config.options_off)
@@ -748,6 +748,8 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
         if type(anc) is cst.If and child is not anc.test and _on_cuda(anc.test) is not None and (
                 (child is anc.body) != _on_cuda(anc.test)):
             return True  # the other side of ``if x.is_cuda:``: the CPU's path
+        if type(anc) is cst.If and child is anc.body and _training_mode(anc.test):
+            return True  # ``if self.training:``: a module in training mode, never a serving step
         if type(anc) is cst.If and child is not anc.test and _host_copy(anc.test) is not None and (
                 (child is anc.body) != _host_copy(anc.test)):
             return True  # the side of ``if meta.seq_lens_cpu is not None:`` taken when the host copy is missing
@@ -862,6 +864,14 @@ def _on_cuda(test: cst.CSTNode) -> bool | None:
         if test.comparisons[0].comparator.evaluated_value == "cuda" and (equal or unequal):
             return equal
     return None
+
+
+def _training_mode(test: cst.CSTNode) -> bool:
+    """A test that a module is in training mode (``self.training``, ``module.training``, alone or
+    as one operand of an ``and``): serving runs modules in eval mode."""
+    if type(test) is cst.BooleanOperation and type(test.operator) is cst.And:
+        return _training_mode(test.left) or _training_mode(test.right)
+    return type(test) is cst.Attribute and test.attr.value == "training"
 
 
 def _error_branch(model, block: cst.CSTNode) -> bool:

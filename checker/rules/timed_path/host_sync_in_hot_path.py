@@ -61,7 +61,8 @@ class HostSyncInHotPath(Rule):
       `allow_sync` block), or takes only for a caller that passed a tensor where a list or an int
       would do (`x if isinstance(x, list) else x.tolist()`, `if isinstance(n, torch.Tensor): n =
       n.item()`);
-    - a sync off the normal step: in an `except` handler, under a debug switch
+    - a sync off the normal step: in an `except` handler, in the body of `if self.training:`
+      (serving runs modules in eval mode), under a debug switch
       (`if envs.TRACE_X.get():`, `if self.debug:`, a module-level switch read from the environment
       and named for diagnostics: `_LOG_SCALES = os.environ.get(...)`; after `if not <switch>:
       return`), or in a
