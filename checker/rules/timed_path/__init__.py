@@ -710,13 +710,14 @@ REFERENCE_PATH = re.compile(r"(^|/|_)(ref|reference)\.py$", re.I)
 DEBUG_FLAG = re.compile(r"(^|_)envs?($|_)|debug|verbose|trace|timing|profil", re.I)
 
 
-def off_the_step(model, node: cst.CSTNode) -> bool:
+def off_the_step(model, node: cst.CSTNode, serving: bool = False) -> bool:
     """Whether ``node`` runs only off the normal step: in an ``except`` handler or a branch that
     only logs and gives up (error paths), in a branch that never runs (``if False:``; an option no
     caller turns on; ``if p is None:`` where every caller passes ``p``), below a lazy initialiser's
     guard (the project index's ``once_after``), under an ``if`` on a debug switch or one that fills
-    the cache its test reads (once per key), in the body of ``if self.training:``, or after an early
-    ``if not <debug switch>: return`` in its function."""
+    the cache its test reads (once per key), or after an early ``if not <debug switch>: return`` in
+    its function. On a ``serving`` step (a hot path, not a benchmark's timed call: a harness times
+    a module in training mode unless it calls ``.eval()``), also in the body of ``if self.training:``."""
     function = None
     child = node
     off = _scope_params(model, node, model.config.options_off)
@@ -748,7 +749,7 @@ def off_the_step(model, node: cst.CSTNode) -> bool:
         if type(anc) is cst.If and child is not anc.test and _on_cuda(anc.test) is not None and (
                 (child is anc.body) != _on_cuda(anc.test)):
             return True  # the other side of ``if x.is_cuda:``: the CPU's path
-        if type(anc) is cst.If and child is anc.body and _training_mode(anc.test):
+        if serving and type(anc) is cst.If and child is anc.body and _training_mode(anc.test):
             return True  # ``if self.training:``: a module in training mode, never a serving step
         if type(anc) is cst.If and child is not anc.test and _host_copy(anc.test) is not None and (
                 (child is anc.body) != _host_copy(anc.test)):

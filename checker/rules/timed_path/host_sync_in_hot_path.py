@@ -205,7 +205,7 @@ def decode_step(model, tokens):
             return  # another platform's backend (an `_ascend/` or `npu/` folder): not the GPU's step
         for region, node, via in _hot_calls(model):
             where = via if via is not None else node
-            if _allowed(model, node) or off_the_step(model, node) or (
+            if _allowed(model, node) or off_the_step(model, node, serving=True) or (
                 via is not None and _allowed(model, via)
             ) or (_per_request(model, region) and not _in_loop(model, where, region.function)):
                 continue
@@ -279,7 +279,7 @@ def _region_calls(model):
             roots = [loop.body for loop in own]
         loops = _step_loop_helpers(model, region.function)
         follow = lambda site: not (  # noqa: E731 - a helper called off the step, or only for images, is not entered
-            off_the_step(model, site) or _allowed(model, site) or MULTIMODAL_HELPER.search(_called_name(model, site))
+            off_the_step(model, site, serving=True) or _allowed(model, site) or MULTIMODAL_HELPER.search(_called_name(model, site))
             or (target := model.callee(site)) is not None and context(model, target) is not None)
         for call, via in model.calls_in(roots, follow=follow):
             if id(call) in seen or (via is not None and _recursive(model, via, region.function)):
