@@ -339,8 +339,8 @@ class ModuleModel:
         operand of an ``and``/``or``/``not``; the form is :func:`tested_read_ast`'s). The reductions
         and builtins a test calls are ``sync_kind``'s."""
         for operand in tested_operands(test):
-            tree = as_ast(operand) if type(operand) is cst.Comparison else None
-            if tree is not None and tested_read_ast(tree) and self.places.place(operand) in ON_GPU:
+            if type(operand) is cst.Comparison and self.places.place(operand) in ON_GPU \
+                    and (tree := as_ast(operand)) is not None and tested_read_ast(tree):
                 return "a branch on a GPU tensor's value (Python waits to read it)"
         return None
 

@@ -172,9 +172,8 @@ def nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) ->
     imports is used only as a type (``isinstance(m, TEModule)``) or where a failed import fails
     loudly (:func:`_loud_use`)."""
     imported = _imported_names(model, node)
-    flags = {t.value for s in statements(handler.body) if type(s) is cst.SimpleStatementLine
-             for small in s.body if type(small) is cst.Assign for t in (x.target for x in small.targets)
-             if type(t) is cst.Name}
+    binds = _handler_binds(handler)
+    flags, nones = {name for name, _ in binds}, {name for name, value in binds if value == "None"}
     module_level = model.parent(node) is model.module
     if imported and module_level and all(_stub_before(model, node, name) for name in imported):
         return True
@@ -187,14 +186,19 @@ def nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) ->
     # handler's answer is the fallback, and those uses say nothing of it
     answers = scope is not None and any(type(small) in (cst.Return, cst.Raise) for s in statements(handler.body)
                                         if type(s) is cst.SimpleStatementLine for small in s.body)
-    # nor can a use fail loudly when the handler binds a replacement (an import, or a value but None)
-    replaced = any(type(n) in (cst.Import, cst.ImportFrom) for s in statements(handler.body) for n in _walk(s))
-    nones = {t.value for s in statements(handler.body) if type(s) is cst.SimpleStatementLine for small in s.body
-             if type(small) is cst.Assign and type(small.value) is cst.Name and small.value.value == "None"
-             for t in (x.target for x in small.targets) if type(t) is cst.Name}
-    loud = (lambda n: False) if answers or replaced else (lambda n: _loud_use(model, n, imported | flags))
-    if all(_refuses(model, n) or _beside_type_test(model, n, imported) or n.value in imported and n.value in nones
-           and _dereferenced(model, n) and loud(n) if n.value in flags else _as_type(model, n) or loud(n) for n in uses):
+    # nor can a use fail loudly when the handler imports a replacement, or binds the name to anything but None
+    can_fail = not answers and not _imports_replacement(handler)
+
+    def loud(n: cst.Name) -> bool:
+        return can_fail and _loud_use(model, n, imported | flags)
+
+    def harmless(n: cst.Name) -> bool:
+        if n.value not in flags:
+            return _as_type(model, n) or loud(n)
+        return _refuses(model, n) or _beside_type_test(model, n, imported) or (
+            n.value in imported and n.value in nones and _dereferenced(model, n) and loud(n))
+
+    if all(harmless(n) for n in uses):
         return True
     if answers:
         return False
@@ -231,24 +235,41 @@ def _used_unguarded(model, handler: cst.ExceptHandler, imported: set[str], flags
     use (a NameError), with no slower path to fall into silently."""
     if any(n.value not in imported for n in uses):
         return False  # a flag is read: the code chooses on it
+    if _imports_replacement(handler):
+        return False
     for s in statements(handler.body):
         for n in _walk(s):
-            if type(n) in (cst.Import, cst.ImportFrom):
-                return False  # the handler imports a replacement
             if type(n) is cst.Assign and type(n.value) is not cst.Name and any(
                     type(t.target) is cst.Name and t.target.value in imported for t in n.targets):
                 return False  # a replacement bound to the imported name (``gemm = slow_gemm``)
-    names = imported | flags
-    for n in uses:
-        for anc in model.ancestors(n):
-            test = getattr(anc, "test", None)
-            if type(anc) in (cst.If, cst.IfExp, cst.While) and any(
-                    type(m) is cst.Name and m.value in names for m in _walk(test)):
-                return False  # used under a test of the import: a choice, judged by the rest of the rule
-            if type(anc) in (cst.Try, cst.BooleanOperation):
-                return False
-            if type(anc) in (cst.FunctionDef, cst.ClassDef) and model.parent(anc) is model.module:
-                break
+    return all(_unguarded(model, n, imported | flags) for n in uses)
+
+
+def _handler_binds(handler: cst.ExceptHandler) -> list[tuple[str, str]]:
+    """(name, value) for each name the handler's own statements assign (``HAVE_TE = False``,
+    ``fused = None``): the value's name when it is one (``"None"``), else ""."""
+    return [(t.value, small.value.value if type(small.value) is cst.Name else "")
+            for s in statements(handler.body) if type(s) is cst.SimpleStatementLine for small in s.body
+            if type(small) is cst.Assign for t in (x.target for x in small.targets) if type(t) is cst.Name]
+
+
+def _imports_replacement(handler: cst.ExceptHandler) -> bool:
+    """The handler imports something in its place (another package's copy, a reference)."""
+    return any(type(n) in (cst.Import, cst.ImportFrom) for s in statements(handler.body) for n in _walk(s))
+
+
+def _unguarded(model, n: cst.Name, names: set[str]) -> bool:
+    """A use that nothing steers around: no ``if``, conditional expression or ``while`` testing one of
+    ``names`` above it (a choice on the import, judged by the rest of the rule), no ``try`` or boolean
+    operator, up to its top-level definition."""
+    for anc in model.ancestors(n):
+        if type(anc) in (cst.If, cst.IfExp, cst.While) and any(
+                type(m) is cst.Name and m.value in names for m in _walk(anc.test)):
+            return False
+        if type(anc) in (cst.Try, cst.BooleanOperation):
+            return False
+        if type(anc) in (cst.FunctionDef, cst.ClassDef) and model.parent(anc) is model.module:
+            return True
     return True
 
 
@@ -290,25 +311,15 @@ def _as_type(model, n: cst.Name) -> bool:
 
 
 def _loud_use(model, n: cst.Name, names: set[str]) -> bool:
-    """A use of an imported name that raises when the import failed, because nothing tests the
-    import first: in an ``assert``, or reached with no ``if``, conditional expression, ``while``,
-    boolean operator or ``try`` around it that could steer around it (``assert HAVE_TE`` then
-    ``awq_ext.layernorm_forward_cuda(...)``: a NameError, not a slower path)."""
-    for anc in model.ancestors(n):
+    """A use of an imported name that raises when the import failed: in an ``assert`` (whatever its
+    test does with the name, the statement raises or goes on), or :func:`_unguarded` (``assert
+    HAVE_TE`` then ``awq_ext.layernorm_forward_cuda(...)``: a NameError, not a slower path)."""
+    for anc in _up_to_statement(model, n):
         if type(anc) is cst.Assert:
-            return True  # whatever the assert's test does with it, the statement raises or goes on
-        if type(anc) is cst.SimpleStatementLine:
-            continue
-        if type(anc) is cst.BooleanOperation and any(type(a) is cst.Assert for a in _up_to_statement(model, anc)):
-            continue
-        if type(anc) in (cst.If, cst.IfExp, cst.While) and any(
-                type(m) is cst.Name and m.value in names for m in _walk(anc.test)):
-            return False
-        if type(anc) in (cst.Try, cst.BooleanOperation):
-            return False
-        if type(anc) in (cst.FunctionDef, cst.ClassDef) and model.parent(anc) is model.module:
             return True
-    return True
+        if type(anc) is cst.IfExp and any(type(m) is cst.Name and m.value in names for m in _walk(anc.test)):
+            return False
+    return _unguarded(model, n, names)
 
 
 def _dereferenced(model, n: cst.Name) -> bool:
