@@ -712,8 +712,8 @@ def _compact(jobs: list[Job]) -> list[Job]:
     """The annotated jobs again, rebuilt once the project index is freed. The index's objects and the
     jobs' answers share the allocator's arenas, and an arena goes back to the system only when all of
     it is free: the answers alone (1.5 MiB pickled on vLLM) kept 80 MiB of arenas for the rest of the
-    scan, in this process and again in every worker forked from it (vLLM cold scan, -j 2: 487 MiB
-    at most over all processes, 318 MiB with the jobs rebuilt)."""
+    scan, in this process and again in every worker forked from it (vLLM cold scan, -j 2: 476 MiB
+    at most over all processes, 314 MiB with the jobs rebuilt: benchmarks/process_memory.py)."""
     data = pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL)
     del jobs
     gc.collect()

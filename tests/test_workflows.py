@@ -360,6 +360,16 @@ def test_large_file_benchmark_exists_and_names_its_target():
     assert "libcst" in text and "500 MiB" in text and "10 s" in text
 
 
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="reads /proc (Linux)")
+def test_process_memory_benchmark_reports_the_child_and_its_own_children():
+    child = "import subprocess, sys, time; subprocess.run([sys.executable, '-c', 'x = bytearray(60 << 20); import time; time.sleep(1)'])"
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "process_memory.py"), "--", sys.executable, "-c", child],
+                         capture_output=True, text=True, check=True).stdout
+    peaks = [float(v) for v in out.split("per process peak (MiB, in start order): ")[1].splitlines()[0].split(", ")]
+    assert len(peaks) == 2 and max(peaks) >= 55  # the grandchild's 60 MiB buffer is seen and attributed to it
+    assert float(out.split("peak over all processes ")[1].split(" MiB")[0]) >= max(peaks)
+
+
 # -- outputs ------------------------------------------------------------------------------------
 
 
