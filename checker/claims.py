@@ -915,10 +915,14 @@ def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:
         if type(node) is cst.Assign and len(node.targets) == 1:
             target = node.targets[0].target
             if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
-                if _same_module_moved(model, node.value, target.attr.value):
+                layer = _moved_layer(model, node.value)
+                if layer == target.attr.value:
                     # ``self.conv = self.conv.to(memory_format=...)``: still the same layer; a buffer
                     # bound elsewhere (``self.w, self.b = fold(...)``) moved to a layout is a tensor
                     out.setdefault(target.attr.value, ("neutral",))
+                    continue
+                if layer is not None and layer in out:  # ``self.fast = torch.compile(self.conv)``: that layer
+                    out[target.attr.value] = out[layer]
                     continue
                 out[target.attr.value] = _attr_kind(model, node.value, extensions)
         elif type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "append" \
@@ -936,9 +940,9 @@ def _class_attrs(model, cls: cst.ClassDef, extensions) -> dict[str, tuple]:
 MOVES = ("to", "cuda", "half", "float", "bfloat16", "double", "eval", "train", "requires_grad_", "contiguous")
 
 
-def _same_module_moved(model, value: cst.CSTNode, attr: str) -> bool:
-    """Whether ``value`` is ``self.<attr>`` moved, cast or switched to eval (``self.conv.to(...)``),
-    or compiled or scripted (``torch.jit.script(self.conv)``: the same layer's ops)."""
+def _moved_layer(model, value: cst.CSTNode) -> str | None:
+    """The ``self.<attr>`` that ``value`` is, moved, cast or switched to eval (``self.conv.to(...)``),
+    or compiled, scripted or traced (``torch.jit.trace(self.conv, x)``: the same layer's ops)."""
     while type(value) is cst.Call:
         if type(value.func) is cst.Attribute and value.func.attr.value in MOVES:
             value = value.func.value
@@ -946,8 +950,9 @@ def _same_module_moved(model, value: cst.CSTNode, attr: str) -> bool:
             value = value.args[0].value
         else:
             break
-    return type(value) is cst.Attribute and type(value.value) is cst.Name and value.value.value == "self" \
-        and value.attr.value == attr
+    if type(value) is cst.Attribute and type(value.value) is cst.Name and value.value.value == "self":
+        return value.attr.value
+    return None
 
 
 def _bound_in(model, name: cst.Name) -> cst.CSTNode | None:
@@ -1090,6 +1095,10 @@ def _attr_kind(model, value: cst.CSTNode, extensions) -> tuple:
     """("library", name, family) | ("extension",) | ("neutral",) | ("unknown", text)."""
     if type(value) is cst.Name and value.value in extensions:
         return ("extension",)
+    if type(value) is cst.Name:
+        bound = _bound_in(model, value)  # ``conv = nn.Conv2d(...); self.conv = torch.jit.script(conv)``
+        if bound is not None and type(bound) is not cst.Name:
+            return _attr_kind(model, bound, extensions)
     if type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value in MOVES and \
             type(value.func.value) is cst.Call:
         return _attr_kind(model, value.func.value, extensions)  # ``nn.Linear(i, o).half()``: the layer, moved
@@ -1326,6 +1335,20 @@ def _compiled_function(model, call: cst.Call) -> cst.FunctionDef | None:
     return memo[func.value]
 
 
+def _global_kind(model, name: str) -> tuple:
+    """What a module-level name binds, when every binding of it at the top of the module says the
+    same (see :func:`_attr_kind`); ("unknown", name) otherwise."""
+    memo = model.__dict__.setdefault("_claim_globals", {})
+    if name not in memo:
+        module = getattr(model, "_claim_module", None)
+        kinds = {_attr_kind(model, small.value, frozenset()) for line in (module.body if module is not None else ())
+                 if type(line) is cst.SimpleStatementLine for small in line.body
+                 if type(small) is cst.Assign and len(small.targets) == 1
+                 and type(small.targets[0].target) is cst.Name and small.targets[0].target.value == name}
+        memo[name] = kinds.pop() if len(kinds) == 1 else ("unknown", name)
+    return memo[name]
+
+
 def _autograd_forward(model, call: cst.Call) -> cst.FunctionDef | None:
     """``Fn.apply(...)`` of a same-module ``torch.autograd.Function``: its ``forward``, where the
     work is (agents wrap a library call in one as often as a kernel)."""
@@ -1476,6 +1499,9 @@ def classify_call(model, call: cst.Call, attrs: dict[str, tuple]) -> Use | None:
     if len(parts) == 1:
         if head in BUILTINS or head in model.classes or head not in _bound_names(model):
             return None  # a builtin, a class of this module, or a name nothing binds (a NameError, no kernel)
+        kind = _global_kind(model, head)
+        if kind[0] == "library":  # ``_mm = torch.compile(torch.matmul)`` at the top, then ``_mm(a, b)``
+            return Use("library", call, None, kind[1], kind[2])
         return Use("unknown", call, None, name)
     return _method_use(call, parts[-1])
 
