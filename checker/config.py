@@ -108,6 +108,10 @@ class Config:
     # Set per file by the engine from the project index: its top-level functions that some function
     # of the project calls by name (``kcheck.project.called_plainly``): a Triton one is a device helper.
     called_plainly: tuple[str, ...] = ()
+    # Set per file by the engine from the project index: its top-level names (flags, probes, imported
+    # kernels) that other modules import and read, each with how the least careful of them reads it:
+    # "said", "used" or "silent" (``kcheck.project.read_elsewhere``).
+    read_elsewhere: tuple[tuple[str, str], ...] = ()
     # Set per file by the engine from the project index: the names it imports that are project functions
     # launching a kernel in their own body (``kcheck.project.kernel_loading``): calling one is a launch.
     kernel_entries: tuple[str, ...] = ()

@@ -570,6 +570,9 @@ class FileFacts:
     launchers: set[str] = field(default_factory=set)
     # top-level functions under a Triton decorator (``@triton.jit``), by name
     kernels: set[str] = field(default_factory=set)
+    # what it imports (qualified) -> how it reads it: "said", "used" or "silent" (``answered_reads``):
+    # what ``read_elsewhere`` asks of the modules that import a flag
+    reads: dict[str, str] = field(default_factory=dict)
 
 
 def module_name(path: str) -> str:
@@ -763,7 +766,120 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
     calls = [_qualified(facts.imports, text) for text in on_import]
     facts.loads_kernels = facts.loads_kernels or any(kernel_loader(q) for q in calls)
     facts.module_calls = tuple(dict.fromkeys(text for text in on_import if "." not in text or text.split(".")[0] in facts.imports))
+    facts.reads = answered_reads(tree, facts.imports)
     return facts
+
+
+# What a branch says when it is taken: it raises, prints, warns or logs at info level or above.
+SAYING_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
+                  "critical", "info", "info_once", "print_info_once"}
+
+
+def says(statements: list[ast.stmt]) -> bool:
+    """Whether running ``statements`` raises or tells the user (``print``, ``warnings.warn``, a
+    logger call at info level or above), outside nested definitions."""
+    stack = list(statements)
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
+            continue
+        if kind is ast.Raise:
+            return True
+        if kind is ast.Call:
+            func = node.func
+            if type(func) is ast.Name and func.id == "print" or type(func) is ast.Attribute and func.attr in SAYING_METHODS:
+                return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def answered_reads(tree: ast.Module, imports: dict[str, str]) -> dict[str, str]:
+    """Qualified name -> how this file reads a name it imports, when a failed import left it
+    ``None`` or ``False``: "said" when every test of it answers "missing" out loud (an ``assert``,
+    or an ``if`` whose branch for "missing", the body under ``not flag``/``flag is None`` and the
+    ``else`` otherwise, raises or tells the user: ``if not HAVE_DEEPEP: raise ImportError(...)``,
+    ``if not has_fp8(): logger.warning(...)``); "used" when it is only called or dereferenced
+    (``Buffer(group)`` fails loudly on ``None``); "silent" when some read chooses quietly or hands
+    the name on (a quiet ``if HAVE_X: ... else: ...``, ``use_fast = HAVE_X``)."""
+    said: set[int] = set()  # the ids of the name nodes read in tests that answer out loud
+    tested: set[int] = set()  # ... in any test
+    used: set[int] = set()  # ... called or dereferenced
+
+    def visit(expr: ast.expr, flipped: bool, body_says: bool, else_says: bool) -> None:
+        kind = type(expr)
+        if kind is ast.UnaryOp and type(expr.op) is ast.Not:
+            visit(expr.operand, not flipped, body_says, else_says)
+        elif kind is ast.BoolOp:
+            for value in expr.values:
+                visit(value, flipped, body_says, else_says)
+        elif kind is ast.Compare and len(expr.ops) == 1 and type(expr.comparators[0]) is ast.Constant \
+                and expr.comparators[0].value in (None, False):
+            visit(expr.left, flipped != (type(expr.ops[0]) in (ast.Is, ast.Eq)), body_says, else_says)
+        elif kind is ast.Call:
+            visit(expr.func, flipped, body_says, else_says)  # ``if not has_fp8():``: the probe's answer
+        elif kind is ast.Name:
+            tested.add(id(expr))
+            if body_says if flipped else else_says:
+                said.add(id(expr))
+
+    for node in ast.walk(tree):
+        kind = type(node)
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if type(block) is not list:
+                continue
+            for i, stmt in enumerate(block):
+                if type(stmt) is ast.If:  # an ``if`` that returns has the statements after it as its else
+                    rest = stmt.orelse or (block[i + 1:] if type(stmt.body[-1]) in (ast.Return, ast.Raise) else [])
+                    visit(stmt.test, False, says(stmt.body), bool(rest) and says(rest))
+        if kind is ast.Assert:
+            visit(node.test, False, True, True)
+        elif kind is ast.Call:
+            used.add(id(node.func))
+        elif kind is ast.Attribute:
+            used.add(id(node.value))
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if type(node) is ast.Name and type(node.ctx) is ast.Load and node.id in imports:
+            how = "said" if id(node) in said else "used" if id(node) in used and id(node) not in tested else "silent"
+            qualified = imports[node.id]
+            found[qualified] = _weakest(found.get(qualified, how), how)
+    return found
+
+
+def _weakest(a: str, b: str) -> str:
+    """Of two ways of reading a name (``answered_reads``), the one that says less: silent, used, said."""
+    return a if READ_ORDER.index(a) <= READ_ORDER.index(b) else b
+
+
+READ_ORDER = ("silent", "used", "said")
+
+
+def read_elsewhere(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[tuple[str, str], ...]]:
+    """File -> its top-level names that other modules of the project import (directly or through a
+    package that re-exports them) and read, each with how the least careful of them reads it
+    (``answered_reads``): a flag or probe whose failed import every importer refuses or announces
+    leaves no silent path behind, however quiet the ``except`` that set it."""
+    resolve = resolve or Resolver(files)
+    verdict: dict[tuple[str, str], str] = {}
+    for path, facts in files.items():
+        for qualified, how in facts.reads.items():
+            module, _, name = qualified.rpartition(".")
+            target = resolve.module_path(module) if module else None
+            for _ in range(3):  # ``from pkg import HAVE_X`` where ``pkg/__init__.py`` imports it from ``.utils``
+                onward = files[target].imports.get(name) if target is not None else None
+                module, _, onward_name = (onward or "").rpartition(".")
+                onward_target = resolve.module_path(module) if module else None
+                if onward_target is None:
+                    break  # bound in ``target`` (by the ``try`` that imports it from outside the project)
+                target, name = onward_target, onward_name
+            if target is not None and target != path:
+                verdict[(target, name)] = _weakest(verdict.get((target, name), how), how)
+    out: dict[str, list[tuple[str, str]]] = {}
+    for (path, name), how in verdict.items():
+        out.setdefault(path, []).append((name, how))
+    return {path: tuple(sorted(names)) for path, names in out.items()}
 
 
 def _qualified(imports: dict[str, str], text: str) -> str:
@@ -1879,13 +1995,15 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                 cache.drop(key)
     config = jobs[0].config
     steps = timing = constants = off = hosts = given = demanded = copied = loading = plain = entries = called = None
+    answered = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
         digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, *_) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, entries, called = cache.walk[1]
+            steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, entries, called, answered = \
+                cache.walk[1]
     if steps is None:
         for rel, key in pending.items():  # the walk is redone: it needs every file's facts
             facts = cache.facts.get(key)
@@ -1900,10 +2018,10 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         hosts, given = host_params(files, resolve), given_params(files, resolve)
         demanded = contracts.call_demands(files, resolve)
         copied, (loading, plain, entries) = copies(files), kernel_loading(files, resolve)
-        called = called_plainly(files, resolve)
+        called, answered = called_plainly(files, resolve), read_elsewhere(files, resolve)
         if cache is not None:
             cache.walk = (digest, (steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, entries,
-                                   called))
+                                   called, answered))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -1914,7 +2032,8 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         known = {"per_step": mine, "once_after": once_of.get(job.rel, ()), "measuring": timing.get(job.rel, ()),
                  "constants": constants.get(job.rel, ()), "options_off": off.get(job.rel, ()),
                  "host_params": hosts.get(job.rel, ()), "given_params": given.get(job.rel, ()), "demands": demanded.get(job.rel, ()),
-                 "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), "plain_imports": plain.get(job.rel, ()), "kernel_entries": entries.get(job.rel, ()), "called_plainly": called.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
+                 "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), "plain_imports": plain.get(job.rel, ()), "kernel_entries": entries.get(job.rel, ()), "called_plainly": called.get(job.rel, ()),
+                 "read_elsewhere": answered.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

@@ -1016,3 +1016,91 @@ def test_files_read_as_python_under_another_name_are_in_the_index(tmp_path):
     found = [(f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC205"]
     assert found == [("runs/sol.py.txt", 18)]  # _rebuild's build, on every call; _get_ext's is kept
     assert module_name("runs/sol.py.txt") == "runs.sol"
+
+
+FLAG_MODULE = """
+    try:
+        from deep_ep import Buffer
+        HAVE_DEEPEP = True
+    except Exception:
+        Buffer = None
+        HAVE_DEEPEP = False
+"""
+
+REFUSING_IMPORTER = """
+    from pkg.comm import HAVE_DEEPEP, Buffer
+
+
+    class DeepEPDispatcher:
+        def __init__(self, group):
+            if not HAVE_DEEPEP:
+                raise ImportError("DeepEP is required for expert parallelism: pip install deep_ep")
+            self.buffer = Buffer(group)
+"""
+
+ANNOUNCING_IMPORTER = """
+    import logging
+
+    from pkg import HAVE_DEEPEP
+
+    logger = logging.getLogger(__name__)
+
+
+    def pick_backend():
+        if HAVE_DEEPEP:
+            return "deepep"
+        logger.warning("DeepEP is not installed: expert parallelism falls back to all-to-all")
+        return "all_to_all"
+"""
+
+SILENT_IMPORTER = """
+    from pkg.comm import HAVE_DEEPEP
+
+
+    def dispatch(x, group):
+        if HAVE_DEEPEP:
+            return deepep_dispatch(x, group)
+        return all_to_all_dispatch(x, group)
+"""
+
+
+def test_a_flag_every_importer_refuses_or_announces_is_no_silent_fallback(tmp_path):
+    # the broad ``except`` that sets HAVE_DEEPEP loses the error's text, but every module that reads
+    # the flag raises or warns when it says "missing" (one through the package that re-exports it):
+    # the failed import is never a silent slower path, so KC303 stays quiet
+    files = {"pyproject.toml": "[tool.kcheck]\nroot = true\n", "pkg/__init__.py": "from .comm import HAVE_DEEPEP\n",
+             "pkg/comm.py": FLAG_MODULE, "pkg/dispatcher.py": REFUSING_IMPORTER, "pkg/backend.py": ANNOUNCING_IMPORTER}
+    _write(tmp_path, files)
+    jobs, _ = discover([str(tmp_path)])
+    assert [f for f in scan(jobs, 1, cache=False).findings if f.code == "KC303"] == []
+    # one importer that chooses on the flag without a word: the handler is reported again
+    _write(tmp_path, {"pkg/silent.py": SILENT_IMPORTER})
+    jobs, _ = discover([str(tmp_path)])
+    found = [(f.path, f.line) for f in scan(jobs, 1, cache=False).findings if f.code == "KC303"]
+    assert found == [("pkg/comm.py", 5)]  # the handler
+
+
+def test_reads_that_answer_missing_out_loud():
+    tree = ast.parse(textwrap.dedent("""
+        from pkg.comm import HAVE_A, HAVE_B, has_c, HAVE_D, op_e
+        assert HAVE_A, "needs A"
+        if not HAVE_B:
+            raise ImportError("needs B")
+        if has_c() and x > 0:
+            fast()
+        else:
+            print("C missing: slow path")
+        if HAVE_D:
+            fast()
+        else:
+            slow()
+        if op_e is None:
+            logger.warning("E missing")
+        use(op_e)
+    """))
+    reads = file_facts(tree, "pkg/user.py").reads
+    assert reads == {"pkg.comm.HAVE_A": "said", "pkg.comm.HAVE_B": "said", "pkg.comm.has_c": "said",
+                     "pkg.comm.HAVE_D": "silent", "pkg.comm.op_e": "silent"}
+    # a name only called or dereferenced (after the flag check) fails loudly when the import failed
+    used = file_facts(ast.parse("from pkg.comm import Buffer, ops\nb = Buffer(g)\nops.moe(x)\n"), "pkg/user.py").reads
+    assert used == {"pkg.comm.Buffer": "used", "pkg.comm.ops": "used"}

@@ -132,9 +132,22 @@ def _builders(model) -> set[str]:
     return found
 
 
+def answered_by_importers(model, names: set[str]) -> bool:
+    """Whether other modules of the project import and read these top-level ``names``, every test of
+    them raising or telling the user when a name says "missing" (``if not HAVE_DEEPEP: raise
+    ImportError(...)``) and every other read calling or dereferencing it (``Buffer(group)``, loud on
+    ``None``): the index's ``read_elsewhere``."""
+    read = dict(model.config.read_elsewhere)
+    verdicts = {read[name] for name in names if name in read}
+    return "said" in verdicts and "silent" not in verdicts
+
+
 def announced_by_callers(model, probe: cst.FunctionDef) -> bool:
     """Whether the probe's answer is announced where it is used: a caller in this module tests it
-    (``if not is_fused_available(): logger.warning(...)``) and a branch of that test warns."""
+    (``if not is_fused_available(): logger.warning(...)``) and a branch of that test warns, or the
+    modules that import a top-level probe all do (:func:`answered_by_importers`)."""
+    if model.parent(probe) is model.module and answered_by_importers(model, {probe.name.value}):
+        return True
     for call in model.callers(probe):
         for anc in model.ancestors(call):
             if type(anc) is cst.If:
@@ -180,8 +193,8 @@ def nothing_to_fall_back_to(model, node: cst.Try, handler: cst.ExceptHandler) ->
     scope = model.enclosing_function(node)
     uses = [n for name in imported | flags for n in model.names_of(name)
             if not model.inside(n, node) and _same_binding(model, n, scope)]
-    if not uses:
-        return False
+    if not uses:  # read only by the modules that import it: they refuse or announce, or it is silent
+        return module_level and answered_by_importers(model, imported | flags)
     # in a function whose handler returns, the later uses run only when the import worked: the
     # handler's answer is the fallback, and those uses say nothing of it
     answers = scope is not None and any(type(small) in (cst.Return, cst.Raise) for s in statements(handler.body)
