@@ -58,8 +58,10 @@ class BroadExceptFallback(Rule):
     bound names are tested by `if`s that all warn on the path they take; an import after whose
     failure every use raises (its flag read only by `assert HAVE_TE` or `if not HAVE_TE: raise`,
     what it imported used where nothing tests the import first, or set to None and called just
-    after `assert fused_rope is not None`): a late error, not a slower path; and an import-only
-    loader answering None whose every caller raises on that answer.
+    after `assert fused_rope is not None`): a late error, not a slower path; an import whose flag,
+    probe or names are read only by other modules of the project, each of which raises or warns
+    when the name says "missing" (`if not HAVE_DEEPEP: raise ImportError(...)`) or only calls what
+    it imported; and an import-only loader answering None whose every caller raises on that answer.
 
     ## Why is this bad?
     The handler cannot tell "this input is not supported" from a bug: a wrong argument, an
