@@ -50,6 +50,18 @@ METADATA_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "is_cpu", "layo
                   "is_sparse", "itemsize", "nbytes", "names"}
 HOST_METHODS = {"item", "tolist", "numpy", "cpu", "size", "numel", "dim", "stride", "data_ptr", "element_size",
                 "is_contiguous", "get_device", "nelement", "storage_offset", "pin_memory", "untyped_storage"}
+# Methods a torch tensor has and a NumPy array or a Python container has not: a value they are
+# called on is a tensor (``cu_seqlens.diff()``, ``mask.unsqueeze(-1)``, ``x.size(0)``), and so is
+# what most of them return.
+TORCH_ONLY_METHODS = {"unsqueeze", "unsqueeze_", "diff", "isfinite", "isnan", "isinf", "contiguous", "masked_fill",
+                      "masked_fill_", "half", "bfloat16", "float", "long", "int", "bool", "double", "size", "dim",
+                      "numel", "stride", "data_ptr", "element_size", "is_contiguous", "new_zeros", "new_empty",
+                      "new_full", "new_ones", "new_tensor", "permute", "expand", "expand_as", "index_select",
+                      "gather", "scatter", "scatter_", "scatter_add_", "narrow", "softmax", "log_softmax", "topk",
+                      "eq", "ne", "lt", "gt", "le", "ge", "clamp", "clamp_", "clamp_min", "clamp_max", "add_",
+                      "mul_", "sub_", "div_", "copy_", "zero_", "fill_", "detach", "clone", "view_as",
+                      "repeat_interleave", "masked_select", "index_put_", "index_add_", "logical_not", "sigmoid",
+                      "exp_", "type_as", "split", "chunk", "unbind", "flip", "roll", "cuda", "record_stream"}
 # reductions and comparisons: what a branch tests (``if (ids < 0).any():``)
 REDUCTIONS = {"sum", "max", "min", "amax", "amin", "any", "all", "mean", "argmax", "argmin", "prod", "norm",
               "count_nonzero", "eq", "ne", "gt", "lt", "ge", "le", "isnan", "isinf", "isfinite", "abs",
@@ -378,6 +390,8 @@ class Places:
             return HOST  # a NumPy array's or a CPU tensor's methods stay on the host
         if here in ON_GPU:
             return here  # a tensor's methods give tensors where it is (the host's are above)
+        if method in TORCH_ONLY_METHODS:
+            return TENSOR  # only a tensor has it, so the receiver is one, and so is the result
         return None
 
     def default_place(self) -> str:
@@ -438,6 +452,7 @@ class Places:
             scope = self.model.scope_names.get(id(function), "")
             found.update((param, HOST) for name, param in self.model.config.host_params if name == scope)
         bound: dict[str, list[cst.CSTNode]] = {}
+        revealed: set[str] = set()  # names a tensor-only method is called on
         for node in walk(function.body, into_scopes=False):
             kind = type(node)
             if kind is cst.Assign:
@@ -449,6 +464,12 @@ class Places:
                 bound.setdefault(node.target.value, []).append(node.value)
             elif kind is cst.For:
                 _bind(node.target, _Element(node.iter), bound)
+            elif kind is cst.Call and type(node.func) is cst.Attribute and type(node.func.value) is cst.Name \
+                    and node.func.attr.value in TORCH_ONLY_METHODS:
+                revealed.add(node.func.value.value)
+        for p in [*params.posonly_params, *params.params, *params.kwonly_params]:
+            if p.name.value in revealed and p.name.value not in found:
+                found[p.name.value] = TENSOR  # ``cu_seqlens.diff()`` in the body: a tensor, unannotated
         declared = dict(found)  # the parameters' annotations
         self._names[id(function)] = found  # visible (partly filled) to recursive lookups
         for name, values in bound.items():  # ``ts = f(ts)`` keeps ts where its other bindings put it

@@ -40,7 +40,9 @@ class HostSyncInHotPath(Rule):
     defines), and the same-module helpers they call. A
     sync in a helper is reported where it is written, once; the message names what made its
     function a hot path (its name, the step loop, or the call chain the index followed).
-    Whether a tensor is on the host comes from the values model (`kcheck.values`).
+    Whether a tensor is on the host comes from the values model (`kcheck.values`); an unannotated
+    parameter is a tensor when the function calls a method on it that only tensors have
+    (`cu_seqlens.diff()`, `mask.unsqueeze(-1)`, `x.size(0)`), not one NumPy arrays share (`.all()`).
 
     Each function's context, and where its loops over steps are, is decided once by the project
     index (`kcheck.project.function_context`, `step_loops`), which this rule reads per function: code that is not serving is never a hot path, whatever its name or
