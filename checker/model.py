@@ -928,7 +928,8 @@ def ends_in_generation(model: ModuleModel, stmts: list) -> bool:
     k = _last_work(model, stmts)
     stmt = stmts[k] if k >= 0 else None
     if type(stmt) in (cst.For, cst.While) and type(stmt.body) is cst.IndentedBlock and stmt.body.body:
-        stmt = stmt.body.body[-1]
+        body = list(stmt.body.body)  # the loop's last statement that does more than log, bind or decode
+        stmt = body[_last_work(model, body)] if _last_work(model, body) >= 0 else None
     return type(stmt) is cst.SimpleStatementLine and any(
         type(c.func) is cst.Attribute and c.func.attr.value == "generate" for c in _statement_calls(stmt))
 
@@ -943,19 +944,47 @@ def _last_work(model: ModuleModel, stmts: list) -> int:
 
 
 def _host_only(model: ModuleModel, stmt: cst.CSTNode) -> bool:
-    """A statement that queues no GPU work by its calls: printing or logging, ``len``, ``str``, a
-    query of the device (``torch.cuda.is_available()``), or a barrier across ranks, which returns
-    when every rank reached it and leaves no work of its own behind."""
+    """A statement that queues no GPU work: printing or logging, ``len``, ``str``, a query of the
+    device (``torch.cuda.is_available()``), a barrier across ranks (it returns when every rank
+    reached it and leaves no work of its own behind), a tokenizer's or a progress bar's methods, a
+    binding of names, attributes or literals (``_ = y``, ``batch = []``), or an ``if`` whose test and
+    branches are all of these (``if dist.is_initialized(): dist.barrier()``)."""
+    if type(stmt) is cst.If:
+        branches = [stmt.body] + ([stmt.orelse.body] if type(stmt.orelse) is cst.Else else [])
+        return all(type(b) is cst.IndentedBlock and b.body and all(_host_only(model, s) for s in b.body)
+                   for b in branches) and all(_host_only_call(model, c) for c in _calls_in_expression(stmt.test))
     if type(stmt) is not cst.SimpleStatementLine:
         return False
     calls = list(_statement_calls(stmt))
-    return bool(calls) and all(_host_only_call(model, c) for c in calls)
+    if not calls:
+        return all(type(small) is cst.Pass or type(small) in (cst.Assign, cst.AnnAssign) and _plain_value(small.value)
+                   for small in stmt.body)
+    return all(_host_only_call(model, c) for c in calls)
+
+
+def _plain_value(value: cst.CSTNode | None) -> bool:
+    """A value that computes nothing: a name, an attribute of one, a literal or an empty container."""
+    if value is None or type(value) in (cst.Name, cst.Integer, cst.Float, cst.SimpleString):
+        return True
+    if type(value) is cst.Attribute:
+        return _plain_value(value.value)
+    return type(value) in (cst.List, cst.Tuple, cst.Dict) and not getattr(value, "elements", None)
+
+
+def _calls_in_expression(expr: cst.CSTNode) -> list[cst.Call]:
+    return [n for n in walk(expr) if type(n) is cst.Call]
 
 
 def _host_only_call(model: ModuleModel, call: cst.Call) -> bool:
     name = model.call_name(call) or ""
     return bool(model.log_kind(call)) or type(call.func) is cst.Name and call.func.value in HOST_ONLY_CALLS \
-        or name in HOST_ONLY_FUNCTIONS
+        or name in HOST_ONLY_FUNCTIONS or type(call.func) is cst.Attribute and bool(
+            HOST_OBJECT.search(model.dotted(call.func.value) or ""))
+
+
+# Objects whose methods run on the host only: a tokenizer or processor (encoding and decoding
+# strings), a progress bar (``pbar.update(n)``).
+HOST_OBJECT = re.compile(r"(^|[._])(tokenizer|processor|pbar|progress_bar|progress)$", re.IGNORECASE)
 
 
 HOST_ONLY_CALLS = {"len", "str", "repr", "format", "round"}

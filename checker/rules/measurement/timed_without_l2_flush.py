@@ -27,7 +27,8 @@ class TimedWithoutL2Flush(Rule):
     ## What it does
     In test and benchmark code, finds CUDA-event and host-timer windows that time the same
     call repeatedly — a loop inside the window, or a window inside a loop — when the inputs do
-    not rotate with the loop variable (`xs[i % n]`) and nothing in that loop or the same-module
+    not rotate with the loop variable (`xs[i % n]` as an argument, or `shard.cuda()` for each
+    `shard` of a list: the object whose method is timed) and nothing in that loop or the same-module
     helpers it calls flushes L2 (a name with `flush`, `l2` or `clear_cache` in it; a function that
     flushes in one loop measures there, and its other windows only size the run). A flush before
     the loop (a cache buffer zeroed once, then warm-up and the timed loop) leaves every timed
@@ -186,9 +187,9 @@ print(bench(my_kernel, torch.randn(64, 64, device="cuda")))
             if not timed:
                 continue
             varying = _varying(loop)
-            if any(type(n) is cst.Name and n.value in varying for c in timed for a in c.args
-                   for n in nodes_under(a.value)):
-                continue  # inputs rotate with the loop
+            if any(type(n) is cst.Name and n.value in varying for c in timed for part in _operands(c)
+                   for n in nodes_under(part)):
+                continue  # inputs rotate with the loop (``fn(xs[i % n])``, ``shard.cuda()`` over shards)
             if all(_collective(model, c) for c in timed):
                 continue  # a collective moves data between GPUs: L2 is not what it measures
             if self._large_inputs(region, timed):
@@ -363,6 +364,12 @@ def _int_of(node, values: dict[str, int]) -> int | None:
         if type(node.operator) is cst.Power and b < 64:
             return a ** b
     return None
+
+
+def _operands(call: cst.Call) -> list[cst.CSTNode]:
+    """What a call works on: its arguments, and the object whose method it is."""
+    receiver = [call.func.value] if type(call.func) is cst.Attribute else []
+    return [*receiver, *(a.value for a in call.args)]
 
 
 def _targets(loop: cst.CSTNode) -> set[str]:

@@ -28,8 +28,10 @@ class HostTimerWithoutSync(Rule):
     queue no kernel either. A window whose last work is a `generate()` call is synced: a
     generation loop reads each step's tokens on the host to decide whether to stop (Hugging Face
     Transformers tests its stopping flag as a Python bool every step), so it returns with its GPU
-    work done. The closing synchronize may be followed by a barrier across ranks or a device query
-    (`dist.barrier()`, `torch.cuda.is_available()`) or written as a conditional expression.
+    work done. The closing synchronize (of any backend: `torch.mps.synchronize()`) may be written as
+    a conditional expression and followed by host bookkeeping that queues nothing: a barrier across
+    ranks or a device query (`dist.barrier()`, also under `if dist.is_initialized():`), a name
+    bound (`_ = y`), a tokenizer's decoding or a progress bar's update.
 
     Event windows and host-timer windows count in measurement code only: files under
     `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
