@@ -820,6 +820,27 @@ def _pairs_by_name(model: ModuleModel, stmts: list, ordered: list[int]) -> list[
     return pairs
 
 
+def _pairs_by_difference(model: ModuleModel, stmts: list, ordered: list[int]) -> list[tuple[int, int]]:
+    """Windows paired by the differences the block takes of its timers' names: ``t1 = time.time()``,
+    ``qt2 = time.time()``, ``t2 = time.time()`` and later ``qt2 - t1`` and ``t2 - qt2`` are two
+    windows, (t1, qt2) and (qt2, t2), whatever the timers' order says; each name as bound when the
+    difference is taken. Empty when the block takes no such difference."""
+    timers = set(ordered)
+    bound: dict[str, int] = {}
+    pairs: set[tuple[int, int]] = set()
+    for i, stmt in enumerate(stmts):
+        for n in walk(stmt):
+            if type(n) is cst.BinaryOperation and type(n.operator) is cst.Subtract and type(n.left) is cst.Name \
+                    and type(n.right) is cst.Name and n.left.value in bound and n.right.value in bound \
+                    and bound[n.right.value] < bound[n.left.value]:
+                pairs.add((bound[n.right.value], bound[n.left.value]))
+        if i in timers and type(stmt) is cst.SimpleStatementLine:
+            for a in stmt.body:
+                if type(a) is cst.Assign and type(a.value) is cst.Call and _is_host_timer(model, a.value):
+                    bound.update((t.target.value, i) for t in a.targets if type(t.target) is cst.Name)
+    return sorted(pairs)
+
+
 def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
     config = model.config
     records: dict[int, dict[int, int]] = {}  # block -> statement index -> record calls it holds
@@ -856,15 +877,17 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
                     "event-window", "a CUDA-event window (start.record() ... end.record())",
                     list(block.body[first + 1:last]), model.enclosing_function(block)))
     for key, indices in timers.items():
-        # timers pair up in order (start, stop), (start, stop), ...: a sync or a print between two
+        # timers pair up as the block's differences of their names say (``_pairs_by_difference``),
+        # else in order (start, stop), (start, stop), ...: a sync or a print between two
         # windows is outside both; an odd count (a lap timer) keeps one window over all of them.
         # A statement holding a whole window (an ``if`` or loop with both timers) is its own
         # window, found in its own block, and takes no part in the pairing here.
         ordered = sorted(i for i, n in indices.items() if n % 2)
         if not ordered:
             continue
-        pairs = list(zip(ordered[::2], ordered[1::2])) if len(ordered) % 2 == 0 else \
-            _pairs_by_name(model, list(blocks[key].body), ordered) or [(ordered[0], ordered[-1])]
+        pairs = _pairs_by_difference(model, list(blocks[key].body), ordered) or (
+            list(zip(ordered[::2], ordered[1::2])) if len(ordered) % 2 == 0 else
+            _pairs_by_name(model, list(blocks[key].body), ordered) or [(ordered[0], ordered[-1])])
         for start, stop in pairs:
             if stop - start <= 1 or not model.in_measurement_code(blocks[key]) or _times_a_job(
                     model, list(blocks[key].body)[start + 1:stop]):

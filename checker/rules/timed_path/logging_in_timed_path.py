@@ -32,7 +32,8 @@ class LoggingInTimedPath(Rule):
     window counts only when its own statements launch GPU work (a `torch` call, a Triton launch,
     a call of a `fn`/`model`/`op` callable): one around a CI run, an eval or a tuning sweep times
     a job, and a print there costs nothing that matters; nor does a print of host values after
-    the window's closing synchronize (the GPU work is over). Windows pair up in order, so a print
+    the window's closing synchronize (the GPU work is over). Windows pair up as the code's differences of the timers' names say (lap timers
+    `t1`, `qt2`, `t2` with `qt2 - t1` and `t2 - qt2`), else in order, so a print
     between two windows of one function is outside both. Per-step hot paths count outside test
     and benchmark files (a dataset's `sample()` in a benchmark is not a serving step) and outside
     debugging tools (`debug*/` folders, `debug*.py`) only. In every region, a call in an `except`
