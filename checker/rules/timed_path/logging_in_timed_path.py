@@ -6,7 +6,7 @@ import libcst as cst
 from kcheck.model import MEASUREMENT_PATH, walk
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import (
-    first_in_statement,
+    context, first_in_statement,
     DEBUG_PATH, TIMED, gpu_work, off_the_step, region_calls, through,
 )
 from kcheck.values import HOST
@@ -35,8 +35,10 @@ class LoggingInTimedPath(Rule):
     the window's closing synchronize (the GPU work is over). Windows pair up as the code's differences of the timers' names say (lap timers
     `t1`, `qt2`, `t2` with `qt2 - t1` and `t2 - qt2`), else in order, so a print
     between two windows of one function is outside both. Per-step hot paths count outside test
-    and benchmark files (a dataset's `sample()` in a benchmark is not a serving step) and outside
-    debugging tools (`debug*/` folders, `debug*.py`) only. In every region, a call in an `except`
+    and benchmark files (a dataset's `sample()` in a benchmark is not a serving step), outside
+    debugging tools (`debug*/` folders, `debug*.py`) and in serving code only: the project index's
+    context of each function, as KC203 reads it (an offline calibration wrapper's `_forward` is no
+    serving step). In every region, a call in an `except`
     handler or a branch that only logs and gives up (`else: print("[ERROR] ..."); return None`;
     error paths), under a debug switch (`if envs.TRACE_X.get():`, `if self.debug:`,
     or after `if not <switch>: return` in a helper), or in a branch that fills the cache its test
@@ -127,8 +129,10 @@ class Layer(torch.nn.Module):
             what = model.log_kind(call)
             if not what:
                 continue
-            if region.kind == "hot-path" and (MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path)):
-                continue  # not a serving step: a test's forward, a debugging tool's step()
+            if region.kind == "hot-path" and (MEASUREMENT_PATH.search(model.path) or DEBUG_PATH.search(model.path)
+                                              or context(model, region.function) is not None):
+                continue  # not a serving step: a test's forward, a debugging tool's step(), calibration or
+                # training code (the index's ``function_context``, which KC203 reads too)
             if off_the_step(model, call):
                 continue  # an error path or a debug trace: not run on every step or iteration
             if region.kind == "host-timer" and not _launches(model, region):
