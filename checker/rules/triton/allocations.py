@@ -1,5 +1,5 @@
 """Unmasked accesses that stay inside whole allocations, for KC501: buffers the launcher sizes in
-blocks (split partials, scratch), tiles a compile-time loop covers exactly, index lists padded
+blocks (split partials, scratch, allocations rounded up to whole blocks), tiles a compile-time loop covers exactly, index lists padded
 to whole blocks with a sentinel, accesses inside one page of a paged cache, and page-table reads
 whose page ids reach only masked accesses. Each takes the kernel (``rules.triton.Kernel``), the
 access and the offsets its names carry (``tainted``: name -> BLOCK bound); nothing is run.
@@ -12,6 +12,7 @@ import re
 import libcst as cst
 
 from kcheck.rules.triton import block_bounds, is_load, names_in, nodes_under, reaches_only_masked, tl_op
+from kcheck.rules.triton.launches import assigned_text, bound_args, code, launches
 
 # Buffers sized by blocks, never by the data: split-K and split-KV partials, scratch, workspaces.
 SCRATCH = re.compile(r"partial|scratch|workspace|tmp|_buf$|^(Mp|Lp|Op|Mid_O|Mid_LSE)$", re.IGNORECASE)
@@ -22,13 +23,50 @@ INDEX_LIST = re.compile(r"ids|idx|indices|sorted|slot|table|loc", re.IGNORECASE)
 def scratch(pointer: cst.CSTNode, k) -> bool:
     """A scratch buffer the launcher allocates in whole blocks (``ts_partial_ptr``, ``Mp``,
     ``workspace``): split-K and split-KV partials are sized by the block, never by the data."""
+    return any(SCRATCH.search(n) for n in _pointer_params(pointer, k))
+
+
+# Sizes rounded up to whole blocks, by name (``seqlen_q_rounded``, ``padded_rows``, ``q_round_len``,
+# ``seqlen_q_ceil``) or by form (``math.ceil(n / 64) * 64``, ``triton.cdiv(n, B) * B``,
+# ``(n + B - 1) // B * B``, ``round_up(n, 128)``).
+ROUNDED = re.compile(r"round(ed)?_?up|(^|[^a-z])(rounded|round|padded|aligned|ceil)_|_(rounded|padded|aligned|ceil)\b"
+                     r"|(ceil|cdiv)\([^()]*\)\s*\*|-\s*1\s*\)\s*//\s*\w+\s*\*", re.IGNORECASE)
+FACTORY = re.compile(r"\b(empty|zeros|ones|full|empty_strided|new_empty|new_zeros)(_like)?\(")
+
+
+def padded_allocation(model, pointer: cst.CSTNode, k) -> bool:
+    """Whether every launch of ``k`` passes, for the pointer this access goes through, a tensor its
+    launching function allocates with a size rounded up to whole blocks (``torch.empty((b, h,
+    seqlen_q_rounded))``, ``torch.zeros(padded_rows, padded_cols)``, directly or through one
+    ``*_like`` of such a tensor): the last block's lanes land in the padding, not past the end."""
+    params = _pointer_params(pointer, k) & k.pointers(model)  # the tensors, not the sizes beside them
+    found = False
+    for call in launches(model, k):
+        fn = model.enclosing_function(call)
+        passed = [v for name, v in bound_args(call, list(k.params)).items() if name in params]
+        if fn is None or not passed:
+            return False
+        for value in passed:
+            text, names = code(value), {n.value for n in nodes_under(value) if type(n) is cst.Name}
+            for _ in range(3):  # out = torch.empty_like(lse); lse = torch.empty((b, h, seqlen_q_rounded)); ...
+                more_text, names = assigned_text(fn, names)
+                text += more_text
+            if not (FACTORY.search(text) and ROUNDED.search(text)):
+                return False
+            found = True
+    return found
+
+
+def _pointer_params(pointer: cst.CSTNode, k) -> set[str]:
+    """The kernel's parameters an address is built from, through the kernel's own assignments
+    (``mp_ptrs = Mp + pid * BLOCK_M + ...``)."""
     names = names_in(pointer)
-    for _ in range(2):  # through the kernel's own assignments (mp_ptrs = Mp + pid * BLOCK_M + ...)
+    for _ in range(2):
         for n in nodes_under(k.fn.body):
             if type(n) is cst.Assign and any(type(t.target) is cst.Name and t.target.value in names
                                                  for t in n.targets):
                 names |= names_in(n.value)
-    return any(SCRATCH.search(n) for n in names & set(k.params))
+    return names & set(k.params)
 
 
 def static_tiles(model, call: cst.Call, pointer: cst.CSTNode, bound: str, k) -> bool:

@@ -9,7 +9,9 @@ from kcheck.rules.triton import (
     TRITON_TEXT, arg, assignments, block_bounds, cast_source, compile_time_branch, innermost_loop, is_load, is_none,
     kernels, nodes_under, runtime_value, tl_op,
 )
-from kcheck.rules.triton.allocations import page_local, page_table_lookup, padded_index_list, scratch, static_tiles
+from kcheck.rules.triton.allocations import (
+    padded_allocation, page_local, page_table_lookup, padded_index_list, scratch, static_tiles,
+)
 from kcheck.rules.triton.launches import code, divisors, launched_ragged, launches, passed_literals, passed_values
 
 # A kernel whose name or docstring states the no-mask precondition (the launcher guarantees it).
@@ -52,7 +54,10 @@ class UnmaskedTailAccess(Rule):
     kernel launched on one program per row (no ceil-division in the grid) with a fixed block
     (a literal or a module constant) that addresses `row * BLOCK + tl.arange(0, BLOCK)` reads
     rows exactly BLOCK wide. Scratch buffers the launcher allocates in whole blocks (a pointer
-    parameter named `*partial*`, `scratch`, `workspace`, `Mp`) and tiles addressed as
+    parameter named `*partial*`, `scratch`, `workspace`, `Mp`), buffers every launch in the module
+    passes from an allocation rounded up to whole blocks (`torch.empty((b, h, seqlen_q_rounded))`
+    with `seqlen_q_rounded = math.ceil(seqlen_q / 128) * 128`, `new_empty((padded_rows, cols))`,
+    `(n + B - 1) // B * B`; also through one `empty_like` of such a tensor) and tiles addressed as
     `t * TILE + tl.arange(0, TILE)` in a `tl.static_range(NUM_TILES)` loop over compile-time
     constants are whole too. So are two paged-cache accesses: a read inside one cache page whose
     id the kernel loaded from a table (`cache + page * stride_page + tl.arange(0, BLOCK) * stride_pos`,
@@ -283,7 +288,8 @@ def fill(out, val, n):
             return
         if bound is not None and page_local(self.model, k, pointer, tainted, self._loaded, self._bare):
             return
-        if bound is not None and (scratch(pointer, k) or static_tiles(self.model, call, pointer, bound, k)):
+        if bound is not None and (scratch(pointer, k) or static_tiles(self.model, call, pointer, bound, k)
+                                  or padded_allocation(self.model, pointer, k)):
             return
         if bound in self._row_blocks and any(
                 type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply
