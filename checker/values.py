@@ -61,7 +61,7 @@ TORCH_ONLY_METHODS = {"unsqueeze", "unsqueeze_", "diff", "isfinite", "isnan", "i
                       "eq", "ne", "lt", "gt", "le", "ge", "clamp", "clamp_", "clamp_min", "clamp_max", "add_",
                       "mul_", "sub_", "div_", "copy_", "zero_", "fill_", "detach", "clone", "view_as",
                       "repeat_interleave", "masked_select", "index_put_", "index_add_", "logical_not", "sigmoid",
-                      "exp_", "type_as", "split", "chunk", "unbind", "flip", "roll", "cuda", "record_stream"}
+                      "exp_", "type_as", "chunk", "unbind", "flip", "roll", "cuda", "record_stream"}
 # reductions and comparisons: what a branch tests (``if (ids < 0).any():``)
 REDUCTIONS = {"sum", "max", "min", "amax", "amin", "any", "all", "mean", "argmax", "argmin", "prod", "norm",
               "count_nonzero", "eq", "ne", "gt", "lt", "ge", "le", "isnan", "isinf", "isfinite", "abs",
@@ -453,6 +453,7 @@ class Places:
             found.update((param, HOST) for name, param in self.model.config.host_params if name == scope)
         bound: dict[str, list[cst.CSTNode]] = {}
         revealed: set[str] = set()  # names a tensor-only method is called on
+        typed: set[str] = set()  # names the function tests with ``isinstance``
         for node in walk(function.body, into_scopes=False):
             kind = type(node)
             if kind is cst.Assign:
@@ -467,9 +468,14 @@ class Places:
             elif kind is cst.Call and type(node.func) is cst.Attribute and type(node.func.value) is cst.Name \
                     and node.func.attr.value in TORCH_ONLY_METHODS:
                 revealed.add(node.func.value.value)
+            elif kind is cst.Call and type(node.func) is cst.Name and node.func.value == "isinstance" and node.args \
+                    and type(node.args[0].value) is cst.Name:
+                typed.add(node.args[0].value.value)
         for p in [*params.posonly_params, *params.params, *params.kwonly_params]:
-            if p.name.value in revealed and p.name.value not in found:
-                found[p.name.value] = TENSOR  # ``cu_seqlens.diff()`` in the body: a tensor, unannotated
+            if p.name.value in revealed - typed and p.name.value not in found:
+                # ``cu_seqlens.diff()`` in the body: a tensor, unannotated; not one the function asks
+                # ``isinstance(alpha, torch.Tensor)`` of (it takes a number as well)
+                found[p.name.value] = TENSOR
         declared = dict(found)  # the parameters' annotations
         self._names[id(function)] = found  # visible (partly filled) to recursive lookups
         for name, values in bound.items():  # ``ts = f(ts)`` keeps ts where its other bindings put it
