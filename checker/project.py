@@ -805,8 +805,32 @@ def answered_reads(tree: ast.Module, imports: dict[str, str]) -> dict[str, str]:
     said: set[int] = set()  # the ids of the name nodes read in tests that answer out loud
     tested: set[int] = set()  # ... in any test
     used: set[int] = set()  # ... called or dereferenced
+    reads: list[ast.Name] = []
+    tests: list[tuple[ast.expr, list, list]] = []  # (test, its body, its else or what follows a returning body)
+    for node in ast.walk(tree):  # one walk collects; the tests are judged only where they read a name
+        kind = type(node)
+        if kind is ast.Name:
+            if type(node.ctx) is ast.Load and "." in imports.get(node.id, ""):
+                reads.append(node)
+        elif kind is ast.Call:
+            used.add(id(node.func))
+        elif kind is ast.Attribute:
+            used.add(id(node.value))
+        elif kind is ast.Assert:
+            tests.append((node.test, [], []))
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if type(block) is not list:
+                continue
+            for i, stmt in enumerate(block):
+                if type(stmt) is ast.If:  # an ``if`` that returns has the statements after it as its else
+                    rest = stmt.orelse or (block[i + 1:] if type(stmt.body[-1]) in (ast.Return, ast.Raise) else [])
+                    tests.append((stmt.test, stmt.body, rest))
+    if not reads:
+        return {}
+    wanted = {n.id for n in reads}
 
-    def visit(expr: ast.expr, flipped: bool, body_says: bool, else_says: bool) -> None:
+    def visit(expr: ast.expr, flipped: bool, body_says, else_says) -> None:
         kind = type(expr)
         if kind is ast.UnaryOp and type(expr.op) is ast.Not:
             visit(expr.operand, not flipped, body_says, else_says)
@@ -818,33 +842,22 @@ def answered_reads(tree: ast.Module, imports: dict[str, str]) -> dict[str, str]:
             visit(expr.left, flipped != (type(expr.ops[0]) in (ast.Is, ast.Eq)), body_says, else_says)
         elif kind is ast.Call:
             visit(expr.func, flipped, body_says, else_says)  # ``if not has_fp8():``: the probe's answer
-        elif kind is ast.Name:
+        elif kind is ast.Name and expr.id in wanted:
             tested.add(id(expr))
-            if body_says if flipped else else_says:
+            if (body_says if flipped else else_says)():
                 said.add(id(expr))
 
-    for node in ast.walk(tree):
-        kind = type(node)
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(node, field, None)
-            if type(block) is not list:
-                continue
-            for i, stmt in enumerate(block):
-                if type(stmt) is ast.If:  # an ``if`` that returns has the statements after it as its else
-                    rest = stmt.orelse or (block[i + 1:] if type(stmt.body[-1]) in (ast.Return, ast.Raise) else [])
-                    visit(stmt.test, False, says(stmt.body), bool(rest) and says(rest))
-        if kind is ast.Assert:
-            visit(node.test, False, True, True)
-        elif kind is ast.Call:
-            used.add(id(node.func))
-        elif kind is ast.Attribute:
-            used.add(id(node.value))
+    for test, body, rest in tests:
+        if any(type(n) is ast.Name and n.id in wanted for n in ast.walk(test)):
+            if not body and not rest:  # an ``assert``: "missing" raises
+                visit(test, False, lambda: True, lambda: True)
+            else:
+                visit(test, False, lambda body=body: says(body), lambda rest=rest: bool(rest) and says(rest))
     found: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if type(node) is ast.Name and type(node.ctx) is ast.Load and node.id in imports:
-            how = "said" if id(node) in said else "used" if id(node) in used and id(node) not in tested else "silent"
-            qualified = imports[node.id]
-            found[qualified] = _weakest(found.get(qualified, how), how)
+    for node in reads:
+        how = "said" if id(node) in said else "used" if id(node) in used and id(node) not in tested else "silent"
+        qualified = imports[node.id]
+        found[qualified] = _weakest(found.get(qualified, how), how)
     return found
 
 
