@@ -26,35 +26,52 @@ def scratch(pointer: cst.CSTNode, k) -> bool:
     return any(SCRATCH.search(n) for n in _pointer_params(pointer, k))
 
 
-# Sizes rounded up to whole blocks, by name (``seqlen_q_rounded``, ``padded_rows``, ``q_round_len``,
-# ``seqlen_q_ceil``) or by form (``math.ceil(n / 64) * 64``, ``triton.cdiv(n, B) * B``,
-# ``(n + B - 1) // B * B``, ``round_up(n, 128)``).
-ROUNDED = re.compile(r"round(ed)?_?up|(^|[^a-z])(rounded|round|padded|aligned|ceil)_|_(rounded|padded|aligned|ceil)\b"
-                     r"|(ceil|cdiv)\([^()]*\)\s*\*|-\s*1\s*\)\s*//\s*\w+\s*\*", re.IGNORECASE)
+# A size rounded up to a multiple: ``math.ceil(n / 128) * 128``, ``triton.cdiv(n, 64) * 64``,
+# ``(n + 127) // 128 * 128``, ``(n + BLOCK_M - 1) // BLOCK_M * BLOCK_M``, ``n_blocks * 128`` of
+# ``n_blocks = cdiv(n, 128)``, ``round_up(n, 128)``: the multiple, a literal or a name.
+MULTIPLE = re.compile(r"(?:ceil\w*\([^()]*?(?:/|,)\s*\w+\s*\)|//\s*\w+\s*\)?|_blocks?\b)\s*\*\s*(\w+)"
+                      r"|round_?up\w*\([^()]*,\s*(\w+)\s*\)", re.IGNORECASE)
 FACTORY = re.compile(r"\b(empty|zeros|ones|full|empty_strided|new_empty|new_zeros)(_like)?\(")
 
 
-def padded_allocation(model, pointer: cst.CSTNode, k) -> bool:
+def padded_allocation(model, pointer: cst.CSTNode, bound: str, k) -> bool:
     """Whether every launch of ``k`` passes, for the pointer this access goes through, a tensor its
-    launching function allocates with a size rounded up to whole blocks (``torch.empty((b, h,
-    seqlen_q_rounded))``, ``torch.zeros(padded_rows, padded_cols)``, directly or through one
-    ``*_like`` of such a tensor): the last block's lanes land in the padding, not past the end."""
+    launching function allocates with a size rounded up to a multiple of the block the launch
+    passes for ``bound`` (``seqlen_q_rounded = math.ceil(seqlen_q / 128) * 128`` with
+    ``BLOCK_M=128``; directly or through one ``*_like`` of such a tensor): the last block's lanes land
+    in the padding. A rounding to less than the block (to 32 under a block of 64), or a block the
+    launch does not state (autotuned), is no such guarantee."""
     params = _pointer_params(pointer, k) & k.pointers(model)  # the tensors, not the sizes beside them
     found = False
     for call in launches(model, k):
         fn = model.enclosing_function(call)
-        passed = [v for name, v in bound_args(call, list(k.params)).items() if name in params]
-        if fn is None or not passed:
+        args = bound_args(call, list(k.params))
+        passed = [v for name, v in args.items() if name in params]
+        given = args.get(bound)
+        block = _literal(fn, given) if fn is not None else None
+        if fn is None or not passed or given is None:
             return False
+        named = model.dotted(given)  # ``(n + BLOCK_M - 1) // BLOCK_M * BLOCK_M`` with ``BLOCK_M=BLOCK_M``
         for value in passed:
             text, names = code(value), {n.value for n in nodes_under(value) if type(n) is cst.Name}
-            for _ in range(3):  # out = torch.empty_like(lse); lse = torch.empty((b, h, seqlen_q_rounded)); ...
+            for _ in range(4):  # out = torch.empty_like(lse); lse = torch.empty((b, h, seqlen_q_rounded)); ...
                 more_text, names = assigned_text(fn, names)
                 text += more_text
-            if not (FACTORY.search(text) and ROUNDED.search(text)):
+            multiples = [m.group(1) or m.group(2) for m in MULTIPLE.finditer(text)]
+            if not (FACTORY.search(text) and multiples and all(
+                    m == named or m.isdigit() and block and int(m) % block == 0 for m in multiples)):
                 return False
             found = True
     return found
+
+
+def _literal(fn: cst.FunctionDef, value: cst.CSTNode | None) -> int | None:
+    """An integer literal, or a name the function binds to one (``BLOCK = 128``)."""
+    if type(value) is cst.Name:
+        text, _ = assigned_text(fn, {value.value})
+        text = text.strip()
+        return int(text) if text.isdigit() else None
+    return int(value.value) if type(value) is cst.Integer and value.value.isdigit() else None
 
 
 def _pointer_params(pointer: cst.CSTNode, k) -> set[str]:

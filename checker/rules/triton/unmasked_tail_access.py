@@ -55,9 +55,10 @@ class UnmaskedTailAccess(Rule):
     (a literal or a module constant) that addresses `row * BLOCK + tl.arange(0, BLOCK)` reads
     rows exactly BLOCK wide. Scratch buffers the launcher allocates in whole blocks (a pointer
     parameter named `*partial*`, `scratch`, `workspace`, `Mp`), buffers every launch in the module
-    passes from an allocation rounded up to whole blocks (`torch.empty((b, h, seqlen_q_rounded))`
-    with `seqlen_q_rounded = math.ceil(seqlen_q / 128) * 128`, `new_empty((padded_rows, cols))`,
-    `(n + B - 1) // B * B`; also through one `empty_like` of such a tensor) and tiles addressed as
+    passes from an allocation rounded up to a multiple of the block the launch states
+    (`torch.empty((b, h, seqlen_q_rounded))` with `seqlen_q_rounded = math.ceil(seqlen_q / 128) *
+    128` and `BLOCK_M=128`, `(n + BLOCK_M - 1) // BLOCK_M * BLOCK_M`; also through one `empty_like`
+    of such a tensor; not a rounding to 32 under a block of 64, nor an autotuned block) and tiles addressed as
     `t * TILE + tl.arange(0, TILE)` in a `tl.static_range(NUM_TILES)` loop over compile-time
     constants are whole too. So are two paged-cache accesses: a read inside one cache page whose
     id the kernel loaded from a table (`cache + page * stride_page + tl.arange(0, BLOCK) * stride_pos`,
@@ -289,7 +290,7 @@ def fill(out, val, n):
         if bound is not None and page_local(self.model, k, pointer, tainted, self._loaded, self._bare):
             return
         if bound is not None and (scratch(pointer, k) or static_tiles(self.model, call, pointer, bound, k)
-                                  or padded_allocation(self.model, pointer, k)):
+                                  or padded_allocation(self.model, pointer, bound, k)):
             return
         if bound in self._row_blocks and any(
                 type(n) is cst.BinaryOperation and type(n.operator) is cst.Multiply
