@@ -794,8 +794,9 @@ def says(statements: list[ast.stmt]) -> bool:
     return False
 
 
-def answered_reads(tree: ast.Module, imports: dict[str, str]) -> dict[str, str]:
-    """Qualified name -> how this file reads a name it imports, when a failed import left it
+def answered_reads(tree: ast.Module, imports: dict[str, str] | None) -> dict[str, str]:
+    """Qualified name -> how this file reads a name it imports (every name, by its local name, when
+    ``imports`` is None: a chunk of a large file, whose imports another chunk may hold), when a failed import left it
     ``None`` or ``False``: "said" when every test of it answers "missing" out loud (an ``assert``,
     or an ``if`` whose branch for "missing", the body under ``not flag``/``flag is None`` and the
     ``else`` otherwise, raises or tells the user: ``if not HAVE_DEEPEP: raise ImportError(...)``,
@@ -810,7 +811,7 @@ def answered_reads(tree: ast.Module, imports: dict[str, str]) -> dict[str, str]:
     for node in ast.walk(tree):  # one walk collects; the tests are judged only where they read a name
         kind = type(node)
         if kind is ast.Name:
-            if type(node.ctx) is ast.Load and "." in imports.get(node.id, ""):
+            if type(node.ctx) is ast.Load and (imports is None or "." in imports.get(node.id, "")):
                 reads.append(node)
         elif kind is ast.Call:
             used.add(id(node.func))
@@ -856,8 +857,8 @@ def answered_reads(tree: ast.Module, imports: dict[str, str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for node in reads:
         how = "said" if id(node) in said else "used" if id(node) in used and id(node) not in tested else "silent"
-        qualified = imports[node.id]
-        found[qualified] = _weakest(found.get(qualified, how), how)
+        key = node.id if imports is None else imports[node.id]
+        found[key] = _weakest(found.get(key, how), how)
     return found
 
 
@@ -1829,12 +1830,15 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         text = data.decode(encoding)
     except (SyntaxError, UnicodeDecodeError, LookupError):
         return None
-    parts = chunks.each(text, lambda piece, line, first: _shift_lines(file_facts(chunks.parse(piece), rel), line - 1),
-                        chunk)  # parsed from line 1 (no padding), the few facts that hold lines moved
+    def read(piece: str, line: int, first: bool) -> tuple[FileFacts, dict[str, str]]:
+        tree = chunks.parse(piece)  # parsed from line 1 (no padding), the few facts that hold lines moved
+        return _shift_lines(file_facts(tree, rel), line - 1), answered_reads(tree, None)
+
+    parts = chunks.each(text, read, chunk)
     if parts is None:
         return None
     facts = FileFacts(module_name(rel))
-    for part in reversed(parts):
+    for part, _ in reversed(parts):
         facts.imports.update(part.imports)
         for name, calls in part.calls.items():
             facts.calls.setdefault(name, []).extend(calls)
@@ -1859,6 +1863,11 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
             for i, mark in part.nones.get(name, {}).items():
                 facts.nones.setdefault(name, {})[len(before) + i] = mark
             before.extend(passes)
+    for _, reads in reversed(parts):  # by local name: a chunk alone does not see the file's imports
+        for local, how in reads.items():
+            qualified = facts.imports.get(local, "")
+            if "." in qualified:
+                facts.reads[qualified] = _weakest(facts.reads.get(qualified, how), how)
     return facts
 
 
