@@ -975,7 +975,7 @@ def _host_only(model: ModuleModel, stmt: cst.CSTNode) -> bool:
     if type(stmt) is cst.If:
         branches = [stmt.body] + ([stmt.orelse.body] if type(stmt.orelse) is cst.Else else [])
         return all(type(b) is cst.IndentedBlock and b.body and all(_host_only(model, s) for s in b.body)
-                   for b in branches) and all(_host_only_call(model, c) for c in _calls_in_expression(stmt.test))
+                   for b in branches) and all(_host_only_call(model, c) for c in _calls_under(stmt.test))
     if type(stmt) is not cst.SimpleStatementLine:
         return False
     calls = list(_statement_calls(stmt))
@@ -992,10 +992,6 @@ def _plain_value(value: cst.CSTNode | None) -> bool:
     if type(value) is cst.Attribute:
         return _plain_value(value.value)
     return type(value) in (cst.List, cst.Tuple, cst.Dict) and not getattr(value, "elements", None)
-
-
-def _calls_in_expression(expr: cst.CSTNode) -> list[cst.Call]:
-    return [n for n in walk(expr) if type(n) is cst.Call]
 
 
 def _host_only_call(model: ModuleModel, call: cst.Call) -> bool:

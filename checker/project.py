@@ -770,9 +770,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
     return facts
 
 
-# What a branch says when it is taken: it raises, prints, warns or logs at info level or above.
-SAYING_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
-                  "critical", "info", "info_once", "print_info_once"}
+# Announcements a user sees at the serving engines' default log level, INFO (vLLM's
+# VLLM_LOGGING_LEVEL and SGLang's --log-level default to it): anything above debug.
+VISIBLE_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
+                   "critical", "info", "info_once", "print_info_once"}
 
 
 def says(statements: list[ast.stmt]) -> bool:
@@ -788,7 +789,7 @@ def says(statements: list[ast.stmt]) -> bool:
             return True
         if kind is ast.Call:
             func = node.func
-            if type(func) is ast.Name and func.id == "print" or type(func) is ast.Attribute and func.attr in SAYING_METHODS:
+            if type(func) is ast.Name and func.id == "print" or type(func) is ast.Attribute and func.attr in VISIBLE_METHODS:
                 return True
         stack.extend(ast.iter_child_nodes(node))
     return False
@@ -2016,8 +2017,8 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
             else:  # changed or gone since: its facts are stale
                 cache.drop(key)
     config = jobs[0].config
-    steps = timing = constants = off = hosts = given = demanded = copied = loading = plain = entries = called = None
-    answered = None
+    steps = timing = constants = off = hosts = given = demanded = copied = loading = plain = entries = called = \
+        answered = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it

@@ -23,7 +23,7 @@ from kcheck.project import (  # noqa: F401 - the family's rules read the kernel 
 )
 from kcheck.gate import nodes_of, reachable
 from kcheck.model import walk
-from kcheck.project import OTHER_PLATFORM, TEST_PATH, absolute_import, custom_op
+from kcheck.project import OTHER_PLATFORM, TEST_PATH, VISIBLE_METHODS, absolute_import, custom_op
 from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
 
 # Text every file with a launch or dispatch site contains (a Triton launch ends in ``](``).
@@ -224,10 +224,6 @@ def has_claimed_dispatcher(summary, config) -> bool:
 # A capability probe: a function that answers whether something is available. Its False is clean
 # when a caller that tests it announces the choice (broad_except_fallback._announced_by_callers).
 PROBE_NAME = re.compile(r"^_*(is|has|can|supports?|check)_\w+|_(available|supported|usable)$")
-# Announcements a user sees at the serving engines' default log level, INFO (vLLM's
-# VLLM_LOGGING_LEVEL and SGLang's --log-level default to it): anything above debug.
-VISIBLE_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
-                   "critical", "info", "info_once", "print_info_once"}
 
 
 # Calls that import a module named by a string (``importlib.import_module(f"pkg.kernels.{device}")``).
