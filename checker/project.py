@@ -1582,8 +1582,14 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
 
     def module_of(name: str) -> str | None:  # a project module by its full name, or a dotted suffix of
         # one (a ``src/`` layout) when the name has a package part: ``transformers`` alone is not
-        # the project's ``models/transformers.py``
-        return resolve.by_module.get(name) if "." in name else exact.get(name)
+        # the project's ``models/transformers.py``; or, for a package installed under another name
+        # than its folder's (``kt_kernel.cli.utils.console`` from ``kt-kernel/python/cli/utils/``),
+        # what follows the package's name when that still has a package part
+        if "." not in name:
+            return exact.get(name)
+        found = resolve.by_module.get(name)
+        rest = name.split(".", 1)[1]
+        return found if found is not None or rest.count(".") < 1 else resolve.by_module.get(rest)
 
     exact = {f.module: rel for rel, f in files.items()}
 

@@ -619,6 +619,44 @@ def truth_tested(model, node: cst.CSTNode) -> bool:
     return False
 
 
+DTYPE_NAMES = {"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "uint8", "int16",
+                "int32", "int", "int64", "long", "bool", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                "float8_e5m2fnuz", "complex64", "complex128"}
+TENSOR_PREDICATES = {"is_contiguous", "is_pinned", "is_nonzero", "is_set_to", "is_shared", "is_coalesced"}
+"""Tensor methods that answer a yes/no question: tested without being called, they are a bound
+method, which is always true (``torch.dtype`` has no such attributes; ``is_floating_point`` and
+``is_signed`` are left out because a dtype has them as properties)."""
+
+
+def constant_test(model, test: cst.CSTNode) -> str | None:
+    """What in a branch test never changes its truth, or None: a tensor predicate tested without
+    being called (``b.is_contiguous``), a non-empty tuple (``assert (ok, "msg")``), or a constant
+    beside a comparison in an ``or`` (``x.dtype == torch.float16 or torch.bfloat16``)."""
+    if type(test) is cst.Tuple and test.elements:
+        return "the test is a non-empty tuple, which is always true"
+    for node in walk(test, into_scopes=False):
+        if type(node) is cst.Attribute and node.attr.value in TENSOR_PREDICATES:
+            parent = model.parent(node)
+            if not (type(parent) is cst.Call and parent.func is node) and truth_tested(model, node):
+                return f"`{model.dotted(node) or node.attr.value}` is tested without being called, so it is always true"
+        if type(node) is cst.BooleanOperation and type(node.operator) is cst.Or:
+            sides = (node.left, node.right)
+            if any(type(s) is cst.Comparison for s in sides):
+                for side in sides:
+                    if _truthy_constant(side):
+                        return f"`{model.dotted(side) or 'a constant'}` in an `or` is always true"
+    return None
+
+
+def _truthy_constant(node: cst.CSTNode) -> bool:
+    if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "torch" \
+            and node.attr.value in DTYPE_NAMES:
+        return True
+    if type(node) is cst.SimpleString:
+        return bool(node.evaluated_value)
+    return type(node) is cst.Integer and node.evaluated_value != 0
+
+
 def reading_sync(model, call: cst.Call) -> str | None:
     """A call that reads a GPU tensor's value on the host by Python's protocols rather than a
     tensor method: ``int(t)``, ``float(t)``, ``bool(t)``, ``max(t)``/``sum(t)`` (which iterate it),

@@ -24,6 +24,7 @@ from kcheck.project import (  # noqa: F401 - the family's rules read the kernel 
 from kcheck.gate import nodes_of, reachable
 from kcheck.model import walk
 from kcheck.project import OTHER_PLATFORM, TEST_PATH, VISIBLE_METHODS, absolute_import, custom_op
+from kcheck.values import DTYPE_NAMES
 from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension, _decorator_names, _skip, ast_facts, dotted
 
 # Text every file with a launch or dispatch site contains (a Triton launch ends in ``](``).
@@ -31,8 +32,7 @@ from kcheck.rules.dispatch import _FUNCTION_DEFS, TRITON_LAST, _builds_extension
 DISPATCH_TEXT = (r"\]\s*\(|torch\.ops\.|_custom_ops|sgl_kernel|cpp_extension|\b_C\b|kernel|ops\b|ext|fused_|triton"
                  r"|_cuda|_cu\b|csrc|aiter|flash|deep_|xformers|apex|transformer_engine|fbgemm|mamba|conv1d|cudnn"
                  r"|quack|fla\b|bitsandbytes|gemlite")
-DTYPES = {"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "uint8", "int32",
-          "int64", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "bool"}
+DTYPES = DTYPE_NAMES
 DEVICE_ATTRS = {"is_cuda", "is_xpu", "is_cpu", "is_mps", "device"}
 HEAD_NAME = re.compile(r"head_?(size|dim)", re.I)
 GROUP_NAME = re.compile(r"(^|_)group_?size$", re.I)  # a quantized weight's group size: a tile the kernel is built for

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from kcheck.claims import _walk
 from kcheck.contracts import KEEPS
 from kcheck.rule import Rule
+from kcheck.values import constant_test
 from kcheck.rules.fallback import (
     DISPATCH_TEXT, claims_only, computes, device_only, dispatchers, is_guard, mentioned_props, sibling_statements,
     statements,
@@ -140,7 +143,7 @@ class RMSNorm(CustomOp):
 """,
     ]
     PREFILTER = (DISPATCH_TEXT, r"\bif\b")  # a guard is an ``if``; the declared facts decide the rest
-    NEEDS = ("claimed dispatcher", "dispatcher meets demands")
+    NEEDS = ("claimed dispatcher", "dispatcher meets demands", "dispatcher")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
@@ -164,6 +167,27 @@ class RMSNorm(CustomOp):
                     self.report(node.test, kernel=disp.label)
         if model.config.demands:
             self._demands_unchecked()
+        if dispatchers(model, claimed=False):
+            self._checks_that_never_stop()
+
+    def _checks_that_never_stop(self) -> None:
+        """In a module that launches kernels, checks that cannot stop any input: a test whose truth
+        never changes, or an ``if`` that only builds an error or its message and never raises it."""
+        model = self.model
+        for defs in model.functions.values():
+            for fn in defs:
+                if fn in model.triton_kernels or fn in model.dsl_kernels:
+                    continue
+                for node in _walk(fn.body):
+                    if type(node) not in (cst.If, cst.Assert, cst.While):
+                        continue
+                    why = constant_test(model, node.test)
+                    if why is None and type(node) is cst.If:
+                        why = _unraised(fn, node)
+                    if why is not None:
+                        self.report(node.test, message=(
+                            f"this check can never stop an input: {why}; what it was written to refuse reaches "
+                            "the kernel"))
 
     def _demands_unchecked(self) -> None:
         """Guards that pick a call whose callee demands what the guard never checks."""
@@ -193,6 +217,40 @@ class RMSNorm(CustomOp):
                             f"`{param}`, which {where.split(' ', 1)[1]}() demands ({where.split(' ', 1)[0]}); "
                             "inputs outside it stop there instead of reaching the fallback"))
                         break
+
+
+ERROR_CLASS = re.compile(r"(Error|Exception)$")
+
+
+def _unraised(function: cst.FunctionDef, node: cst.If) -> str | None:
+    """Why an ``if`` with no ``else`` does nothing, or None: its body only makes an exception
+    (``ValueError(...)`` with no ``raise``) or binds a message that nothing after it reads."""
+    if node.orelse is not None:
+        return None
+    made, messages = None, set()
+    for stmt in statements(node.body):
+        for small in getattr(stmt, "body", None) if type(stmt) is cst.SimpleStatementLine else [None]:
+            if type(small) is cst.Expr and type(small.value) is cst.Call:
+                func = small.value.func
+                name = func.value if type(func) is cst.Name else func.attr.value if type(func) is cst.Attribute else ""
+                if ERROR_CLASS.search(name):
+                    made = name
+                    continue
+            if type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name \
+                    and type(small.value) in (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString):
+                messages.add(small.targets[0].target.value)
+                continue
+            return None
+    if made:
+        return f"it makes a `{made}` and never raises it"
+    if not messages:
+        return None
+    inside, seen = {id(n) for n in _walk(node)}, False
+    for n in _walk(function.body):
+        seen = seen or n is node
+        if seen and id(n) not in inside and type(n) is cst.Name and n.value in messages:
+            return None  # read after the ``if`` (``raise ValueError(msg)`` further down)
+    return f"it builds `{sorted(messages)[0]}` and neither raises, logs nor returns it"
 
 
 _WHAT = {"dtype": "dtype", "layout": "layout", "shape": "sizes", "value": "value"}
