@@ -43,6 +43,12 @@ class IncompleteGuard(Rule):
     (which callers ensure), are not asked; a predicate the guard calls with the argument
     (`if self._use_triton(x):`) counts as checking it. The finding names the check and where it is.
 
+    A check that can never stop anything checks less than anything the kernel assumes. In a module
+    that launches kernels it reports a test whose truth never changes (a tensor predicate tested
+    without being called, `b.is_contiguous`; an `assert` on a tuple; a dtype constant in an `or`,
+    `x.dtype == torch.float16 or torch.bfloat16`) and an `if` whose body only makes an exception
+    without raising it or builds an error message that nothing after it raises, logs or returns.
+
     ## Why is this bad?
     Being on the GPU is the least a kernel needs. A Triton or CUDA kernel is written for some
     dtypes, a contiguous last dimension, a maximum block size or head size; a CUDA tensor outside
