@@ -637,7 +637,8 @@ def constant_test(model, test: cst.CSTNode) -> str | None:
     for node in walk(test, into_scopes=False):
         if type(node) is cst.Attribute and node.attr.value in TENSOR_PREDICATES:
             parent = model.parent(node)
-            if not (type(parent) is cst.Call and parent.func is node) and truth_tested(model, node):
+            if not (type(parent) is cst.Call and parent.func is node) and truth_tested(model, node) \
+                    and not (type(node.value) is cst.Name and node.value.value in ("self", "cls")):  # a class's own flag
                 return f"`{model.dotted(node) or node.attr.value}` is tested without being called, so it is always true"
         if type(node) is cst.BooleanOperation and type(node.operator) is cst.Or:
             sides = (node.left, node.right)

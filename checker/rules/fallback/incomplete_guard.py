@@ -6,6 +6,7 @@ import libcst as cst
 
 from kcheck.claims import _walk
 from kcheck.contracts import KEEPS
+from kcheck.model import walk
 from kcheck.rule import Rule
 from kcheck.values import constant_test
 from kcheck.rules.fallback import (
@@ -189,7 +190,7 @@ class RMSNorm(CustomOp):
                         continue
                     why = constant_test(model, node.test)
                     if why is None and type(node) is cst.If:
-                        why = _unraised(fn, node)
+                        why = _unraised(model, fn, node)
                     if why is not None:
                         self.report(node.test, message=(
                             f"this check can never stop an input: {why}; what it was written to refuse reaches "
@@ -226,11 +227,14 @@ class RMSNorm(CustomOp):
 
 
 ERROR_CLASS = re.compile(r"(Error|Exception)$")
+MESSAGE_NAME = re.compile(r"(^|_)(msg|message|err|error|errmsg|reason|problem)s?$", re.I)
+LOOPS = (cst.For, cst.While)
 
 
-def _unraised(function: cst.FunctionDef, node: cst.If) -> str | None:
+def _unraised(model, function: cst.FunctionDef, node: cst.If) -> str | None:
     """Why an ``if`` with no ``else`` does nothing, or None: its body only makes an exception
-    (``ValueError(...)`` with no ``raise``) or binds a message that nothing after it reads."""
+    (``ValueError(...)`` with no ``raise``) or binds an error message (``msg = f"..."``) that
+    nothing after it reads (in a loop, nothing else in the function)."""
     if node.orelse is not None:
         return None
     made, messages = None, set()
@@ -243,6 +247,7 @@ def _unraised(function: cst.FunctionDef, node: cst.If) -> str | None:
                     made = name
                     continue
             if type(small) is cst.Assign and len(small.targets) == 1 and type(small.targets[0].target) is cst.Name \
+                    and MESSAGE_NAME.search(small.targets[0].target.value) \
                     and type(small.value) in (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString):
                 messages.add(small.targets[0].target.value)
                 continue
@@ -251,8 +256,13 @@ def _unraised(function: cst.FunctionDef, node: cst.If) -> str | None:
         return f"it makes a `{made}` and never raises it"
     if not messages:
         return None
-    inside, seen = {id(n) for n in _walk(node)}, False
-    for n in _walk(function.body):
+    looped = False
+    for outer in model.ancestors(node):
+        if outer is function:
+            break
+        looped = looped or type(outer) in LOOPS
+    inside, seen = {id(n) for n in walk(node)}, looped
+    for n in walk(function.body):  # closures defined further down read it too
         seen = seen or n is node
         if seen and id(n) not in inside and type(n) is cst.Name and n.value in messages:
             return None  # read after the ``if`` (``raise ValueError(msg)`` further down)
