@@ -112,6 +112,9 @@ class Config:
     # kernels) that other modules import and read, each with how the least careful of them reads it:
     # "said", "used" or "silent" (``kcheck.project.read_elsewhere``).
     read_elsewhere: tuple[tuple[str, str], ...] = ()
+    # Set per file by the engine from the project index: the test or benchmark script beside this
+    # module that is the only one to import it (``kcheck.project.harness_modules``), or "".
+    harness: str = ""
     # Set per file by the engine from the project index: the names it imports that are project functions
     # launching a kernel in their own body (``kcheck.project.kernel_loading``): calling one is a launch.
     kernel_entries: tuple[str, ...] = ()

@@ -871,6 +871,36 @@ def _weakest(a: str, b: str) -> str:
 READ_ORDER = ("silent", "used", "said")
 
 
+BENCH_SCRIPT = re.compile(r"(^|/)bench[^/]*\.py$")  # a benchmark script (``benchmark.py``, ``bench_gemm.py``)
+
+
+def harness_modules(files: dict[str, FileFacts]) -> dict[str, str]:
+    """Modules of a folder that is no package (no ``__init__.py``) that only scripts of the same
+    folder import, all of them tests, benchmarks, examples or scripts by their path: a benchmark
+    problem's ``sota.py`` or ``reference.py`` beside its ``benchmark.py`` (``import sota``, found on
+    the script's own folder). They are that code's helpers whatever their own names say. File path
+    -> the first script that imports it."""
+    folders: dict[str, dict[str, str]] = {}
+    for rel in files:
+        folder, _, name = rel.rpartition("/")
+        if name.endswith(".py") and name != "__init__.py":
+            folders.setdefault(folder, {})[name[:-3]] = rel
+    out: dict[str, str] = {}
+    for folder, stems in folders.items():
+        if f"{folder}/__init__.py" in files or "__init__.py" in files and not folder:
+            continue
+        importers: dict[str, set[str]] = {}
+        for rel in stems.values():
+            for qualified in files[rel].imports.values():
+                target = stems.get(qualified.split(".", 1)[0])
+                if target is not None and target != rel:
+                    importers.setdefault(target, set()).add(rel)
+        for target, who in importers.items():
+            if module_context(target) is None and all(NOT_SERVING_PATH.search(r) or BENCH_SCRIPT.search(r) for r in who):
+                out[target] = sorted(who)[0]
+    return out
+
+
 def read_elsewhere(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[tuple[str, str], ...]]:
     """File -> its top-level names that other modules of the project import (directly or through a
     package that re-exports them) and read, each with how the least careful of them reads it
@@ -2024,15 +2054,15 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                 cache.drop(key)
     config = jobs[0].config
     steps = timing = constants = off = hosts = given = demanded = copied = loading = plain = entries = called = \
-        answered = None
+        answered = harness = None
     if cache is not None:  # a warm run whose files and entry points are unchanged reuses the last walk
         # the walk is a function of the facts: each file's path and the stamp at which its facts last
         # changed, and the entry points, decide it
         digest = hashlib.sha256(repr((sorted((key, since, rel) for key, (_, rel, since, *_) in cache.entries.items()),
                                       config.hot_path_functions)).encode()).hexdigest()
         if cache.walk[0] == digest:
-            steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, entries, called, answered = \
-                cache.walk[1]
+            steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, entries, called, answered, \
+                harness = cache.walk[1]
     if steps is None:
         for rel, key in pending.items():  # the walk is redone: it needs every file's facts
             facts = cache.facts.get(key)
@@ -2048,9 +2078,10 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
         demanded = contracts.call_demands(files, resolve)
         copied, (loading, plain, entries) = copies(files), kernel_loading(files, resolve)
         called, answered = called_plainly(files, resolve), read_elsewhere(files, resolve)
+        harness = harness_modules(files)
         if cache is not None:
             cache.walk = (digest, (steps, timing, constants, off, hosts, given, demanded, copied, loading, plain, entries,
-                                   called, answered))
+                                   called, answered, harness))
             cache.dirty = True
     if cache is not None:
         cache.save()
@@ -2063,6 +2094,11 @@ def annotate(jobs: list, cache_root: str | None = None, fingerprint: str = "", w
                  "host_params": hosts.get(job.rel, ()), "given_params": given.get(job.rel, ()), "demands": demanded.get(job.rel, ()),
                  "copy_of": copied.get(job.rel, ""), "kernel_imports": loading.get(job.rel, ()), "plain_imports": plain.get(job.rel, ()), "kernel_entries": entries.get(job.rel, ()), "called_plainly": called.get(job.rel, ()),
                  "read_elsewhere": answered.get(job.rel, ()), **scoped.get(job.rel, scope_answers(job.rel, None))}
+        if job.rel in harness:  # the index's answer for the whole module (``harness_modules``)
+            script = harness[job.rel]
+            known["harness"] = script
+            known["contexts"] = (("*", f"a helper that only {script.rpartition('/')[2]} beside it imports "
+                                       f"({module_context(script)})"),)
         if any(getattr(job.config, key) != value for key, value in known.items()):
             job = replace(job, config=replace(job.config, **known))
         out.append(job)

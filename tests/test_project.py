@@ -7,7 +7,7 @@ import textwrap
 
 from kcheck.config import DEFAULT_HOT_PATHS
 from kcheck.engine import discover, scan
-from kcheck.project import ENTRY, file_facts, module_name, per_step
+from kcheck.project import ENTRY, file_facts, harness_modules, module_name, per_step
 
 MODEL = """
     import torch
@@ -1104,3 +1104,18 @@ def test_reads_that_answer_missing_out_loud():
     # a name only called or dereferenced (after the flag check) fails loudly when the import failed
     used = file_facts(ast.parse("from pkg.comm import Buffer, ops\nb = Buffer(g)\nops.moe(x)\n"), "pkg/user.py").reads
     assert used == {"pkg.comm.Buffer": "used", "pkg.comm.ops": "used"}
+
+
+def test_harness_modules_are_the_helpers_of_a_script_folder():
+    """A benchmark problem's ``sota.py`` that only the ``benchmark.py`` beside it imports is the
+    benchmark's helper; the same name in a package, or also imported by serving code, is not."""
+    files = _facts({
+        "problems/01_gemm/benchmark.py": "import sota as sota_mod\nimport reference\n",
+        "problems/01_gemm/sota.py": "def is_available():\n    return True\n",
+        "problems/01_gemm/reference.py": "import torch\n",
+        "problems/01_gemm/solution.py": "import reference\n",
+        "pkg/__init__.py": "",
+        "pkg/bench_ops.py": "from pkg import sota\n",
+        "pkg/sota.py": "def run():\n    pass\n",
+    })
+    assert harness_modules(files) == {"problems/01_gemm/sota.py": "problems/01_gemm/benchmark.py"}

@@ -196,7 +196,8 @@ def moe(x, w):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         reported: set[int] = set()
-        testing = bool(TEST_OR_BENCH.search(model.path))  # a test's or benchmark's guard skips, records or leaves out
+        # a test's or benchmark's guard (or its helper's) skips, records or leaves out
+        testing = bool(TEST_OR_BENCH.search(model.path) or model.config.harness)
         for disp in () if testing else dispatchers(model, claimed=False):
             for node in _walk(disp.function.body):
                 if type(node) is not cst.Try or not disp.dispatches(statements(node.body)):
