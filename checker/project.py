@@ -771,9 +771,10 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
 
 
 # Announcements a user sees at the serving engines' default log level, INFO (vLLM's
-# VLLM_LOGGING_LEVEL and SGLang's --log-level default to it): anything above debug.
+# VLLM_LOGGING_LEVEL and SGLang's --log-level default to it): anything above debug; and what a
+# console object prints (``console.print`` of rich, ``accelerator.print``, ``click.echo``).
 VISIBLE_METHODS = {"warning_once", "warn_once", "print_warning_once", "warning", "warn", "error", "exception",
-                   "critical", "info", "info_once", "print_info_once"}
+                   "critical", "info", "info_once", "print_info_once", "print", "echo"}
 
 
 def says(statements: list[ast.stmt]) -> bool:
