@@ -17,7 +17,7 @@ from kcheck import facts
 from kcheck.gate import dotted, import_bindings
 from kcheck.project import step_loops as step_loops_of
 from kcheck.native import file_host_syncs, wait_line
-from kcheck.values import READING_BUILTINS, REDUCTIONS, host_tensor
+from kcheck.values import HOST, READING_BUILTINS, REDUCTIONS, host_tensor
 from kcheck.model import (
     BENCH_TIMERS, COMPILERS, HOST_TIMERS, LOG_METHODS, LOGGER_NAMES, MEASUREMENT_FUNCTION, MEASUREMENT_PATH, MEMOIZERS,
     SYNC_FUNCTIONS, SYNC_METHODS, tested_read_ast, waiting_read_ast, walk,
@@ -658,6 +658,8 @@ def gpu_work(model, call: cst.Call) -> bool:
         return False  # device bookkeeping (memory statistics, the device module), no kernel
     if name.startswith("torch.distributed.") and _cpu_collective(model, call):
         return False  # a send/recv over a CPU (gloo) group or of a tensor built on the host
+    if _host_operands(model, call):
+        return False  # ``torch.mm(x, w)`` of tensors made or moved to the host: CPU work
     if name.startswith("torch.") and not name.startswith(("torch.cuda.Event", "torch.cuda.synchronize")):
         # a tensor built as an argument (``wrapper.plan(torch.arange(n, device=d))``) is not the
         # timed work; the call it is handed to decides
@@ -672,6 +674,33 @@ def gpu_work(model, call: cst.Call) -> bool:
     return type(func) is cst.Attribute and func.attr.value in GPU_METHODS or (
         type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value in GPU_WORK_NAMES
     )
+
+
+def _host_operands(model, call: cst.Call) -> bool:
+    """Whether a call works on host tensors only: the values model puts every argument on the host,
+    and one of them is, or is read from, a tensor the function made or moved there (``x =
+    torch.randn(n)``, ``w = w.to("cpu")``; ``linear.forward(n, x[i].data_ptr())``)."""
+    args = [a.value for a in call.args]
+    if not args or any(model.places.place(a) != HOST for a in args):
+        return False
+    return any(_host_array(model, a) for a in args)
+
+
+def _host_array(model, expr: cst.CSTNode) -> bool:
+    while type(expr) is cst.Subscript or type(expr) is cst.Call and type(expr.func) is cst.Attribute:
+        expr = expr.value if type(expr) is cst.Subscript else expr.func.value  # ``x[i].data_ptr()`` reads x
+    if type(expr) is not cst.Name:
+        return False
+    function = model.enclosing_function(expr)
+    for node in walk(function.body) if function is not None else ():
+        if type(node) is cst.Assign and any(type(t.target) is cst.Name and t.target.value == expr.value
+                                             for t in node.targets):
+            base = node.value
+            while type(base) is cst.Call and type(base.func) is cst.Attribute and type(base.func.value) is cst.Call:
+                base = base.func.value  # ``torch.randn(...).to("cpu").contiguous()``: the factory
+            if type(base) is cst.Call and (model.call_name(base) or "").startswith("torch."):
+                return True
+    return False
 
 
 def _cpu_collective(model, call: cst.Call) -> bool:

@@ -25,7 +25,9 @@ class HostTimerWithoutSync(Rule):
     send/recv over a CPU group (`group=world.cpu_group`) or of a tensor made without a device
     (`torch.zeros(1, dtype=torch.int64)`): a clock ping-pong or an engine's end-to-end request
     timing is not reported. Checkpoint and file I/O (`torch.save`, `torch.distributed.checkpoint`)
-    queue no kernel either. A window whose last work is a `generate()` call is synced: a
+    queue no kernel either, nor does a call whose operands are all host tensors the function made
+    or moved there (`w = torch.randn(n, n).to("cpu")`; `torch.mm(x, w)`, `ext.forward(n,
+    x[i].data_ptr())`): a CPU kernel's benchmark times it right with the host clock. A window whose last work is a `generate()` call is synced: a
     generation loop reads each step's tokens on the host to decide whether to stop (Hugging Face
     Transformers tests its stopping flag as a Python bool every step), so it returns with its GPU
     work done. The closing synchronize (of any backend: `torch.mps.synchronize()`) may be written as
