@@ -1112,15 +1112,30 @@ def _names_flag(test: cst.CSTNode) -> bool:
 
 def cpu_device_branch(model, node: cst.CSTNode) -> bool:
     """Whether ``node`` sits in the body of ``if device_type == "cpu":`` (any name or attribute
-    spelled with ``device``): code that runs only when the work is on the CPU."""
+    spelled with ``device``), of ``if not torch.cuda.is_available():``, or in the ``else`` of ``if
+    torch.cuda.is_available():`` (or of a ``use_cuda``-style flag): code that runs only when the work
+    is on the CPU."""
     child = node
     for anc in model.ancestors(node):
         if type(anc) in (cst.FunctionDef, cst.Lambda):
             return False
-        if type(anc) is cst.If and child is anc.body and _names_cpu_device(anc.test):
-            return True
+        if type(anc) is cst.If:
+            test = anc.test
+            if child is anc.body and (_names_cpu_device(test) or type(test) is cst.UnaryOperation
+                                      and type(test.operator) is cst.Not and _asks_cuda(model, test.expression)):
+                return True
+            if type(anc.orelse) is cst.Else and child is anc.orelse and _asks_cuda(model, test):
+                return True
         child = anc
     return False
+
+
+def _asks_cuda(model, test: cst.CSTNode) -> bool:
+    """``torch.cuda.is_available()``, or a flag named for it (``use_cuda``, ``self.is_cuda``)."""
+    if type(test) is cst.Call:
+        return (model.call_name(test) or "") == "torch.cuda.is_available"
+    name = test.value if type(test) is cst.Name else test.attr.value if type(test) is cst.Attribute else ""
+    return bool(re.fullmatch(r"_?(use|is|on|has)_cuda", name))
 
 
 def _names_cpu_device(test: cst.CSTNode) -> bool:

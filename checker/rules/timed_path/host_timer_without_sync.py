@@ -4,7 +4,7 @@ import re
 
 import libcst as cst
 
-from kcheck.model import ends_in_generation
+from kcheck.model import HOST_TIMERS, ends_in_generation, walk
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import cpu_device_branch, gpu_work
 
@@ -43,7 +43,9 @@ class HostTimerWithoutSync(Rule):
     names a GPU (no `cuda`, `device`, `gpu`, `accelerator`, `triton`, `Event`) times CPU work,
     for which the host timer is the right clock, and is not checked (a timing helper in such a
     file that other files hand GPU work to is missed); so is a window in the body of
-    `if device_type == "cpu":` (any name spelled with `device`, or `x.device.type == "cpu"`).
+    `if device_type == "cpu":` (any name spelled with `device`, or `x.device.type == "cpu"`), of
+    `if not torch.cuda.is_available():`, or in the `else` of `if torch.cuda.is_available():` (or of
+    a `use_cuda` flag): a benchmark's clock for machines without a GPU.
 
     ## Why is this bad?
     Kernel launches return as soon as the work is queued. Without a sync the timer measures how
@@ -126,7 +128,9 @@ def bench(x, w):
         for region in model.timed_regions:
             if region.kind != "host-timer" or region.synced_before_stop or ends_in_generation(model, region.nodes):
                 continue
-            if cpu_device_branch(model, region.stop):
+            clock = next((c for c in walk(region.stop) if type(c) is cst.Call and model.call_name(c) in HOST_TIMERS),
+                         region.stop)  # the stop statement may hold both branches of a device test
+            if cpu_device_branch(model, clock):
                 continue  # ``if device_type == "cpu":``: the host timer is the right clock for CPU work
             if any(gpu_work(model, call) for call, _ in model.calls_in(region.nodes, depth=0)):
                 self.report(region.stop)
