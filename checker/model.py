@@ -758,9 +758,10 @@ JOB_STATEMENTS = 60
 
 
 def _times_a_job(model: ModuleModel, inner: list[cst.CSTNode]) -> bool:
-    """A window over more than ``JOB_STATEMENTS`` statements, or one that calls a project function
-    which itself times (the project index's ``Config.measuring``), times a job, not GPU work."""
-    count = 0
+    """A window over more than ``JOB_STATEMENTS`` statements, or one around other measurements (a
+    project function which itself times, the project index's ``Config.measuring``; a ``do_bench``;
+    a window of its own, two host timers or two event records), times a job, not GPU work."""
+    count = clocks = records = 0
     timing = set(model.config.measuring)
     for stmt in inner:
         for node in walk(stmt):
@@ -768,8 +769,13 @@ def _times_a_job(model: ModuleModel, inner: list[cst.CSTNode]) -> bool:
                 count += 1
                 if count > JOB_STATEMENTS:
                     return True
-            elif timing and type(node) is cst.Call and model.dotted(node.func) in timing:
-                return True
+            elif type(node) is cst.Call:
+                if timing and model.dotted(node.func) in timing or (model.call_name(node) or "").split(".")[-1] in BENCH_TIMERS:
+                    return True
+                clocks += _is_host_timer(model, node)
+                records += _is_record(model, node)
+                if clocks >= 2 or records >= 2:
+                    return True
     return False
 
 

@@ -37,7 +37,8 @@ class HostSyncInTimedRegion(Rule):
     `bench*/`, `benchmarks/`, `tests/`, `profil*`, `perf*` (or named `test_*.py`, `bench*.py`),
     and functions named `bench*`, `test*`, `time*`, `measure*`, `profil*`, `perf*`, `verify*`,
     `check*` and the functions they contain. Elsewhere, serving code that times a whole operation for a log line is measuring
-    that operation, syncs included. `do_bench`-style timers count everywhere.
+    that operation, syncs included. `do_bench`-style timers count everywhere. A host-timer window
+    around measurements of its own (inner windows, a `do_bench`) times a whole job, not GPU work.
 
     ## Why is this bad?
     A sync drains the GPU queue and adds a host round trip to every timed iteration, so the

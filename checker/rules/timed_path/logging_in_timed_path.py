@@ -31,7 +31,8 @@ class LoggingInTimedPath(Rule):
     that operation, syncs included. `do_bench`-style timers count everywhere. A host-timer
     window counts only when its own statements launch GPU work (a `torch` call, a Triton launch,
     a call of a `fn`/`model`/`op` callable): one around a CI run, an eval or a tuning sweep times
-    a job, and a print there costs nothing that matters; nor does a print of host values after
+    a job, and a print there costs nothing that matters, as does one around measurements of its own
+    (inner windows, a `do_bench`: a whole script's total time); nor does a print of host values after
     the window's closing synchronize (the GPU work is over). Windows pair up as the code's differences of the timers' names say (lap timers
     `t1`, `qt2`, `t2` with `qt2 - t1` and `t2 - qt2`), else in order, so a print
     between two windows of one function is outside both. Per-step hot paths count outside test
