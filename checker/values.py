@@ -222,10 +222,10 @@ class Places:
                     return HOST  # ``x = torch.tensor(...)`` above the first call of the nested function
                 if found is not None:
                     return found
+        if node.value in self.constants():
+            return HOST  # a module's number, whatever its name says (``gpu_experts_num = expert_num``)
         if DEVICE_NAME.search(node.value):
             return DEVICE
-        if node.value in self.constants():
-            return HOST
         return None
 
     def _closure(self, function: cst.FunctionDef, outer: cst.FunctionDef | None) -> tuple:
