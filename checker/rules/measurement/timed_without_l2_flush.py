@@ -48,7 +48,8 @@ class TimedWithoutL2Flush(Rule):
     nothing for them.
     Nor is a file that allocates a tensor larger than L2 (50 MB on H100 and H200) at the
     shapes it spells out: literal dimensions, or names whose value the file gives (an argparse
-    `default=`, a parameter default, a constant), as in `torch.randn(args.num_rows,
+    `default=`, under its long option's name or else its short one's, `-M` as `args.M`; a
+    parameter default, a constant), as in `torch.randn(args.num_rows,
     args.num_cols, dtype=torch.float32)` with defaults 1024 and 131072 (512 MB), or expert
     weights of `local_experts x 2 * intermediate x hidden` (not one under `if option:` with the
     option a parameter defaulting to False, an opt-in path). An unknown dimension counts as 1, a
@@ -315,13 +316,15 @@ print(bench(my_kernel, torch.randn(64, 64, device="cuda")))
 
 def _int_values(model, module: cst.Module) -> dict[str, int]:
     """Name -> the smallest integer the file gives it: ``add_argument("--num-cols", default=131072)``
-    (as ``num_cols``), ``def f(n=1024)``, ``HIDDEN = 7168``."""
+    (as ``num_cols``; ``add_argument("-M", default=4096)`` as ``M``), ``def f(n=1024)``, ``HIDDEN = 7168``."""
     found: dict[str, set[int]] = {}
     for node in nodes_under(module, nested=True):
         if type(node) is cst.Call and type(node.func) is cst.Attribute \
                 and node.func.attr.value == "add_argument":
-            flag = next((a.value.evaluated_value for a in node.args if a.keyword is None
-                         and type(a.value) is cst.SimpleString and a.value.evaluated_value.startswith("--")), None)
+            flags = [a.value.evaluated_value for a in node.args if a.keyword is None
+                     and type(a.value) is cst.SimpleString and a.value.evaluated_value.startswith("-")]
+            # argparse's dest: the first long option, else the first short one (``-M`` -> ``M``)
+            flag = next((f for f in flags if f.startswith("--")), flags[0] if flags else None)
             default = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "default"), None)
             dest = next((a.value.evaluated_value for a in node.args if a.keyword is not None
                          and a.keyword.value == "dest" and type(a.value) is cst.SimpleString), None)
