@@ -1119,3 +1119,45 @@ def test_harness_modules_are_the_helpers_of_a_script_folder():
         "pkg/sota.py": "def run():\n    pass\n",
     })
     assert harness_modules(files) == {"problems/01_gemm/sota.py": "problems/01_gemm/benchmark.py"}
+
+
+def test_a_benchmark_helper_that_swaps_in_another_implementation_is_reported(tmp_path):
+    """KC303 in a benchmark problem's ``sota.py`` (a harness module): a probe whose failure leaves the
+    reference line out is the benchmark's business; one whose failure makes the caller time another
+    implementation under the same name is a silent fallback."""
+    sota = '''\
+        import torch
+
+
+        def _import_flashinfer():
+            try:
+                import flashinfer
+                return flashinfer
+            except Exception:
+                return None
+
+
+        def _liger_softmax(x):
+            try:
+                from liger_kernel.ops.softmax import LigerSoftmaxFunction
+                return LigerSoftmaxFunction.apply(x)
+            except Exception:
+                return None
+
+
+        def attention_sota(q, k, v):
+            fi = _import_flashinfer()
+            if fi is None:
+                raise RuntimeError("flashinfer unavailable")
+            return fi.single_decode_with_kv_cache(q, k, v)
+
+
+        def softmax_sota(x):
+            out = _liger_softmax(x)
+            if out is not None:
+                return out
+            return torch.compile(torch.softmax)(x, -1)
+        '''
+    found = _project_findings(tmp_path, {"problems/01_softmax/sota.py": sota,
+                                         "problems/01_softmax/benchmark.py": "import sota\nprint(sota)\n"}, "KC303")
+    assert found == [("problems/01_softmax/sota.py", 16)]

@@ -42,7 +42,9 @@ class BroadExceptFallback(Rule):
     re-raises, warns, keeps the error (stores it, hands it on or returns it: a message made
     from it and logged at debug is not kept) nor returns a reason (`return False, "requires aiter"`):
     every later call silently takes the slower path. Tests, which guard imports of what they
-    test, and benchmarks, which leave out a provider they cannot import, are left alone, and so
+    test, and benchmarks, which leave out a provider they cannot import, are left alone (also in a
+    module only the benchmark beside it imports, a problem's `sota.py`, unless a caller there times
+    another implementation in the provider's place when it fails), and so
     is a capability probe (`is_*`,
     `has_*`, `*_available`) whose caller in the module tests its answer and announces the choice;
     a probe whose False nobody announces is reported. Names a probe imports inside a function are
@@ -196,8 +198,11 @@ def moe(x, w):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         reported: set[int] = set()
-        # a test's or benchmark's guard (or its helper's) skips, records or leaves out
-        testing = bool(TEST_OR_BENCH.search(model.path) or model.config.harness)
+        # a test's or benchmark's guard skips, records or leaves out; a benchmark's helper module
+        # (``sota.py`` beside ``benchmark.py``) is held to it unless its answer makes a caller
+        # substitute another implementation for the one the benchmark names
+        testing = bool(TEST_OR_BENCH.search(model.path))
+        harness = bool(model.config.harness)
         for disp in () if testing else dispatchers(model, claimed=False):
             for node in _walk(disp.function.body):
                 if type(node) is not cst.Try or not disp.dispatches(statements(node.body)):
@@ -207,7 +212,8 @@ def moe(x, w):
                     if caught and not _reraises(handler) and (
                             _falls_back(model, handler, node) or _answers(handler) and not _callers_refuse(model, node)) \
                             and id(handler) not in reported and not _same_kernel_on_route(model, node, handler) \
-                            and not _says_orends(model, handler, say=_answers(handler)):
+                            and not _says_orends(model, handler, say=_answers(handler)) \
+                            and not (harness and not _substitutes(model, node)):
                         reported.add(id(handler))
                         self.report(handler, handler=caught, kernel=disp.label)
         for node in () if testing else walk(original_node):
@@ -228,7 +234,8 @@ def moe(x, w):
                     model, body
                 ) and not _says_orends(model, handler) and not keeps_error(model, handler) and not returns_reason(handler) \
                         and not nothing_to_fall_back_to(model, node, handler) \
-                        and not announced_where_read(model, node, handler) and not _refused_by_callers(model, node, handler):
+                        and not announced_where_read(model, node, handler) and not _refused_by_callers(model, node, handler) \
+                        and not (harness and not _substitutes(model, node)):
                     self.report(handler, handler=caught, kernel=what)
 
 
@@ -288,6 +295,26 @@ def _refused_by_callers(model, node: cst.Try, handler: cst.ExceptHandler) -> boo
             for s in statements(node.body)):
         return False  # only a loader that just imports: around a call, a kernel bug would read as "unavailable"
     return _callers_refuse(model, node)
+
+
+def _substitutes(model, node: cst.CSTNode) -> bool:
+    """Whether a caller of the function around ``node``, right after the call, returns another
+    computation that does not read the answer (``out = _liger(x)``; ``if out is not None: return
+    out``; ``return _compiled(x)``): the failure swaps in another implementation."""
+    fn = model.enclosing_function(node)
+    for call in model.callers(fn) if fn is not None else ():
+        stmt = next((a for a in model.ancestors(call) if type(a) is cst.SimpleStatementLine), None)
+        siblings = sibling_statements(model, stmt) if stmt is not None else []
+        if stmt not in siblings:
+            continue
+        answer = {t.target.value for small in stmt.body if type(small) is cst.Assign
+                  for t in small.targets if type(t.target) is cst.Name}
+        for later in siblings[siblings.index(stmt) + 1:][:3]:
+            for small in later.body if type(later) is cst.SimpleStatementLine else ():
+                if type(small) is cst.Return and type(small.value) is cst.Call and answer and not any(
+                        type(n) is cst.Name and n.value in answer for n in walk(small.value)):
+                    return True
+    return False
 
 
 def _callers_refuse(model, node: cst.CSTNode) -> bool:
