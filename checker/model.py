@@ -770,9 +770,9 @@ def _times_a_job(model: ModuleModel, inner: list[cst.CSTNode]) -> bool:
                 if count > JOB_STATEMENTS:
                     return True
             elif type(node) is cst.Call:
-                if timing and model.dotted(node.func) in timing or (model.call_name(node) or "").split(".")[-1] in BENCH_TIMERS:
+                if timing and model.dotted(node.func) in timing or is_bench_timer(model, node):
                     return True
-                clocks += _is_host_timer(model, node)
+                clocks += is_host_timer(model, node)
                 records += _is_record(model, node)
                 if clocks >= 2 or records >= 2:
                     return True
@@ -786,8 +786,14 @@ def _is_record(model: ModuleModel, call: cst.Call) -> bool:
     )
 
 
-def _is_host_timer(model: ModuleModel, call: cst.Call) -> bool:
+def is_host_timer(model: ModuleModel, call: cst.Call) -> bool:
+    """``time.perf_counter()``, ``time.time()`` and the other host clocks (``HOST_TIMERS``)."""
     return (model.call_name(call) or "") in HOST_TIMERS
+
+
+def is_bench_timer(model: ModuleModel, call: cst.Call) -> bool:
+    """``triton.testing.do_bench`` and the other timers handed a callable (``BENCH_TIMERS``)."""
+    return (model.call_name(call) or "").split(".")[-1] in BENCH_TIMERS
 
 
 def _statements_holding(model: ModuleModel, node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, int]]:
@@ -821,7 +827,7 @@ def _pairs_by_name(model: ModuleModel, stmts: list, ordered: list[int]) -> list[
             continue
         body = stmt.body if type(stmt) is cst.SimpleStatementLine else ()
         names = {n.value for a in body if type(a) is cst.Assign and type(a.value) is cst.Call
-                 and _is_host_timer(model, a.value) for t in a.targets for n in walk(t.target) if type(n) is cst.Name}
+                 and is_host_timer(model, a.value) for t in a.targets for n in walk(t.target) if type(n) is cst.Name}
         opened = (i, names) if names else None
     return pairs
 
@@ -842,7 +848,7 @@ def _pairs_by_difference(model: ModuleModel, stmts: list, ordered: list[int]) ->
                 pairs.add((bound[n.right.value], bound[n.left.value]))
         if i in timers and type(stmt) is cst.SimpleStatementLine:
             for a in stmt.body:
-                if type(a) is cst.Assign and type(a.value) is cst.Call and _is_host_timer(model, a.value):
+                if type(a) is cst.Assign and type(a.value) is cst.Call and is_host_timer(model, a.value):
                     bound.update((t.target.value, i) for t in a.targets if type(t.target) is cst.Name)
     return sorted(pairs)
 
@@ -858,14 +864,14 @@ def _find_timed_regions(model: ModuleModel, module: cst.Module) -> None:
                 blocks[id(block)] = block
                 counts = records.setdefault(id(block), {})
                 counts[index] = counts.get(index, 0) + 1
-        elif _is_host_timer(model, call):
+        elif is_host_timer(model, call):
             for block, index in _statements_holding(model, call):
                 blocks[id(block)] = block
                 counts = timers.setdefault(id(block), {})
                 counts[index] = counts.get(index, 0) + 1
         else:
             name = model.call_name(call) or ""
-            if name.split(".")[-1] in BENCH_TIMERS:
+            if is_bench_timer(model, call):
                 target = _bench_target(model, call)
                 if target is not None:
                     model.timed_regions.append(TimedRegion(

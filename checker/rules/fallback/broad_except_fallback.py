@@ -301,41 +301,36 @@ def _substitutes(model, node: cst.CSTNode) -> bool:
     """Whether a caller of the function around ``node``, right after the call, returns another
     computation that does not read the answer (``out = _liger(x)``; ``if out is not None: return
     out``; ``return _compiled(x)``): the failure swaps in another implementation."""
-    fn = model.enclosing_function(node)
-    for call in model.callers(fn) if fn is not None else ():
-        stmt = next((a for a in model.ancestors(call) if type(a) is cst.SimpleStatementLine), None)
-        siblings = sibling_statements(model, stmt) if stmt is not None else []
-        if stmt not in siblings:
-            continue
-        answer = {t.target.value for small in stmt.body if type(small) is cst.Assign
+    for stmt, later in _after_callers(model, node):
+        answer = {t.target.value for small in getattr(stmt, "body", ()) if type(small) is cst.Assign
                   for t in small.targets if type(t.target) is cst.Name}
-        for later in siblings[siblings.index(stmt) + 1:][:3]:
-            for small in later.body if type(later) is cst.SimpleStatementLine else ():
+        for s in later:
+            for small in s.body if type(s) is cst.SimpleStatementLine else ():
                 if type(small) is cst.Return and type(small.value) is cst.Call and answer and not any(
                         type(n) is cst.Name and n.value in answer for n in walk(small.value)):
                     return True
     return False
 
 
+def _after_callers(model, node: cst.CSTNode):
+    """For each caller of the function around ``node``: the statement that holds the call and the
+    (up to three) statements after it in its block; ``(None, [])`` where the call is not a
+    statement of a block (``return f(x) is not None``)."""
+    fn = model.enclosing_function(node)
+    for call in model.callers(fn) if fn is not None else ():
+        stmt = next((a for a in model.ancestors(call) if type(a) is cst.SimpleStatementLine), None)
+        siblings = sibling_statements(model, stmt) if stmt is not None else []
+        yield (stmt, siblings[siblings.index(stmt) + 1:][:3]) if stmt in siblings else (None, [])
+
+
 def _callers_refuse(model, node: cst.CSTNode) -> bool:
     """Whether every caller of the function around ``node`` (at least one in the module) raises
     within the next few statements after the call: a constant answer (``return None``) ends in an
     error there, not in another way of computing the result."""
-    fn = model.enclosing_function(node)
-    if fn is None:
-        return False
-    callers = list(model.callers(fn))
-    if not callers:
-        return False
-    for call in callers:
-        stmt = next((a for a in model.ancestors(call) if type(a) is cst.SimpleStatementLine), None)
-        siblings = sibling_statements(model, stmt) if stmt is not None else []
-        if stmt not in siblings:
-            return False
-        later = siblings[siblings.index(stmt) + 1:][:3]
-        if not any(_raises(s) or type(s) is cst.If and any(_raises(x) for x in statements(s.body)) for s in later):
-            return False
-    return True
+    after = list(_after_callers(model, node))
+    return bool(after) and all(stmt is not None and any(
+        _raises(s) or type(s) is cst.If and any(_raises(x) for x in statements(s.body)) for s in later)
+        for stmt, later in after)
 
 
 # Calls that end the process or the test: the failure stops the run instead of falling back.

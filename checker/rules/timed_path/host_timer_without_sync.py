@@ -4,7 +4,7 @@ import re
 
 import libcst as cst
 
-from kcheck.model import HOST_TIMERS, ends_in_generation, walk
+from kcheck.model import ends_in_generation, is_host_timer, walk
 from kcheck.rule import Rule
 from kcheck.rules.timed_path import cpu_device_branch, gpu_work
 
@@ -128,7 +128,7 @@ def bench(x, w):
         for region in model.timed_regions:
             if region.kind != "host-timer" or region.synced_before_stop or ends_in_generation(model, region.nodes):
                 continue
-            clock = next((c for c in walk(region.stop) if type(c) is cst.Call and model.call_name(c) in HOST_TIMERS),
+            clock = next((c for c in walk(region.stop) if type(c) is cst.Call and is_host_timer(model, c)),
                          region.stop)  # the stop statement may hold both branches of a device test
             if cpu_device_branch(model, clock):
                 continue  # ``if device_type == "cpu":``: the host timer is the right clock for CPU work
