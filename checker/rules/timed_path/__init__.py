@@ -1131,11 +1131,24 @@ def cpu_device_branch(model, node: cst.CSTNode) -> bool:
 
 
 def _asks_cuda(model, test: cst.CSTNode) -> bool:
-    """``torch.cuda.is_available()``, or a flag named for it (``use_cuda``, ``self.is_cuda``)."""
+    """``torch.cuda.is_available()``, or a local bound to it in the function (``use_cuda =
+    torch.cuda.is_available()``, also unpacked: ``times, use_cuda = [], torch.cuda.is_available()``)."""
     if type(test) is cst.Call:
         return (model.call_name(test) or "") == "torch.cuda.is_available"
-    name = test.value if type(test) is cst.Name else test.attr.value if type(test) is cst.Attribute else ""
-    return bool(re.fullmatch(r"_?(use|is|on|has)_cuda", name))
+    function = model.enclosing_function(test)
+    if type(test) is not cst.Name or function is None:
+        return False
+    for node in walk(function.body, into_scopes=False):
+        if type(node) is cst.Assign:
+            for target in node.targets:
+                pairs = [(target.target, node.value)]
+                if type(target.target) is cst.Tuple and type(node.value) is cst.Tuple \
+                        and len(target.target.elements) == len(node.value.elements):
+                    pairs = [(t.value, v.value) for t, v in zip(target.target.elements, node.value.elements)]
+                if any(type(t) is cst.Name and t.value == test.value and type(v) is cst.Call
+                       and _asks_cuda(model, v) for t, v in pairs):
+                    return True
+    return False
 
 
 def _names_cpu_device(test: cst.CSTNode) -> bool:

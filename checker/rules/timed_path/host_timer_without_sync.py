@@ -45,7 +45,8 @@ class HostTimerWithoutSync(Rule):
     file that other files hand GPU work to is missed); so is a window in the body of
     `if device_type == "cpu":` (any name spelled with `device`, or `x.device.type == "cpu"`), of
     `if not torch.cuda.is_available():`, or in the `else` of `if torch.cuda.is_available():` (or of
-    a `use_cuda` flag): a benchmark's clock for machines without a GPU.
+    a local bound to it, `use_cuda = torch.cuda.is_available()`): a benchmark's clock for machines
+    without a GPU.
 
     ## Why is this bad?
     Kernel launches return as soon as the work is queued. Without a sync the timer measures how
