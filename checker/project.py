@@ -1,8 +1,8 @@
 """The project index: which functions run every serving step, across modules, and why.
 
 A per-step function is one reachable from an entry point — a function whose name the
-configuration lists as a per-step hot path (``forward``, ``decode_step``, ``execute_model``, ...)
-— through calls the index can resolve: a same-module function, a method of the same class
+configuration lists as a per-step hot path (``forward``, ``decode_step``, ``execute_model``, ...),
+or one that launches a kernel (``op_kernel``: a kernel library's op runs on every call) — through calls the index can resolve: a same-module function, a method of the same class
 (``self.m()``), a function imported from another module of the project (``from .ops import f``;
 ``import pkg.ops as ops; ops.f()``). The walk does not enter one-time work (``__init__``,
 weight loading, graph capture, warm-up, profiling runs, calibration, export), tests or
@@ -49,7 +49,8 @@ BENCH_TIMERS = {"do_bench", "do_bench_cudagraph", "bench_gpu_time", "benchmark_f
 ONE_TIME = re.compile(
     r"^(__init__|__post_init__|_?init_(?!forward_metadata)\w*|_?load\w*|\w*_weights?|_?capture\w*|\w*cuda_graphs?\w*|_?warm_?up\w*"
     r"|profile_run|_?dummy_run|\w*calibrat\w*|\w*amax\w*|_?export\w*|_?initiali[sz]e\w*|_?setup\w*|_?compile\w*"
-    r"|_?determine_available_memory|_?allocate\w*|_?build_model\w*|_?rearrange\w*|_?rebalanc\w*)$")
+    r"|_?determine_available_memory|_?allocate\w*|_?build_model\w*|_?rearrange\w*|_?rebalanc\w*"
+    r"|process_weights\w*|\w*_after_loading|\w*onnx\w*)$")
 # Code for another platform than CUDA GPUs: Apple's Metal and MLX, TPUs, Neuron, Gaudi, Ascend.
 OTHER_PLATFORM = re.compile(r"(^|/)_?(metal|mlx|mps|tpu|xla|neuron|hpu|gaudi|npu|ascend|xpu)(/|_[^/]*\.py$|\.py$)")
 # Not serving steps: tests, benchmarks, evaluation harnesses, examples, scripts; and input processing, which runs once per
@@ -568,6 +569,10 @@ class FileFacts:
     # functions and methods whose own body launches a kernel: ``kernel[grid](...)`` or a custom op
     # (``torch.ops.<namespace>.<op>(...)`` outside ``aten``)
     launchers: set[str] = field(default_factory=set)
+    # "f" or "Cls.m" -> what its own body launches, as written: the kernel of ``kernel[grid](...)``
+    # (``_fwd_kernel``, ``self.kernel``), a custom op (``torch.ops.my_ext.gemm``); what ``op_launch``
+    # resolves to a kernel
+    launches: dict[str, list[str]] = field(default_factory=dict)
     # top-level functions under a Triton decorator (``@triton.jit``), by name
     kernels: set[str] = field(default_factory=set)
     # what it imports (qualified) -> how it reads it: "said", "used" or "silent" (``answered_reads``):
@@ -708,6 +713,9 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
         if kind is ast.Call and owner and owner != "<nested>" and (
                 type(node.func) is ast.Subscript or custom_op(dotted(node.func) or "")):
             facts.launchers.add(owner)
+            text = dotted(node.func.value if type(node.func) is ast.Subscript else node.func)
+            if text:
+                facts.launches.setdefault(owner, []).append(text)
         if kind is ast.Call and owner and owner != "<nested>":
             text = dotted(node.func)
             if text:
@@ -1731,6 +1739,24 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
     return out, plain, entries
 
 
+# A kernel by its name where the index cannot follow it: a local bound to one of several
+# (``kernel = _fwd_kernel if causal else _fwd_kernel_nc``), an attribute (``self.kernel[grid]``).
+KERNEL_NAME = re.compile(r"kernel", re.I)
+
+
+def op_kernel(files: dict[str, FileFacts], resolve: Resolver, path: str, launched: str) -> bool:
+    """Whether what a function of the file at ``path`` launches (``FileFacts.launches``) is a
+    kernel: a custom op, a Triton kernel of the project (``@triton.jit``, here or imported), or
+    named as one (``KERNEL_NAME``) where it is not a project function; ``handlers[k](...)`` or
+    ``list[str]()`` is not."""
+    if custom_op(launched):
+        return True
+    hit = resolve(path, "", launched) if "." not in launched or launched.split(".")[0] in files[path].imports else None
+    if hit is not None:
+        return hit[1] in files[hit[0]].kernels
+    return bool(KERNEL_NAME.search(launched.rsplit(".", 1)[-1]))
+
+
 def _followed_in_module(call: str) -> bool:
     """Whether the module model follows a call from a hot path itself (``helper()``, ``self.m()``:
     ``ModuleModel.callee``); a method of an object (``cache.update()``, ``Cls.m()``) only the index
@@ -1775,6 +1801,17 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
             elif name in facts.step_calls:  # not those in an except handler or a cache fill (not in ``calls``)
                 known = set(facts.calls[name])
                 seeds.extend((path, name, call) for call in facts.step_calls[name] if call in known)
+    for path, facts in files.items():  # an op: what launches a kernel runs on every call of the op
+        if NOT_SERVING_PATH.search(path):
+            continue
+        for name, launched in facts.launches.items():
+            if name in out.get(path, {}) or name in facts.contexts or once(path, name) \
+                    or ONE_TIME.match(name.rsplit(".", 1)[-1]):
+                continue
+            kernel = next((k for k in launched if op_kernel(files, resolve, path, k)), None)
+            if kernel is not None:
+                out.setdefault(path, {})[name] = f"it launches {kernel}, so it runs on every call of its op"
+                queue.append((path, name, 0))
     for path, name, call in seeds:  # what a loop over steps calls runs every step
         owner = name.rsplit(".", 1)[0] if "." in name else ""
         hit = resolve(path, owner, call)
@@ -1885,6 +1922,8 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         facts.options.update(part.options)
         facts.nullable.update(part.nullable)
         facts.launchers |= part.launchers
+        for name, launched in part.launches.items():
+            facts.launches.setdefault(name, []).extend(launched)
         facts.kernels |= part.kernels
         facts.params.update(part.params)
         facts.scope_contexts.update(part.scope_contexts)

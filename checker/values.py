@@ -44,7 +44,8 @@ HOST_ANNOTATION = re.compile(
     r"^(np|numpy)\.(nd)?array$|NDArray|^(int|float|bool|str)$"
     r"|^(list|List|tuple|Tuple|Sequence)\[(int|float|bool|str)(, \.\.\.)?\]$"
     r"|^(tuple|Tuple)\[(int|float|bool|str)(, (int|float|bool|str))+\]$")
-TENSOR_ANNOTATION = re.compile(r"^(torch\.)?Tensor$")
+# (the typed aliases too: ``torch.LongTensor``, ``torch.FloatTensor``)
+TENSOR_ANNOTATION = re.compile(r"^(torch\.)?(Long|Int|Short|Char|Byte|Bool|Float|Double|Half|BFloat16)?Tensor$")
 # metadata read on the host: no sync, whatever the tensor's device
 METADATA_ATTRS = {"shape", "dtype", "device", "ndim", "is_cuda", "is_cpu", "layout", "requires_grad",
                   "is_sparse", "itemsize", "nbytes", "names"}
@@ -527,8 +528,10 @@ class Places:
 
 
 def _annotation_text(annotation: cst.BaseExpression) -> str:
-    """An annotation as written, ``Optional[X]`` and ``X | None`` read as ``X``."""
+    """An annotation as written, ``Optional[X]`` and ``X | None`` read as ``X``, a string as its text."""
     text = cst.Module([]).code_for_node(annotation).strip()
+    if type(annotation) is cst.SimpleString and type(annotation.evaluated_value) is str:
+        text = annotation.evaluated_value.strip()
     return re.sub(r"^Optional\[(.*)\]$|^(.*?)\s*\|\s*None$", lambda m: m.group(1) or m.group(2), text)
 
 

@@ -724,6 +724,71 @@ def test_an_attention_processor_call_is_a_per_step_entry():
     assert steps["pkg/ops/masks.py"]["block_mask"] == "called every step from pkg.layers.attn.CausalAttnProcessor.__call__()"
 
 
+def test_a_function_that_launches_a_kernel_runs_on_every_call_of_its_op():
+    kernels = """
+        import triton
+
+
+        @triton.jit
+        def rms_kernel(x_ptr, n):
+            pass
+    """
+    ops = """
+        import torch
+        import triton
+        from .kernels import rms_kernel
+        from .util import max_len
+
+
+        @triton.jit
+        def _local_kernel(x_ptr):
+            pass
+
+
+        def rms_norm(x, cu_seqlens):
+            n = max_len(cu_seqlens)
+            rms_kernel[(n,)](x, n)
+
+
+        def scaled(x):
+            _local_kernel[(1,)](x)
+
+
+        def fused(x):
+            kernel = _local_kernel
+            kernel[(1,)](x)
+
+
+        def quantize(w):
+            return torch.ops.my_ext.quantize(w)
+
+
+        def dispatch(x, kind):
+            return HANDLERS[kind](x)
+
+
+        def process_weights_after_loading(w):
+            rms_kernel[(1,)](w, 1)
+
+
+        def onnx_quantize(x):
+            rms_kernel[(1,)](x, 1)
+    """
+    util = "def max_len(cu_seqlens):\n    return int(cu_seqlens.diff().max())\n"
+    bench = "from pkg.ops.rms import rms_norm\nfrom pkg.ops.kernels import rms_kernel\n\n\ndef run(x):\n    rms_kernel[(1,)](x, 1)\n"
+    files = _facts({"pkg/ops/kernels.py": kernels, "pkg/ops/rms.py": ops, "pkg/ops/util.py": util,
+                    "benchmarks/bench_rms.py": bench})
+    steps = per_step(files, DEFAULT_HOT_PATHS)
+    rms = steps["pkg/ops/rms.py"]
+    assert rms["rms_norm"] == "it launches rms_kernel, so it runs on every call of its op"  # imported kernel
+    assert rms["scaled"] == "it launches _local_kernel, so it runs on every call of its op"
+    assert "fused" in rms and "quantize" in rms  # a kernel by its name; a custom op
+    assert "dispatch" not in rms  # a table of handlers is no kernel
+    assert "process_weights_after_loading" not in rms and "onnx_quantize" not in rms  # one-time work
+    assert steps["pkg/ops/util.py"]["max_len"] == "called every step from pkg.ops.rms.rms_norm()"
+    assert "benchmarks/bench_rms.py" not in steps
+
+
 GUARDS = """
     class Wrapper:
         def _store(self, a, b):
