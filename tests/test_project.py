@@ -789,6 +789,29 @@ def test_a_function_that_launches_a_kernel_runs_on_every_call_of_its_op():
     assert "benchmarks/bench_rms.py" not in steps
 
 
+def test_a_sync_in_an_op_that_launches_a_kernel_is_reported_without_a_serving_caller(tmp_path):
+    ops = """
+        import torch
+        import triton
+
+
+        @triton.jit
+        def _topk_kernel(x_ptr, n):
+            pass
+
+
+        def topk(x, cu_seqlens):
+            n = cu_seqlens.diff().max().item()
+            _topk_kernel[(n,)](x, n)
+
+
+        def describe(x, cu_seqlens):
+            return cu_seqlens.diff().max().item()
+    """
+    found = _project_findings(tmp_path, {"pkg/ops/topk.py": ops}, "KC203")
+    assert found == [("pkg/ops/topk.py", 12)]  # the op, not the helper no op calls
+
+
 GUARDS = """
     class Wrapper:
         def _store(self, a, b):
