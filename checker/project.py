@@ -2,9 +2,10 @@
 
 A per-step function is one reachable from an entry point — a function whose name the
 configuration lists as a per-step hot path (``forward``, ``decode_step``, ``execute_model``, ...),
-or one that launches a kernel (``op_kernel``: a kernel library's op runs on every call) — through calls the index can resolve: a same-module function, a method of the same class
-(``self.m()``), a function imported from another module of the project (``from .ops import f``;
-``import pkg.ops as ops; ops.f()``). The walk does not enter one-time work (``__init__``,
+or one that launches a kernel (``op_kernel``: a kernel library's op runs on every call) — through
+calls the index can resolve: a same-module function, a method of the same class (``self.m()``), a
+function imported from another module of the project (``from .ops import f``; ``import pkg.ops as
+ops; ops.f()``). The walk does not enter one-time work (``__init__``,
 weight loading, graph capture, warm-up, profiling runs, calibration, export), tests or
 benchmarks, and stops after a few calls.
 
@@ -566,12 +567,10 @@ class FileFacts:
     # the calls its import runs (module level and class bodies), for ``kernel_loading`` to follow
     # into the project's functions that build a kernel
     module_calls: tuple[str, ...] = ()
-    # functions and methods whose own body launches a kernel: ``kernel[grid](...)`` or a custom op
-    # (``torch.ops.<namespace>.<op>(...)`` outside ``aten``)
-    launchers: set[str] = field(default_factory=set)
-    # "f" or "Cls.m" -> what its own body launches, as written: the kernel of ``kernel[grid](...)``
-    # (``_fwd_kernel``, ``self.kernel``), a custom op (``torch.ops.my_ext.gemm``); what ``op_launch``
-    # resolves to a kernel
+    # functions and methods whose own body launches a kernel -> what each launch launches, as
+    # written: the kernel of ``kernel[grid](...)`` (``_fwd_kernel``, ``self.kernel``; "" where it is
+    # no name: ``wrap(k)[grid](...)``) or a custom op (``torch.ops.<namespace>.<op>`` outside
+    # ``aten``); ``op_kernel`` tells which of them are kernels
     launches: dict[str, list[str]] = field(default_factory=dict)
     # top-level functions under a Triton decorator (``@triton.jit``), by name
     kernels: set[str] = field(default_factory=set)
@@ -712,10 +711,8 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
             on_import.append(text)
         if kind is ast.Call and owner and owner != "<nested>" and (
                 type(node.func) is ast.Subscript or custom_op(dotted(node.func) or "")):
-            facts.launchers.add(owner)
-            text = dotted(node.func.value if type(node.func) is ast.Subscript else node.func)
-            if text:
-                facts.launches.setdefault(owner, []).append(text)
+            facts.launches.setdefault(owner, []).append(
+                dotted(node.func.value if type(node.func) is ast.Subscript else node.func) or "")
         if kind is ast.Call and owner and owner != "<nested>":
             text = dotted(node.func)
             if text:
@@ -1608,7 +1605,7 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
     do with kernels: their import loads none, no function of theirs builds one, and they import no
     kernel module or library from outside the project (``from little_kernel.ir import Node``: a code
     generator's own module, whatever the package is called). Third: file -> the names it imports
-    that are project functions launching a kernel in their own body (``FileFacts.launchers``:
+    that are project functions launching a kernel in their own body (``FileFacts.launches``:
     ``flash_d512`` whose body runs ``_kernel[grid](...)``), through a package's re-export too."""
     resolve = resolve or Resolver(files)
 
@@ -1702,7 +1699,7 @@ def kernel_loading(files: dict[str, FileFacts], resolve: Resolver | None = None
             return launching[key]
         launching[key] = False  # recursion adds nothing
         facts = files[rel]
-        found = fn in facts.launchers
+        found = fn in facts.launches
         owner = fn.rsplit(".", 1)[0] if "." in fn else ""
         for c in facts.calls.get(fn, ()) if not found and depth > 0 else ():
             head, _, last = c.rpartition(".")
@@ -1921,7 +1918,6 @@ def facts_in_chunks(data: bytes, rel: str, chunk: int | None = None) -> FileFact
         facts.constants.update(part.constants)
         facts.options.update(part.options)
         facts.nullable.update(part.nullable)
-        facts.launchers |= part.launchers
         for name, launched in part.launches.items():
             facts.launches.setdefault(name, []).extend(launched)
         facts.kernels |= part.kernels
