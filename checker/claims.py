@@ -121,10 +121,11 @@ KERNEL_MODULES = ("*_custom_ops.*", "*._C.*", "_C.*", "sgl_kernel.*", "*.sgl_ker
 COMPUTE_TL = {"dot", "dot_scaled", "sum", "max", "min", "reduce", "argmax", "argmin", "cumsum", "cumprod",
               "associative_scan", "xor_sum", "histogram", "atomic_add", "atomic_max", "atomic_min",
               "atomic_cas", "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "sort"}
-# Library ops an extension's C++/CUDA source may call instead of a kernel of its own.
+# Library ops an extension's C++/CUDA source may call instead of a kernel of its own (ATen's
+# ``at::``/``torch::`` functions, and the C++ frontend's ``torch::nn::functional::``, often ``F::``).
 CUDA_LIBRARY = re.compile(r"\b(cublas\w*[Gg]emm\w*|cublasLt\w*Matmul|cublas[SDHCZ](symm|syrk|trmm)\w*|cudnn(?!Get|Set|Create|Destroy)\w*Forward\w*"
-                          r"|(at|torch)::(matmul|mm|bmm|addmm|baddbmm|linear|conv\w+|cudnn_convolution\w*"
-                          r"|scaled_dot_product_attention))\s*\(")
+                          r"|((at|torch)::|(torch::nn::functional|\bF)::)(matmul|mm|bmm|addmm|baddbmm|linear|conv\w+"
+                          r"|cudnn_convolution\w*|scaled_dot_product_attention))\s*\(")
 # A kernel launch in host code: ``name<<<grid, block>>>`` (also ``name<scalar_t><<<...``).
 CUDA_LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^<>;(){}]*>)?\s*<<<")
 CUDA_COMPUTE = re.compile(r"\bfor\s*\(|\bwhile\s*\(|atomic\w*\(|__shfl|\bmma\b|wmma|cublas|cutlass|__syncthreads")

@@ -626,6 +626,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
     on_import: list[str] = []  # the calls the module's import runs
     decorated: list[str] = []  # the decorators of its top-level and class-level functions
     left: list[ast.AST] = []  # what the walk does not enter (error handlers, code below a lazy guard)
+    hosts_in: dict[str, set[str]] = {}  # function -> its locals bound to host arrays only (host_locals)
     while stack:
         node, owner, klass, scope = stack.pop()
         kind = type(node)
@@ -654,6 +655,7 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                 if found:
                     facts.nullable[name] = found
                 facts.params[name] = _params(node)
+                hosts_in[name] = host_locals(node)
                 found = contracts.demands(node, facts.constants)
                 if found:
                     facts.demands[name] = found
@@ -739,8 +741,9 @@ def file_facts(tree: ast.Module, path: str) -> FileFacts:
                              tuple(kw.arg for kw in node.keywords if kw.arg and maybe_none(kw.value, nulls)))
                     if nones[0] or nones[1]:
                         facts.nones.setdefault(owner, {})[len(facts.passes[owner]) - 1] = nones
-                    positions = tuple(i for i, a in enumerate(node.args) if host_spelled(a))
-                    keywords = tuple(kw.arg for kw in node.keywords if kw.arg and host_spelled(kw.value))
+                    local = hosts_in.get(owner, frozenset())
+                    positions = tuple(i for i, a in enumerate(node.args) if host_spelled(a, local))
+                    keywords = tuple(kw.arg for kw in node.keywords if kw.arg and host_spelled(kw.value, local))
                     if positions or keywords:
                         facts.hosts.setdefault(owner, {})[len(facts.passes[owner]) - 1] = (positions, keywords)
         if kind is ast.ExceptHandler:
@@ -988,22 +991,59 @@ def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
     return (*(a.arg for a in [*fn.args.posonlyargs, *fn.args.args]), *(f"*{a.arg}" for a in fn.args.kwonlyargs))
 
 
-def host_spelled(expr: ast.expr) -> bool:
+def host_spelled(expr: ast.expr, local: set[str] | frozenset = frozenset()) -> bool:
     """An argument the code spells as a host array (``kcheck.values``' naming rule over ``ast``):
-    a ``*_cpu``/``*_np``/``host_*`` name or attribute, sliced or not, or a ``.cpu()``/``.numpy()``/
-    ``.tolist()`` result."""
+    a ``*_cpu``/``*_np``/``host_*`` name or attribute, sliced or not, a ``.cpu()``/``.numpy()``/
+    ``.tolist()`` result, a ``torch.tensor(...)`` given no device, arithmetic of such values and
+    numbers (``kv_lens_cpu - qo_lens_cpu``), or a name of ``local``: the caller's locals bound to
+    such values only (:func:`host_locals`)."""
     while True:
         kind = type(expr)
         if kind is ast.Subscript:
             expr = expr.value
         elif kind is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr in ("cpu", "numpy", "tolist"):
             return True
+        elif kind is ast.Call:
+            return dotted(expr.func) in ("torch.tensor", "torch.as_tensor", "torch.from_numpy") and not any(
+                kw.arg == "device" for kw in expr.keywords)
+        elif kind is ast.BinOp:
+            sides = [s for s in (expr.left, expr.right) if not (type(s) is ast.Constant and type(s.value) in (int, float))]
+            return bool(sides) and all(host_spelled(s, local) for s in sides)
         elif kind is ast.Name:
-            return bool(HOST_NAME.search(expr.id))
+            return bool(HOST_NAME.search(expr.id)) or expr.id in local
         elif kind is ast.Attribute:
             return bool(HOST_NAME.search(expr.attr))
         else:
             return False
+
+
+def host_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The local names of ``fn`` (not its nested functions) that every assignment binds to a value
+    :func:`host_spelled` accepts (``side_kv = kv_lens_cpu[lo:hi]``), each through the others too."""
+    params = [*(n.lstrip("*") for n in _params(fn)), *(a.arg for a in (fn.args.vararg, fn.args.kwarg) if a is not None)]
+    bound: dict[str, list[ast.AST]] = {name: [fn.args] for name in params}  # parameters: not known
+    for node in _own_nodes(fn):
+        kind = type(node)
+        targets = node.targets if kind is ast.Assign else [node.target] if kind in (
+            ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.NamedExpr) else [node.optional_vars] if (
+            kind is ast.withitem and node.optional_vars is not None) else []
+        value = node.value if kind in (ast.Assign, ast.AnnAssign) and node.value is not None else None
+        for target in targets:
+            if type(target) is ast.Name and value is not None:
+                bound.setdefault(target.id, []).append(value)
+            else:  # a tuple target, a loop variable, ``x += ...``: not followed
+                for n in ast.walk(target):
+                    if type(n) is ast.Name:
+                        bound.setdefault(n.id, []).append(target)
+    found: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, values in bound.items():
+            if name not in found and all(host_spelled(v, found) for v in values):
+                found.add(name)
+                grew = True
+    return found
 
 
 def host_params(files: dict[str, FileFacts], resolve: Resolver | None = None) -> dict[str, tuple[tuple[str, str], ...]]:

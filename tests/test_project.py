@@ -476,6 +476,43 @@ def test_a_parameter_every_caller_passes_a_host_array_is_on_the_host(tmp_path):
     assert found == [("pkg/counts.py", 7)]
 
 
+PLAN = """
+    def plan(qo_lens, kv_lens, qo_offset=None, steps=None):
+        lens = qo_lens.tolist()
+        width = kv_lens.max().item()
+        offsets = qo_offset.tolist()
+        return lens, width, offsets, steps.sum().item()
+"""
+BUILDER = """
+    import torch
+    from pkg.plan import plan
+
+
+    class Builder(torch.nn.Module):
+        def forward(self, meta, lo, hi, schedule):
+            side_qo = meta.qo_lens_cpu[lo:hi]
+            side_kv = meta.kv_lens_cpu[lo:hi]
+            steps = torch.tensor(schedule)
+            return plan(side_qo, side_kv, qo_offset=side_kv - side_qo + 1, steps=steps)
+
+
+    class Other(torch.nn.Module):
+        def forward(self, meta, lens):
+            lens = lens.cuda()
+            return plan(meta.qo_lens_cpu, lens, qo_offset=meta.offsets_cpu, steps=torch.tensor([1], device="cuda"))
+"""
+
+
+def test_a_value_the_caller_computes_from_host_arrays_is_on_the_host(tmp_path):
+    from kcheck.project import host_params
+
+    files = _facts({"pkg/plan.py": PLAN, "pkg/builder.py": BUILDER})
+    # kv_lens: Other passes a local rebound from a parameter to the GPU; steps: a GPU tensor there
+    assert host_params(files) == {"pkg/plan.py": (("plan", "qo_lens"), ("plan", "qo_offset"))}
+    found = _project_findings(tmp_path, {"pkg/plan.py": PLAN, "pkg/builder.py": BUILDER}, "KC203")
+    assert found == [("pkg/plan.py", 4), ("pkg/plan.py", 6)]  # the GPU reads: kv_lens (Other's), steps
+
+
 ROTARY = """
     import torch
 
