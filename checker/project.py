@@ -1801,6 +1801,59 @@ def _followed_in_module(call: str) -> bool:
     return "." not in call or call.count(".") == 1 and call.startswith(("self.", "cls."))
 
 
+SCRIPT = "<module>"  # a caller that is a module's own top-level code (a ``__main__`` block, a script's body)
+
+
+class Callers:
+    """Who calls a function, where the project shows it: ``of(path, name)`` gives the resolved
+    calls of ``name`` (``(path, function)``, or ``(path, SCRIPT)`` for a module's top-level code),
+    found through the call texts that end with its name (the index resolves only those)."""
+
+    def __init__(self, files: dict[str, FileFacts], resolve: Resolver) -> None:
+        self.files, self.resolve = files, resolve
+        self.by_last: dict[str, list[tuple[str, str, str]]] = {}  # last name -> (path, caller, call text)
+        for path, facts in files.items():
+            for name, calls in facts.calls.items():
+                for text in set(calls):
+                    self.by_last.setdefault(_last(text), []).append((path, name, text))
+            for text in facts.module_calls:
+                self.by_last.setdefault(_last(text), []).append((path, SCRIPT, text))
+        self.memo: dict[tuple[str, str], str | None] = {}
+
+    def of(self, path: str, name: str) -> set[tuple[str, str]]:
+        found = set()
+        for cpath, caller, text in self.by_last.get(name.rsplit(".", 1)[-1], ()):
+            owner = caller.rsplit(".", 1)[0] if "." in caller else ""
+            if self.resolve(cpath, "" if caller == SCRIPT else owner, text) == (path, name):
+                found.add((cpath, caller))
+        return found
+
+    def only_off_the_step(self, path: str, name: str, depth: int = 0) -> str | None:
+        """Why every call of a function the project shows is off the serving step, or None: each
+        caller is a module's top-level code (a demo ``run()`` under ``if __name__ ==
+        "__main__":``), training (an autograd ``backward``, see ``function_context``), or a function
+        called only from such places itself. A function no code of the project calls is an API:
+        None."""
+        key = (path, name)
+        if key in self.memo:
+            return self.memo[key]
+        self.memo[key] = None  # (a cycle of calls proves nothing)
+        found = self.of(path, name) if depth < MAX_DEPTH else set()
+        reasons = set()
+        for cpath, caller in found:
+            context = self.files[cpath].contexts.get(caller, "")
+            if caller == SCRIPT:
+                reasons.add("a script's top-level code")
+            elif context.startswith("training"):
+                reasons.add("training")
+            elif (why := self.only_off_the_step(cpath, caller, depth + 1)) is not None:
+                reasons.add(why)
+            else:
+                return None
+        self.memo[key] = " or ".join(sorted(reasons)) or None
+        return self.memo[key]
+
+
 def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
              resolve: Resolver | None = None) -> dict[str, dict[str, str]]:
     """Phase two: file path -> {function ("f" or "Cls.m") -> why it runs every step}.
@@ -1838,6 +1891,7 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
             elif name in facts.step_calls:  # not those in an except handler or a cache fill (not in ``calls``)
                 known = set(facts.calls[name])
                 seeds.extend((path, name, call) for call in facts.step_calls[name] if call in known)
+    callers = Callers(files, resolve)
     for path, facts in files.items():  # an op: what launches a kernel runs on every call of the op
         if NOT_SERVING_PATH.search(path):
             continue
@@ -1846,7 +1900,7 @@ def per_step(files: dict[str, FileFacts], hot_path_names: tuple[str, ...],
                     or ONE_TIME.match(name.rsplit(".", 1)[-1]):
                 continue
             kernel = next((k for k in launched if op_kernel(files, resolve, path, k)), None)
-            if kernel is not None:
+            if kernel is not None and not callers.only_off_the_step(path, name):
                 out.setdefault(path, {})[name] = f"it launches {kernel}, so it runs on every call of its op"
                 queue.append((path, name, 0))
     for path, name, call in seeds:  # what a loop over steps calls runs every step

@@ -826,6 +826,70 @@ def test_a_function_that_launches_a_kernel_runs_on_every_call_of_its_op():
     assert "benchmarks/bench_rms.py" not in steps
 
 
+def test_an_op_whose_every_caller_is_a_script_or_training_is_not_a_step():
+    ops = """
+        import torch
+        import triton
+
+
+        @triton.jit
+        def _fwd_kernel(x_ptr):
+            pass
+
+
+        @triton.jit
+        def _bwd_kernel(x_ptr):
+            pass
+
+
+        def attn_fwd(x):
+            _fwd_kernel[(1,)](x)
+
+
+        def reorder(idx):
+            _bwd_kernel[(1,)](idx)
+
+
+        def attn_bwd(dy, idx):
+            reorder(idx)
+            _bwd_kernel[(1,)](dy)
+
+
+        def shared(x):
+            _fwd_kernel[(1,)](x)
+
+
+        class Attn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                attn_fwd(x)
+                return shared(x)
+
+            @staticmethod
+            def backward(ctx, dy):
+                shared(dy)
+                return attn_bwd(dy, None)
+
+
+        def run():
+            _fwd_kernel[(1,)](torch.ones(4))
+            print("done")
+
+
+        def main():
+            run()
+
+
+        if __name__ == "__main__":
+            main()
+    """
+    files = _facts({"pkg/ops/attn.py": ops})
+    steps = per_step(files, DEFAULT_HOT_PATHS)["pkg/ops/attn.py"]
+    assert "attn_fwd" in steps and "shared" in steps  # a forward calls them (shared: the backward too)
+    assert "attn_bwd" not in steps and "reorder" not in steps  # only the backward calls them, or what it calls
+    assert "run" not in steps and "main" not in steps  # a demo a script's __main__ block runs once
+
+
 def test_a_sync_in_an_op_that_launches_a_kernel_is_reported_without_a_serving_caller(tmp_path):
     ops = """
         import torch
