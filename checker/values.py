@@ -429,6 +429,17 @@ class Places:
 
     # -- names ------------------------------------------------------------------------------
 
+    def _torch_class(self, annotation: str) -> bool:
+        """Whether a ``Tensor``-named annotation is torch's: written ``torch.Tensor``, or a bare name
+        the module imports from torch or does not bind at all; not another library's class of that
+        name (TensorRT-LLM's network ``Tensor``, from ``tensorrt_llm.functional``) or one the module
+        defines."""
+        head = annotation.split(".", 1)[0]
+        if head in self.model.classes:
+            return False
+        bound = self.model.imports.get(head)
+        return bound is None or bound == "torch" or bound.startswith("torch.")
+
     def _function_names(self, function: cst.FunctionDef) -> dict[str, str | None]:
         found = self._names.get(id(function))
         if found is not None:
@@ -443,7 +454,7 @@ class Places:
                 text = _annotation_text(p.annotation.annotation)
                 if HOST_ANNOTATION.search(text):
                     found[p.name.value] = HOST
-                elif TENSOR_ANNOTATION.search(text):
+                elif TENSOR_ANNOTATION.search(text) and self._torch_class(text):
                     found[p.name.value] = TENSOR
         defaults = [*params.params, *params.kwonly_params]
         for p in defaults:  # ``sigma=1.0``: a number, unless annotated otherwise
