@@ -657,3 +657,185 @@ def claim_launches_kernel(summary, config) -> bool:
     path = reachable(summary, claims[0], 3, _skip)
     return any(isinstance(c.func, ast.Subscript) and isinstance(c.func.value, ast.Name) and c.func.value.id in kernels
                and f is not None and f.name in path for c, f in summary.calls)
+
+
+# -- does a launch's output reach what the claim returns -------------------------------------------
+
+# Methods and functions whose result shares the storage of their tensor argument: a view, a
+# layout wrapper, the same tensor (``out.view(-1)``, ``from_dlpack(out)``, ``out.t()``).
+ALIAS_METHODS = {"view", "view_as", "reshape", "t", "T", "mT", "transpose", "permute", "contiguous", "flatten",
+                 "squeeze", "unsqueeze", "expand", "expand_as", "narrow", "detach", "as_strided", "unflatten",
+                 "mark_layout_dynamic", "mark_compact_shape_dynamic", "data", "cuda", "to"}
+ALIAS_FUNCTIONS = {"from_dlpack", "as_tensor", "to_dlpack", "make_ptr"}
+# Calls that allocate a tensor from another's shape and dtype, not from its values.
+ALLOCATORS = {"empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_empty",
+              "new_zeros", "new_ones", "new_full", "empty_strided"}
+
+
+def discarded_launches(model, fn: cst.FunctionDef, launches: list[Use], library: list[Use]) -> Use | None:
+    """The library op whose result ``fn`` returns while nothing its kernels wrote reaches it, or
+    None. A flow-sensitive walk of ``fn``'s own statements in order (:class:`_Flow`): a launch may
+    write every buffer it is passed and every tensor those share storage with (a view,
+    ``from_dlpack``); a value computed after that from such a buffer carries the kernel's output.
+    When what ``fn`` returns carries none, and came from a library op, the kernel wrote a buffer
+    nobody reads (``output = F.linear(x, w)`` rebinding the name whose storage the CuTe kernel was
+    given, or a kernel result assigned to ``_``): the result is the library's."""
+    flow = _Flow(model, {id(u.node) for u in launches}, {id(u.node): u for u in library})
+    flow.visit(fn.body.body if type(fn.body) is cst.IndentedBlock else [], False)
+    returned = flow.defs.get("<return>", set())
+    if not returned or flow.carries(returned) or not all(d in flow.made_by for d in returned):
+        return None
+    return flow.made_by[min(returned)]
+
+
+class _Flow:
+    """The state of :func:`discarded_launches`' walk (a class, not closures: no reference cycles)."""
+
+    def __init__(self, model, launched: set[int], ops: dict[int, Use]) -> None:
+        self.dotted = model.dotted
+        self.launched, self.ops, self.modules = launched, ops, set(model.imports)
+        self.defs: dict[str, set[int]] = {}  # variable -> its definitions that may hold here
+        self.shares: dict[int, set[int]] = {}  # definition -> those it may share storage with (itself too)
+        self.written: set[int] = set()  # definitions a launch may have written
+        self.made_by: dict[int, Use] = {}  # definition -> the library op its value came from
+
+    def new(self, alias=()) -> int:
+        d = len(self.shares) + 1
+        self.shares[d] = {d, *alias}
+        return d
+
+    def variable(self, target) -> str | None:
+        if type(target) is cst.Name:
+            return target.value if target.value not in self.modules else None
+        if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
+            return f"self.{target.attr.value}"  # a module keeps state there
+        return None
+
+    def now(self, name: str) -> set[int]:
+        """The definitions of ``name`` here; a parameter, a global or ``self.x`` gets one on first read."""
+        if name not in self.defs:
+            self.defs[name] = {self.new()}
+        return self.defs[name]
+
+    def reads(self, expr) -> list[int]:
+        out, skip = [], set()
+        for n in walk(expr):
+            if type(n) is cst.Attribute:
+                skip.add(id(n.attr))
+                if (name := self.variable(n)) is not None:
+                    skip.add(id(n.value))
+                    out.extend(self.now(name))
+            elif type(n) is cst.Name and id(n) not in skip and (name := self.variable(n)) is not None:
+                out.extend(self.now(name))
+        return out
+
+    def allocates(self, expr) -> bool:
+        return type(expr) is cst.Call and (self.dotted(expr.func) or "").split(".")[-1] in ALLOCATORS
+
+    def holds_launch(self, expr) -> bool:
+        return any(id(n) in self.launched for n in walk(expr) if type(n) is cst.Call)
+
+    def carries(self, ds) -> bool:
+        return any(self.shares.get(d, {d}) & self.written for d in ds)
+
+    def source(self, expr) -> str | None:
+        """The variable whose storage ``expr`` shares (``out``, ``out[0]``, ``out.view(-1)``, ``from_dlpack(out)``)."""
+        while True:
+            kind = type(expr)
+            if kind is cst.Name or self.variable(expr) is not None:
+                return self.variable(expr)
+            if kind is cst.Subscript or (kind is cst.Attribute and expr.attr.value in ALIAS_METHODS):
+                expr = expr.value
+            elif kind is cst.Call and type(expr.func) is cst.Attribute and expr.func.attr.value in ALIAS_METHODS:
+                expr = expr.func.value
+            elif kind is cst.Call and (self.dotted(expr.func) or "").split(".")[-1] in ALIAS_FUNCTIONS and expr.args:
+                expr = expr.args[0].value
+            else:
+                return None
+
+    def bind(self, target, value, branch: bool) -> None:
+        if type(target) in (cst.Tuple, cst.List):  # ``a, b = f(x)``: each part comes from the whole value
+            for element in target.elements:
+                self.bind(element.value, value, branch)
+            return
+        name = target if type(target) is str else self.variable(target)
+        sources = self.reads(value)
+        if name is None:  # ``out[i] = v``: a write into ``out``'s storage
+            root = self.source(target)
+            if root is not None and (self.holds_launch(value) or self.carries(sources)):
+                for e in self.now(root):
+                    self.written.update(self.shares.get(e, {e}))
+            return
+        alias = self.source(value)
+        fresh = type(value) in (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison) or (
+            type(value) is cst.Call and alias is None)  # an op's result: new storage
+        shared = self.now(alias) if alias else () if fresh else sources  # (a list of views shares them all)
+        d = self.new({s for e in shared for s in self.shares.get(e, {e})})
+        if self.holds_launch(value) or self.carries(sources):
+            self.written.add(d)
+        op = next((self.ops[id(n)] for n in walk(value) if id(n) in self.ops), None)
+        if op is None and not self.allocates(value):  # ``torch.empty_like(y)`` takes y's shape, not its values
+            op = next((self.made_by[e] for e in sources if e in self.made_by), None)
+        if op is not None:
+            self.made_by[d] = op
+        self.defs[name] = (self.defs.get(name, set()) | {d}) if branch else {d}
+
+    def launch(self, node) -> None:
+        for call in (n for n in walk(node) if type(n) is cst.Call and id(n) in self.launched):
+            for arg in call.args:
+                for e in self.reads(arg.value):
+                    self.written.update(self.shares.get(e, {e}))
+
+    def visit(self, body, branch: bool) -> None:
+        for stmt in body:
+            kind = type(stmt)
+            if kind is cst.SimpleStatementLine:
+                for small in stmt.body:
+                    self.launch(small)
+                    if type(small) is cst.Assign:
+                        for t in small.targets:
+                            self.bind(t.target, small.value, branch)
+                    elif type(small) is cst.AnnAssign and small.value is not None:
+                        self.bind(small.target, small.value, branch)
+                    elif type(small) is cst.AugAssign and (name := self.variable(small.target)) is not None:
+                        if self.carries(self.reads(small.value)) or self.holds_launch(small.value):
+                            self.written.update(self.now(name))
+                    elif type(small) is cst.Return and small.value is not None:
+                        self.bind("<return>", small.value, True)
+            elif kind not in (cst.FunctionDef, cst.ClassDef):  # its test first, then blocks that may or may not run
+                for header in _headers(stmt):
+                    self.launch(header)
+                for part in _blocks(stmt):
+                    self.visit(part, True)
+
+
+def _blocks(stmt) -> list:
+    """The statement lists inside a compound statement (``if``/``else``, loop bodies, ``try`` and
+    its handlers, ``with``)."""
+    out = []
+    for name in ("body", "orelse", "finalbody"):
+        part = getattr(stmt, name, None)
+        if part is None:
+            continue
+        if type(part) in (cst.Else, cst.Finally):
+            part = part.body
+        elif type(part) is cst.If:  # ``elif``
+            out.extend(_blocks(part))
+            continue
+        if type(part) is cst.IndentedBlock:
+            out.append(part.body)
+    for handler in getattr(stmt, "handlers", ()):
+        out.append(handler.body.body)
+    return out
+
+
+def _headers(stmt) -> list:
+    """The expressions a compound statement evaluates before its blocks (a test, an iterable, a context)."""
+    kind = type(stmt)
+    if kind in (cst.If, cst.While):
+        return [stmt.test]
+    if kind is cst.For:
+        return [stmt.iter]
+    if kind is cst.With:
+        return [i.item for i in stmt.items]
+    return []

@@ -4,7 +4,7 @@ import libcst as cst
 
 from kcheck.claims import HEAVY_FAMILIES, unlaunched_builds
 from kcheck.native import line_of
-from kcheck.rules.dispatch import ClaimRule, analyse, main_use, naive_exports, other_work_sites
+from kcheck.rules.dispatch import ClaimRule, analyse, discarded_launches, main_use, naive_exports, other_work_sites
 
 
 class LibraryDispatchAsKernel(ClaimRule):
@@ -60,6 +60,14 @@ class LibraryDispatchAsKernel(ClaimRule):
     only kernels are kept from running by default (an opt-in flag, inputs that would have to
     require grad) is KC102's case, not this rule's.
 
+    A claim that launches its own kernel is reported too when nothing the kernel writes reaches
+    what it returns, and what it returns comes from a library op: the claim's statements are read
+    in order, a launch may write every buffer it is passed and every tensor sharing their storage
+    (a view, `from_dlpack(out)`, `self.hidden`), and a value computed after it from such a buffer
+    carries the kernel's output. `output = F.linear(x, w)` rebinding the name whose storage the
+    kernel was given, or `_ = ext.fused_linear(out, w)` beside `return state[1]` of an `nn.LSTM`,
+    leave the result the library's. Launches inside helpers are not followed for this.
+
     What a library says about itself also makes claims: a public function of a kernel package's
     module (a `kernel`/`kernels`/`*_kernel` folder, such as `sgl_kernel/`) named as a faster kernel
     (`fast_topk`) or whose comment admits its kernel is still to be written (`# TODO: ... kernel`),
@@ -114,6 +122,8 @@ class LibraryDispatchAsKernel(ClaimRule):
     NEEDS = ("claim reaches library",)
     NAME = "library-dispatch-as-kernel"
     MESSAGE = "{claim} hands its work to {op}{helper}, {whose}: this is not a kernel"
+    DISCARDED = ("{claim} launches {kernel} but returns what {op} computes: nothing the kernel writes reaches "
+                 "the result, so the work is the library's")
     NAIVE = ("this ops package exports {name} from its {module} module: the op it presents beside its kernels "
              "is the pure-torch implementation, not a kernel")
     SEVERITY = "error"
@@ -190,6 +200,13 @@ def custom_kernel(data):
             if not found.library or found.unknown or found.dormant:
                 continue  # (a kernel kept from running by default is KC102's case)
             library = found.library
+            if found.launches and all(u.via is None for u in found.launches):
+                dropped = discarded_launches(self.model, found.claim.function, found.launches, library)
+                if dropped is not None:
+                    self.report(dropped.node, message=self.DISCARDED.format(
+                        claim=found.claim.label, kernel=found.launches[0].name, op=_shown(dropped.name)),
+                        related=tuple((u.node, f"{u.name} is launched here") for u in found.launches[:3]))
+                    continue
             if found.launches:
                 # an extension function presented as a kernel that launches none and only calls a
                 # heavy library op (``fused_conv_relu`` = cudnnConvolutionBiasActivationForward) is
