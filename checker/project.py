@@ -1304,7 +1304,7 @@ def per_call_statements(fn: ast.FunctionDef | ast.AsyncFunctionDef,
     body = fn.body
     for i, stmt in enumerate(body):
         if type(stmt) is ast.If and stmt.body and type(stmt.body[-1]) is ast.Return and _cached(
-                stmt.test, body[i + 1:], setters):
+                stmt.test, body[i + 1:], setters, body[:i]):
             return body[:i + 1]
     return body
 
@@ -1339,10 +1339,13 @@ def _self_assigned(fn: ast.FunctionDef | ast.AsyncFunctionDef, types: dict[str, 
     return out
 
 
-def _cached(test: ast.expr, rest: list[ast.stmt], setters: dict[str, set[str]] | None = None) -> bool:
+def _cached(test: ast.expr, rest: list[ast.stmt], setters: dict[str, set[str]] | None = None,
+            before: list[ast.stmt] = ()) -> bool:
     """Whether ``test`` asks that a cache is filled (``x is not None``, ``k in cache``, ``x``,
     ``hasattr(self, "x")``, ``self.key == key``, and ``or``/``and`` of those) and the statements in
-    ``rest`` fill it, or call a method of the class that does (``self._set_layout(...)``)."""
+    ``rest`` fill it, or call a method of the class that does (``self._set_layout(...)``). A local
+    looked up in a cache by the statements ``before`` the test (``hit = _CACHE.get(key)``, ``hit =
+    self._plans[key]``) stands for that cache."""
     tested: set[str] = set()
     parts = test.values if type(test) is ast.BoolOp else [test]
     for part in reversed(parts):
@@ -1367,6 +1370,14 @@ def _cached(test: ast.expr, rest: list[ast.stmt], setters: dict[str, set[str]] |
             tested.add(name)
     if not tested:
         return False
+    for stmt in before:  # ``hit = cache.get(key)`` above ``if hit is not None: return hit``
+        if type(stmt) is ast.Assign and len(stmt.targets) == 1 and type(stmt.targets[0]) is ast.Name \
+                and stmt.targets[0].id in tested:
+            value = stmt.value
+            looked = value.func.value if type(value) is ast.Call and type(value.func) is ast.Attribute \
+                and value.func.attr == "get" else value.value if type(value) is ast.Subscript else None
+            if looked is not None and dotted(looked):
+                tested.add(dotted(looked))
     for stmt in rest:
         for node in ast_nodes([stmt]):
             targets = node.targets if type(node) is ast.Assign else [node.target] if type(node) is ast.AnnAssign else []

@@ -168,6 +168,26 @@ LAZY = """
         if x is not None:
             return refresh(x)
         return allocate(x)
+
+
+    _PLANS = {}
+
+
+    def get_plan(offsets, n):
+        key = (n, offsets.data_ptr())
+        hit = _PLANS.get(key)
+        if hit is not None:
+            return hit
+        plan = build_plan(offsets, n)
+        _PLANS[key] = plan
+        return plan
+
+
+    def get_other(offsets, n):
+        hit = lookup(offsets)
+        if hit is not None:
+            return hit
+        return build_plan(offsets, n)
 """
 
 
@@ -178,6 +198,9 @@ def test_a_lazy_initialiser_fills_its_cache_once():
     assert facts.calls["get_cached"] == []
     # a guard that returns something else, and fills nothing, is an ordinary branch
     assert sorted(facts.calls["get_checked"]) == ["allocate", "refresh"]
+    # a local looked up in a module's dict stands for that cache; a lookup in no cache does not
+    assert facts.calls["get_plan"] == ["_PLANS.get", "offsets.data_ptr"]
+    assert sorted(facts.calls["get_other"]) == ["build_plan", "lookup"]
 
 
 def test_another_backends_branch_is_not_the_gpu_step():

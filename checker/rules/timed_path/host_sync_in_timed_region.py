@@ -142,7 +142,10 @@ def bench(fn, x):
     def leave_Module(self, original_node: cst.Module) -> None:
         model = self.model
         seen: set[int] = set()  # statements already reported (first_in_statement)
-        for region, call, via in region_calls(model, TIMED):
+        # a helper called off the measured path (below a lazy initialiser's guard, in an error
+        # handler, under a debug switch) is not entered
+        follow = lambda site: not off_the_step(model, site)  # noqa: E731
+        for region, call, via in region_calls(model, TIMED, follow=follow):
             what = model.sync_kind(call, model.enclosing_function(call))
             if not what or (via is not None and not _harness_helper(model, region, via)) or off_the_step(model, call):
                 continue  # off the measured path: an error handler, an opt-in switch, a cache fill (once per key)
