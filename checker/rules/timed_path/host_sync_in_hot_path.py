@@ -31,7 +31,9 @@ class HostSyncInHotPath(Rule):
     model-layer `forward` methods, decode and step functions, metadata builds, MoE `apply`
     methods (the names are configurable with `hot-path-functions`), a registered op's
     implementation, a function that launches a kernel (`kernel[grid](...)` of a Triton kernel, a
-    custom op: a kernel library's op wrapper runs on every call of its op, whoever calls it), an
+    custom op: a kernel library's op wrapper runs on every call of its op, whoever calls it, unless
+    every call the project shows comes from a script's `__main__` block or from training, such as a
+    helper only an autograd `backward` calls), an
     attention processor's `__call__` (`*AttnProcessor`, run by its attention layer's forward), the body of a loop over steps in any function (a pipeline's `for i, t in
     enumerate(timesteps):`, a generator's `while token_index_to_generate <= last:`, any loop that
     runs a model and picks the next token from its output), the functions
