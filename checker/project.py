@@ -1818,50 +1818,42 @@ SCRIPT = "<module>"  # a caller that is a module's own top-level code (a ``__mai
 class Callers:
     """Who calls a function, where the project shows it: ``of(path, name)`` gives the resolved
     calls of ``name`` (``(path, function)``, or ``(path, SCRIPT)`` for a module's top-level code),
-    found through the call texts that end with its name (the index resolves only those)."""
+    found through the call texts that end with its name (the index resolves only those). The table
+    of call texts is built on the first question."""
 
     def __init__(self, files: dict[str, FileFacts], resolve: Resolver) -> None:
         self.files, self.resolve = files, resolve
-        self.by_last: dict[str, list[tuple[str, str, str]]] = {}  # last name -> (path, caller, call text)
-        for path, facts in files.items():
-            for name, calls in facts.calls.items():
-                for text in set(calls):
-                    self.by_last.setdefault(_last(text), []).append((path, name, text))
-            for text in facts.module_calls:
-                self.by_last.setdefault(_last(text), []).append((path, SCRIPT, text))
-        self.memo: dict[tuple[str, str], str | None] = {}
+        self.by_last: dict[str, list[tuple[str, str, str]]] | None = None  # last name -> (path, caller, call text)
+        self.memo: dict[tuple[str, str], bool] = {}
 
     def of(self, path: str, name: str) -> set[tuple[str, str]]:
+        if self.by_last is None:
+            self.by_last = {}
+            for fpath, facts in self.files.items():
+                for caller, calls in facts.calls.items():
+                    for text in set(calls):
+                        self.by_last.setdefault(_last(text), []).append((fpath, caller, text))
+                for text in facts.module_calls:
+                    self.by_last.setdefault(_last(text), []).append((fpath, SCRIPT, text))
         found = set()
-        for cpath, caller, text in self.by_last.get(name.rsplit(".", 1)[-1], ()):
+        for cpath, caller, text in self.by_last.get(_last(name), ()):
             owner = caller.rsplit(".", 1)[0] if "." in caller else ""
             if self.resolve(cpath, "" if caller == SCRIPT else owner, text) == (path, name):
                 found.add((cpath, caller))
         return found
 
-    def only_off_the_step(self, path: str, name: str, depth: int = 0) -> str | None:
-        """Why every call of a function the project shows is off the serving step, or None: each
-        caller is a module's top-level code (a demo ``run()`` under ``if __name__ ==
-        "__main__":``), training (an autograd ``backward``, see ``function_context``), or a function
-        called only from such places itself. A function no code of the project calls is an API:
-        None."""
+    def only_off_the_step(self, path: str, name: str, depth: int = 0) -> bool:
+        """Whether every call of a function the project shows is off the serving step: each caller is
+        a module's top-level code (a demo ``run()`` under ``if __name__ == "__main__":``), training
+        (an autograd ``backward``: ``function_context``'s training reasons), or a function called
+        only from such places itself. A function no code of the project calls is an API: False."""
         key = (path, name)
-        if key in self.memo:
-            return self.memo[key]
-        self.memo[key] = None  # (a cycle of calls proves nothing)
-        found = self.of(path, name) if depth < MAX_DEPTH else set()
-        reasons = set()
-        for cpath, caller in found:
-            context = self.files[cpath].contexts.get(caller, "")
-            if caller == SCRIPT:
-                reasons.add("a script's top-level code")
-            elif context.startswith("training"):
-                reasons.add("training")
-            elif (why := self.only_off_the_step(cpath, caller, depth + 1)) is not None:
-                reasons.add(why)
-            else:
-                return None
-        self.memo[key] = " or ".join(sorted(reasons)) or None
+        if key not in self.memo:
+            self.memo[key] = False  # (a cycle of calls proves nothing)
+            found = self.of(path, name) if depth < MAX_DEPTH else set()
+            self.memo[key] = bool(found) and all(
+                caller == SCRIPT or self.files[cpath].contexts.get(caller, "").startswith("training")
+                or self.only_off_the_step(cpath, caller, depth + 1) for cpath, caller in found)
         return self.memo[key]
 
 

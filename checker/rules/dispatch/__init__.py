@@ -13,6 +13,8 @@ from pathlib import PurePosixPath
 
 import libcst as cst
 
+from kcheck.contracts import KEEPS
+from kcheck.values import FACTORIES, LIKE_FACTORIES
 from kcheck.claims import (
     BROAD_FAMILIES, CUDA_LIBRARY, DSL_MODULES, WORKLOAD_CLAIMS, is_solution_file, HEAVY_FAMILIES, LIBRARY_METHODS, LIBRARY_OPS, NEUTRAL_MODULES, Claim, Use, compute_uses, families, is_reference_name, library_family,
 )
@@ -661,15 +663,16 @@ def claim_launches_kernel(summary, config) -> bool:
 
 # -- does a launch's output reach what the claim returns -------------------------------------------
 
-# Methods and functions whose result shares the storage of their tensor argument: a view, a
-# layout wrapper, the same tensor (``out.view(-1)``, ``from_dlpack(out)``, ``out.t()``).
-ALIAS_METHODS = {"view", "view_as", "reshape", "t", "T", "mT", "transpose", "permute", "contiguous", "flatten",
-                 "squeeze", "unsqueeze", "expand", "expand_as", "narrow", "detach", "as_strided", "unflatten",
-                 "mark_layout_dynamic", "mark_compact_shape_dynamic", "data", "cuda", "to"}
+# Methods and functions whose result may share the storage of the tensor they read: the methods
+# that keep a caller's argument (``contracts.KEEPS``: a copy among them, ``.float()``, only makes
+# the walk more cautious), views, and the DSLs' layout wrappers (``from_dlpack(out)``).
+ALIAS_METHODS = KEEPS | {"view_as", "T", "mT", "expand_as", "narrow", "as_strided", "unflatten", "data", "cuda",
+                         "mark_layout_dynamic", "mark_compact_shape_dynamic"}
 ALIAS_FUNCTIONS = {"from_dlpack", "as_tensor", "to_dlpack", "make_ptr"}
-# Calls that allocate a tensor from another's shape and dtype, not from its values.
-ALLOCATORS = {"empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_empty",
-              "new_zeros", "new_ones", "new_full", "empty_strided"}
+# Calls that allocate a tensor from sizes or another's shape, not from its values: the values
+# model's factories less those that copy data in, and the ``new_*`` methods.
+ALLOCATORS = (FACTORIES - {"tensor", "as_tensor", "from_numpy"}) | LIKE_FACTORIES | {
+    "new_empty", "new_zeros", "new_ones", "new_full"}
 
 
 def discarded_launches(model, fn: cst.FunctionDef, launches: list[Use], library: list[Use]) -> Use | None:
